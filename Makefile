@@ -1,0 +1,37 @@
+# attnlab: two commands on a fresh machine.
+#   make run    create .venv, install attnlab, start the main job
+#   make test   create .venv with the dev extras, run ruff and pytest
+# Optional: make bench (side-by-side benchmarks; install torch==2.13.0 for the PyTorch column).
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip --disable-pip-version-check -q
+
+.PHONY: run test lint bench clean
+
+$(VENV)/.base: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -e .
+	touch $@
+
+$(VENV)/.dev: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -e '.[dev]'
+	touch $(VENV)/.base $@
+
+run: $(VENV)/.base
+	$(VENV)/bin/attnlab example
+
+lint: $(VENV)/.dev
+	$(PY) -m ruff check src tests
+	$(PY) -m ruff format --check src tests
+
+test: lint
+	$(PY) -m pytest
+
+bench: $(VENV)/.dev
+	$(VENV)/bin/attnlab bench attention
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis test-artifacts

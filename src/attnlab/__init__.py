@@ -1,0 +1,65 @@
+"""attnlab: attention you can compute by hand, check, see, and run fast.
+
+>>> import attnlab as al
+>>> al.attention([[3, -3], [1, 1]], [[-3, 3], [1, 1]], [[0, -1], [1, 2]],
+...              mask=al.masks.Causal()).round(3)
+array([[ 0.   , -1.   ],
+       [ 0.804,  1.413]])
+
+``import attnlab`` loads numpy and nothing heavier; the labs, exercises, figures, benchmark, CLI
+and web app load on first use (``al.labs``, ``al.exercises``, ...).
+"""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import PackageNotFoundError, version
+
+from attnlab import cost, errors, masks, positions
+from attnlab.core.attention import (
+    AttentionTrace,
+    attention,
+    scaled_dot_product_attention,
+    trace_attention,
+)
+from attnlab.core.multihead import MultiHeadAttention, multi_head_attention
+from attnlab.core.softmax import logsumexp, softmax
+from attnlab.errors import AttnlabError, FullyMaskedRowError, NonFiniteInputError, ShapeError
+
+try:
+    __version__ = version("attnlab")
+except PackageNotFoundError:  # running from a source tree that was never installed
+    __version__ = "0.0.0"
+
+__all__ = [
+    "AttentionTrace",
+    "AttnlabError",
+    "FullyMaskedRowError",
+    "MultiHeadAttention",
+    "NonFiniteInputError",
+    "ShapeError",
+    "__version__",
+    "attention",
+    "cost",
+    "errors",
+    "exercises",
+    "labs",
+    "logsumexp",
+    "masks",
+    "multi_head_attention",
+    "positions",
+    "scaled_dot_product_attention",
+    "softmax",
+    "trace_attention",
+]
+
+_LAZY = {"labs", "exercises", "figures", "bench"}
+
+
+def __getattr__(name: str):
+    # Submodules that are not needed for the maths load on first use, keeping the import light.
+    if name in _LAZY:
+        module = importlib.import_module(f"attnlab.{name}")
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module 'attnlab' has no attribute {name!r}")

@@ -1,0 +1,1 @@
+"""attnlab bench commands (registered on the shared app)."""

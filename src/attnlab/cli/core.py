@@ -1,0 +1,152 @@
+"""Commands for the maths: the worked example, any small trace, and the cost model."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import numpy as np
+import typer
+from rich.table import Table
+
+from attnlab.cli._app import app, console, friendly_errors, parse_matrix
+from attnlab.core.attention import AttentionTrace, _fmt, trace_attention
+from attnlab.core.cost import breakdown, crossover_length, score_memory_bytes
+from attnlab.core.masks import Causal
+
+# §6.2: section 1.6's projections give these queries, keys and values for two tokens.
+EXAMPLE_Q = [[3.0, -3.0], [1.0, 1.0]]
+EXAMPLE_K = [[-3.0, 3.0], [1.0, 1.0]]
+EXAMPLE_V = [[0.0, -1.0], [1.0, 2.0]]
+
+_EXPLAIN = {
+    "scores": "Each query dotted with each key: entry (i, j) is q_i · k_j.",
+    "scaled": "Multiplied by the scale (1/√d_k unless turned off), so the spread does not grow with d_k.",
+    "masked": "Blocked pairs become -inf; allowed pairs are unchanged.",
+    "weights": "Softmax along each row: non-negative weights that sum to 1, blocked pairs get 0.",
+    "output": "Each query's output is its weights times the value rows: a weighted average of values.",
+}
+
+
+def _table(title: str, mat: np.ndarray, row_label: str = "query", col_label: str = "key") -> Table:
+    table = Table(title=title, title_justify="left", show_lines=False)
+    table.add_column("")
+    for j in range(mat.shape[-1]):
+        table.add_column(f"{col_label} {j + 1}", justify="right")
+    for i, row in enumerate(mat):
+        table.add_row(f"{row_label} {i + 1}", *(_fmt(float(x)) for x in row))
+    return table
+
+
+def _show_trace(trace: AttentionTrace) -> None:
+    console.print(_table("Queries Q", trace.q, "token", "dim"))
+    console.print(_table("Keys K", trace.k, "token", "dim"))
+    console.print(_table("Values V", trace.v, "token", "dim"))
+    for name, caption, mat in trace.stages():
+        cols = "dim" if name == "output" else "key"
+        console.print(_table(f"Step {caption}", mat, "query", cols))
+        extra = f" (scale = {trace.scale:.6g})" if name == "scaled" else ""
+        console.print(f"  [dim]{_EXPLAIN[name]}{extra}[/]\n")
+
+
+def _trace_json(trace: AttentionTrace) -> str:
+    def clean(a):
+        return [[None if np.isneginf(x) else float(x) for x in row] for row in np.asarray(a)]
+
+    data = {name: clean(mat) for name, _, mat in trace.stages()}
+    data["scale"] = trace.scale
+    data["mask"] = None if trace.mask is None else repr(trace.mask)
+    return json.dumps(data, indent=2)
+
+
+@app.command()
+@friendly_errors
+def example(
+    no_mask: Annotated[bool, typer.Option("--no-mask", help="Drop the causal mask.")] = False,
+    no_scale: Annotated[bool, typer.Option("--no-scale", help="Skip the 1/√d_k scaling.")] = False,
+) -> None:
+    """Walk the chapter's two-token worked example (§6.2) step by step."""
+    trace = trace_attention(
+        EXAMPLE_Q,
+        EXAMPLE_K,
+        EXAMPLE_V,
+        mask=None if no_mask else Causal(),
+        scale=1.0 if no_scale else None,
+    )
+    console.print(
+        "[bold]The two-token example of §6.2[/]: "
+        f"causal mask {'off' if no_mask else 'on'}, scaling {'off' if no_scale else 'on'}\n"
+    )
+    _show_trace(trace)
+
+
+@app.command()
+@friendly_errors
+def attention(
+    q: Annotated[str, typer.Option("--q", help="Queries as a JSON matrix, e.g. '[[3,-3],[1,1]]'.")],
+    k: Annotated[str, typer.Option("--k", help="Keys as a JSON matrix (M rows, d_k columns).")],
+    v: Annotated[str, typer.Option("--v", help="Values as a JSON matrix (M rows, d_v columns).")],
+    causal: Annotated[bool, typer.Option("--causal", help="Apply the causal mask.")] = False,
+    no_scale: Annotated[bool, typer.Option("--no-scale", help="Skip the 1/√d_k scaling.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print every table as JSON (-inf as null).")
+    ] = False,
+) -> None:
+    """Trace attention on any small case, showing every table."""
+    qm, km, vm = parse_matrix("q", q), parse_matrix("k", k), parse_matrix("v", v)
+    trace = trace_attention(
+        qm, km, vm, mask=Causal() if causal else None, scale=1.0 if no_scale else None
+    )
+    if as_json:
+        typer.echo(_trace_json(trace))
+    else:
+        _show_trace(trace)
+
+
+@app.command()
+@friendly_errors
+def cost(
+    d_model: Annotated[int, typer.Option("--d-model", min=1, help="Model width d_model.")] = 4096,
+    n: Annotated[list[int] | None, typer.Option("--n", min=1, help="Sequence length(s) N.")] = None,
+    flops: Annotated[
+        bool, typer.Option("--flops", help="Count multiply and add separately.")
+    ] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")] = False,
+) -> None:
+    """The cost model of §6.6: 4·N·d² + 2·N²·d and where the N² term takes over."""
+    count = "flops" if flops else "madds"
+    lengths = n or [512, 2048, crossover_length(d_model), 4 * crossover_length(d_model)]
+    rows = [breakdown(length, d_model, count=count) for length in lengths]
+    if as_json:
+        typer.echo(
+            json.dumps(
+                {
+                    "crossover_length": crossover_length(d_model),
+                    "rows": [r.as_dict() for r in rows],
+                },
+                indent=2,
+            )
+        )
+        return
+    unit = "FLOPs" if flops else "multiply-adds"
+    table = Table(title=f"MHA cost, d_model={d_model} ({unit})", title_justify="left")
+    # Columns: Q/K/V projections 3Nd², scores QKᵀ N²d, weighted sum AV N²d, W^O Nd².
+    for col in ("N", "QKV 3Nd²", "QKᵀ N²d", "AV N²d", "W^O Nd²", "total", "N² share", "QKᵀ fp32"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        mib = score_memory_bytes(r.n) / 2**20
+        table.add_row(
+            str(r.n),
+            f"{r.projections:.3e}",
+            f"{r.scores:.3e}",
+            f"{r.weighted_sum:.3e}",
+            f"{r.output_projection:.3e}",
+            f"{r.total:.3e}",
+            f"{r.quadratic_share:.1%}",
+            f"{mib:,.1f} MiB",
+        )
+    console.print(table)
+    console.print(
+        f"The N² terms overtake the linear ones past N = 2·d_model = "
+        f"[bold]{crossover_length(d_model)}[/]."
+    )

@@ -1,0 +1,1 @@
+"""attnlab labs commands (registered on the shared app)."""

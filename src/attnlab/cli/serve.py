@@ -1,0 +1,1 @@
+"""attnlab serve commands (registered on the shared app)."""

@@ -1,0 +1,1 @@
+"""The maths of attention: every number attnlab shows anywhere is computed here."""

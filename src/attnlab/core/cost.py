@@ -1,0 +1,121 @@
+"""The cost model of multi-head attention (§6.6), as plain integer functions.
+
+Counts are multiply-adds unless ``count="flops"``, which counts a multiply and an add separately
+(twice as many; the comparison is unchanged). Source: §6.6 of the chapter, after Vaswani et al.
+(2017), Table 1. The softmax and the masks are small (O(N²) cheap operations) and left out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from attnlab.errors import AttnlabError
+
+__all__ = ["CostBreakdown", "breakdown", "crossover_length", "mha_flops", "score_memory_bytes"]
+
+
+def _positive(name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+        raise AttnlabError(f"expected {name} to be a positive integer, but got {value!r} instead")
+    return int(value)
+
+
+def _factor(count: str) -> int:
+    if count not in ("madds", "flops"):
+        raise AttnlabError(f"expected count 'madds' or 'flops', but got {count!r} instead")
+    return 1 if count == "madds" else 2
+
+
+@dataclass(frozen=True)
+class CostBreakdown:
+    """The four terms of §6.6 for N tokens at width d_model."""
+
+    n: int
+    d_model: int
+    count: str  # "madds" or "flops"
+    projections: int  # Q, K, V for all heads: 3 N d_model²
+    scores: int  # Q Kᵀ over all heads: N² d_model
+    weighted_sum: int  # A V over all heads: N² d_model
+    output_projection: int  # W^O: N d_model²
+
+    @property
+    def linear(self) -> int:
+        """The terms that grow with N: 4 N d_model²."""
+        return self.projections + self.output_projection
+
+    @property
+    def quadratic(self) -> int:
+        """The terms that grow with N²: 2 N² d_model."""
+        return self.scores + self.weighted_sum
+
+    @property
+    def total(self) -> int:
+        return self.linear + self.quadratic
+
+    @property
+    def quadratic_share(self) -> float:
+        """Share of the total in the N² terms: N / (N + 2 d_model)."""
+        return self.quadratic / self.total
+
+    def as_dict(self) -> dict:
+        return {
+            "n": self.n,
+            "d_model": self.d_model,
+            "count": self.count,
+            "projections": self.projections,
+            "scores": self.scores,
+            "weighted_sum": self.weighted_sum,
+            "output_projection": self.output_projection,
+            "linear": self.linear,
+            "quadratic": self.quadratic,
+            "total": self.total,
+            "quadratic_share": self.quadratic_share,
+        }
+
+
+def breakdown(n: int, d_model: int, *, count: str = "madds") -> CostBreakdown:
+    """Per-term cost of one multi-head attention layer over N tokens (h·d_k = d_model)."""
+    n, d, f = _positive("n", n), _positive("d_model", d_model), _factor(count)
+    return CostBreakdown(
+        n=n,
+        d_model=d,
+        count=count,
+        projections=f * 3 * n * d * d,
+        scores=f * n * n * d,
+        weighted_sum=f * n * n * d,
+        output_projection=f * n * d * d,
+    )
+
+
+def mha_flops(n: int, d_model: int, *, count: str = "madds") -> int:
+    """4·N·d_model² + 2·N²·d_model multiply-adds (doubled with count="flops").
+
+    >>> mha_flops(1024, 512)
+    2147483648
+    """
+    return breakdown(n, d_model, count=count).total
+
+
+def crossover_length(d_model: int) -> int:
+    """The N past which the N² terms outweigh the linear ones: 2N²d > 4Nd² iff N > 2·d_model.
+
+    >>> crossover_length(4096)
+    8192
+    """
+    return 2 * _positive("d_model", d_model)
+
+
+def score_memory_bytes(
+    n: int, m: int | None = None, *, heads: int = 1, batch: int = 1, dtype=np.float32
+) -> int:
+    """Bytes to hold the (batch, heads, N, M) score table at once, as the dense path does."""
+    m = n if m is None else m
+    cells = (
+        _positive("n", n)
+        * _positive("m", m)
+        * _positive("heads", heads)
+        * _positive("batch", batch)
+    )
+    return cells * np.dtype(dtype).itemsize

@@ -1,0 +1,78 @@
+"""Numerically safe softmax and logsumexp.
+
+Shape legend: any array ``x``; ``axis`` is the axis that sums to one (the key axis M for attention).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attnlab.errors import FullyMaskedRowError
+
+__all__ = ["logsumexp", "softmax"]
+
+
+def _as_float(x: np.ndarray | list) -> np.ndarray:
+    x = np.asarray(x)
+    if x.dtype.kind in "biu":
+        return x.astype(np.float64)
+    if x.dtype.kind != "f":
+        raise TypeError(f"softmax expects a real-valued array, but got dtype {x.dtype} instead")
+    return x
+
+
+def empty_rows(row_max: np.ndarray) -> np.ndarray:
+    """Indices of rows whose maximum is -inf, i.e. rows with no allowed entry."""
+    return np.argwhere(np.isneginf(row_max))
+
+
+def _raise_empty(rows: np.ndarray, what: str = "") -> None:
+    listed = tuple(tuple(int(i) for i in r) for r in rows[:8])
+    more = f" and {len(rows) - 8} more" if len(rows) > 8 else ""
+    shown = ", ".join(str(r[0]) if len(r) == 1 else str(r) for r in listed)
+    raise FullyMaskedRowError(
+        f"every entry of row {shown}{more} is -inf{what}: softmax of such a row is 0/0 = NaN. "
+        "Every row needs at least one allowed entry",
+        rows=listed,
+    )
+
+
+def softmax(x: np.ndarray | list, axis: int = -1) -> np.ndarray:
+    """Softmax along ``axis``: ``exp(x - max) / sum(exp(x - max))``.
+
+    Args:
+        x: real array; entries may be -inf (masked out), never NaN or +inf.
+        axis: the axis whose entries become weights that sum to one.
+
+    Returns:
+        An array of x's shape and float dtype (integers compute in float64).
+
+    Raises:
+        FullyMaskedRowError: a row whose every entry is -inf, which would be NaN.
+
+    >>> softmax([2.0, 0.0, 0.0]).round(4)
+    array([0.787 , 0.1065, 0.1065])
+    """
+    x = _as_float(x)
+    # Subtracting the row max leaves the result unchanged (it cancels in the ratio) but keeps
+    # every exponent <= 0, so exp never overflows, and the largest entry contributes exactly 1,
+    # so the sum never underflows to 0 for a row with any finite entry.
+    row_max = np.max(x, axis=axis, keepdims=True)
+    if np.isneginf(row_max).any():
+        _raise_empty(empty_rows(np.squeeze(row_max, axis=axis)))
+    e = np.exp(x - row_max)
+    e /= np.sum(e, axis=axis, keepdims=True)
+    return e
+
+
+def logsumexp(x: np.ndarray | list, axis: int = -1) -> np.ndarray:
+    """``log(sum(exp(x)))`` along ``axis``, computed without overflow (same max shift as softmax).
+
+    A row of all -inf gives -inf, the log of an empty sum.
+    """
+    x = _as_float(x)
+    row_max = np.max(x, axis=axis, keepdims=True)
+    shift = np.where(np.isneginf(row_max), 0.0, row_max)
+    with np.errstate(divide="ignore"):
+        out = np.log(np.sum(np.exp(x - shift), axis=axis, keepdims=True)) + shift
+    return np.squeeze(out, axis=axis)
