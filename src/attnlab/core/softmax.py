@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnlab.errors import FullyMaskedRowError
+from attnlab.errors import FullyMaskedRowError, NonFiniteInputError
 
 __all__ = ["logsumexp", "softmax"]
 
@@ -18,6 +18,15 @@ def _as_float(x: np.ndarray | list) -> np.ndarray:
         return x.astype(np.float64)
     if x.dtype.kind != "f":
         raise TypeError(f"softmax expects a real-valued array, but got dtype {x.dtype} instead")
+    # -inf is a masked-out entry and welcome; NaN and +inf have no weight to give (inf - inf is
+    # NaN after the max shift), so refuse them rather than return NaN.
+    bad = np.isnan(x) | np.isposinf(x)
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise NonFiniteInputError(
+            f"expected finite entries or -inf (masked out), but got {x[where]} at index {where} "
+            f"({int(bad.sum())} such entries) instead"
+        )
     return x
 
 
@@ -49,6 +58,7 @@ def softmax(x: np.ndarray | list, axis: int = -1) -> np.ndarray:
 
     Raises:
         FullyMaskedRowError: a row whose every entry is -inf, which would be NaN.
+        NonFiniteInputError: a NaN or +inf entry.
 
     >>> softmax([2.0, 0.0, 0.0]).round(4)
     array([0.787 , 0.1065, 0.1065])
