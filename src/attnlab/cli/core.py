@@ -9,7 +9,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from attnlab.cli._app import app, console, friendly_errors, parse_matrix
+from attnlab.cli._app import app, console, fail, friendly_errors, parse_matrix
 from attnlab.core.attention import AttentionTrace, _fmt, trace_attention
 from attnlab.core.cost import breakdown, crossover_length, score_memory_bytes
 from attnlab.core.masks import Causal
@@ -28,23 +28,25 @@ _EXPLAIN = {
 }
 
 
-def _table(title: str, mat: np.ndarray, row_label: str = "query", col_label: str = "key") -> Table:
-    table = Table(title=title, title_justify="left", show_lines=False)
+def _table(title: str, mat: np.ndarray, row_label: str = "query", col_label: str = "key") -> None:
+    # The caption goes on its own line: as a table title it would wrap to the narrow table.
+    console.print(f"[bold]{title}[/]", highlight=False)
+    table = Table(show_lines=False)
     table.add_column("")
     for j in range(mat.shape[-1]):
         table.add_column(f"{col_label} {j + 1}", justify="right")
     for i, row in enumerate(mat):
         table.add_row(f"{row_label} {i + 1}", *(_fmt(float(x)) for x in row))
-    return table
+    console.print(table)
 
 
 def _show_trace(trace: AttentionTrace) -> None:
-    console.print(_table("Queries Q", trace.q, "token", "dim"))
-    console.print(_table("Keys K", trace.k, "token", "dim"))
-    console.print(_table("Values V", trace.v, "token", "dim"))
+    _table("Queries Q", trace.q, "token", "dim")
+    _table("Keys K", trace.k, "token", "dim")
+    _table("Values V", trace.v, "token", "dim")
     for name, caption, mat in trace.stages():
         cols = "dim" if name == "output" else "key"
-        console.print(_table(f"Step {caption}", mat, "query", cols))
+        _table(f"Step {caption}", mat, "query", cols)
         extra = f" (scale = {trace.scale:.6g})" if name == "scaled" else ""
         console.print(f"  [dim]{_EXPLAIN[name]}{extra}[/]\n")
 
@@ -94,9 +96,14 @@ def attention(
 ) -> None:
     """Trace attention on any small case, showing every table."""
     qm, km, vm = parse_matrix("q", q), parse_matrix("k", k), parse_matrix("v", v)
-    trace = trace_attention(
-        qm, km, vm, mask=Causal() if causal else None, scale=1.0 if no_scale else None
-    )
+    try:
+        # Finite entries can still overflow q·k (and then give -inf or inf - inf = NaN rows).
+        with np.errstate(over="raise", invalid="raise"):
+            trace = trace_attention(
+                qm, km, vm, mask=Causal() if causal else None, scale=1.0 if no_scale else None
+            )
+    except FloatingPointError as exc:
+        raise fail(f"the numbers are too large for float64 ({exc}); use smaller entries") from None
     if as_json:
         typer.echo(_trace_json(trace))
     else:
@@ -130,21 +137,21 @@ def cost(
         return
     unit = "FLOPs" if flops else "multiply-adds"
     table = Table(title=f"MHA cost, d_model={d_model} ({unit})", title_justify="left")
-    # Columns: Q/K/V projections 3Nd², scores QKᵀ N²d, weighted sum AV N²d, W^O Nd².
-    for col in ("N", "QKV 3Nd²", "QKᵀ N²d", "AV N²d", "W^O Nd²", "total", "N² share", "QKᵀ fp32"):
-        table.add_column(col, justify="right")
+    # One column per N and one row per term of §6.6, so the numbers fit an 80-column terminal.
+    table.add_column("term")
     for r in rows:
-        mib = score_memory_bytes(r.n) / 2**20
-        table.add_row(
-            str(r.n),
-            f"{r.projections:.3e}",
-            f"{r.scores:.3e}",
-            f"{r.weighted_sum:.3e}",
-            f"{r.output_projection:.3e}",
-            f"{r.total:.3e}",
-            f"{r.quadratic_share:.1%}",
-            f"{mib:,.1f} MiB",
-        )
+        table.add_column(f"N={r.n}", justify="right", overflow="fold")
+    terms = [
+        ("Q,K,V 3Nd²", lambda r: f"{r.projections:.3e}"),
+        ("QKᵀ N²d", lambda r: f"{r.scores:.3e}"),
+        ("AV N²d", lambda r: f"{r.weighted_sum:.3e}"),
+        ("W^O Nd²", lambda r: f"{r.output_projection:.3e}"),
+        ("total", lambda r: f"{r.total:.3e}"),
+        ("N² share", lambda r: f"{r.quadratic_share:.1%}"),
+        ("QKᵀ fp32", lambda r: f"{score_memory_bytes(r.n) / 2**20:,.1f} MiB"),
+    ]
+    for label, cell in terms:
+        table.add_row(label, *(cell(r) for r in rows))
     console.print(table)
     console.print(
         f"The N² terms overtake the linear ones past N = 2·d_model = "
