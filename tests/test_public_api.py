@@ -1,0 +1,164 @@
+"""The public contract of DESIGN.md: the names, the signatures, and a light `import attnlab`."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import subprocess
+import sys
+
+import pytest
+
+import attnlab as al
+
+# The names DESIGN.md's "Public API" block promises at the top level.
+DESIGN_NAMES = {
+    "softmax",
+    "attention",
+    "scaled_dot_product_attention",
+    "trace_attention",
+    "AttentionTrace",
+    "MultiHeadAttention",
+    "multi_head_attention",
+    "masks",
+    "positions",
+    "cost",
+    "labs",
+    "exercises",
+    "errors",
+    "AttnlabError",
+    "ShapeError",
+    "FullyMaskedRowError",
+    "NonFiniteInputError",
+}
+# Added beside them on purpose: logsumexp (STYLE.md: written once, beside softmax), the version.
+EXTRA_NAMES = {"logsumexp", "__version__"}
+LAZY = {"labs", "exercises"}
+HEAVY = ["torch", "typer", "rich", "click", "fastapi", "uvicorn", "pydantic", "plotly"]
+SUBMODULE_NAMES = {
+    "masks": {"Causal", "Padding", "SlidingWindow", "Dense"},
+    "positions": {"sinusoidal"},
+    "cost": {"mha_flops", "crossover_length", "breakdown", "score_memory_bytes"},
+    "errors": {"AttnlabError", "ShapeError", "FullyMaskedRowError", "NonFiniteInputError"},
+}
+# Lazy modules and the names DESIGN.md gives them; checked once the module is written.
+LAZY_NAMES = {
+    "labs": {"variance_scaling", "saturation", "permutation"},
+    "exercises": {"check"},
+}
+
+
+def test_all_is_pinned():
+    assert set(al.__all__) == DESIGN_NAMES | EXTRA_NAMES
+    assert len(al.__all__) == len(set(al.__all__))
+
+
+@pytest.mark.parametrize("name", sorted((DESIGN_NAMES | EXTRA_NAMES) - LAZY))
+def test_every_eager_name_resolves(name):
+    assert getattr(al, name) is not None
+
+
+@pytest.mark.parametrize(("module", "names"), sorted(SUBMODULE_NAMES.items()))
+def test_submodule_names(module, names):
+    mod = getattr(al, module)
+    assert names <= set(mod.__all__)
+    for name in names:
+        assert getattr(mod, name) is not None
+
+
+@pytest.mark.parametrize(("module", "names"), sorted(LAZY_NAMES.items()))
+def test_lazy_modules_once_written(module, names):
+    try:
+        mod = getattr(al, module)
+    except ImportError as exc:
+        pytest.skip(f"attnlab.{module} does not import yet: {exc}")
+    if getattr(mod, "__file__", None) is None:  # a bare folder: a namespace package, not written
+        pytest.skip(f"attnlab.{module} is not written yet")
+    assert mod is importlib.import_module(f"attnlab.{module}")
+    assert names <= set(dir(mod))
+
+
+def test_unknown_attribute():
+    with pytest.raises(AttributeError, match="no_such_thing"):
+        al.no_such_thing  # noqa: B018
+
+
+def _params(fn) -> list[tuple[str, str, object]]:
+    return [(p.name, p.kind.name, p.default) for p in inspect.signature(fn).parameters.values()]
+
+
+POS, KW = "POSITIONAL_OR_KEYWORD", "KEYWORD_ONLY"
+EMPTY = inspect.Parameter.empty
+
+
+def _starts_with(fn, expected) -> None:
+    """fn's parameters begin with DESIGN.md's; anything added after them is keyword-only."""
+    params = _params(fn)
+    assert params[: len(expected)] == expected
+    assert all(kind == KW for _, kind, _ in params[len(expected) :])
+
+
+def test_signatures_of_design_md():
+    _starts_with(al.softmax, [("x", POS, EMPTY), ("axis", POS, -1)])
+    qkv = [("q", POS, EMPTY), ("k", POS, EMPTY), ("v", POS, EMPTY), ("mask", POS, None)]
+    _starts_with(
+        al.attention,
+        qkv + [("scale", KW, None), ("return_weights", KW, False), ("check_finite", KW, True)],
+    )
+    _starts_with(al.trace_attention, qkv + [("scale", KW, None)])
+    _starts_with(
+        al.scaled_dot_product_attention,
+        [
+            ("query", POS, EMPTY),
+            ("key", POS, EMPTY),
+            ("value", POS, EMPTY),
+            ("attn_mask", POS, None),
+            ("dropout_p", POS, 0.0),
+            ("is_causal", POS, False),
+            ("scale", POS, None),
+            ("enable_gqa", POS, False),
+        ],
+    )
+    assert ("rng", KW, None) in _params(al.scaled_dot_product_attention)
+    _starts_with(
+        al.MultiHeadAttention,
+        [
+            ("d_model", POS, EMPTY),
+            ("num_heads", POS, EMPTY),
+            ("d_k", KW, None),
+            ("d_v", KW, None),
+            ("kdim", KW, None),
+            ("vdim", KW, None),
+            ("bias", KW, True),
+            ("seed", KW, None),
+        ],
+    )
+    assert callable(al.MultiHeadAttention.from_torch)
+    assert [p[0] for p in _params(al.positions.sinusoidal)][:2] == ["n", "d_model"]
+    assert [p[0] for p in _params(al.cost.mha_flops)][:2] == ["n", "d_model"]
+    assert [p[0] for p in _params(al.cost.crossover_length)] == ["d_model"]
+
+
+def test_import_is_light():
+    # A fresh interpreter: what `import attnlab` loads, and nothing of what it must not.
+    code = (
+        "import json, sys, attnlab\n"
+        "attnlab.masks.Causal().additive(2); attnlab.attention([[1.0]], [[1.0]], [[1.0]])\n"
+        f"heavy = [m for m in {HEAVY!r} if m in sys.modules]\n"
+        "ours = sorted(m for m in sys.modules if m.startswith('attnlab.'))\n"
+        "print(json.dumps({'heavy': heavy, 'ours': ours}))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    loaded = json.loads(done.stdout)
+    assert loaded["heavy"] == []
+    for lazy in ("labs", "exercises", "figures", "bench", "cli", "web"):
+        assert f"attnlab.{lazy}" not in loaded["ours"]
+
+
+def test_console_script_entry_point():
+    from attnlab.cli import main
+
+    assert callable(main)
