@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import attnlab as al
-from attnlab.masks import Causal, Dense, Padding, SlidingWindow
+from attnlab.masks import Causal, Dense, Mask, Padding, SlidingWindow
 from tolerances import F64, for_dtype
 
 pytestmark = pytest.mark.oracle
@@ -128,9 +128,19 @@ def _sdpa_torch(torch, p: Problem, **extra):
 @FAST
 @given(problems())
 def test_attention_matches_torch(torch, p):
-    out = al.attention(p.q, p.k, p.v, mask=p.attnlab_mask(), scale=p.scale)
+    mask = p.attnlab_mask()
+    out = al.attention(p.q, p.k, p.v, mask=mask, scale=p.scale)
     assert out.dtype == p.q.dtype
-    np.testing.assert_allclose(out, _sdpa_torch(torch, p), **for_dtype(p.q.dtype))
+    ref = _sdpa_torch(torch, p)
+    np.testing.assert_allclose(out, ref, **for_dtype(p.q.dtype))
+    if isinstance(mask, Mask):
+        # The spec rendered as a bool table means the same thing to torch.
+        table = mask.allowed(p.n, p.m, lead_ndim=p.q.ndim - 2)
+        t = [torch.from_numpy(a.copy()) for a in (p.q, p.k, p.v)]
+        rendered = torch.nn.functional.scaled_dot_product_attention(
+            *t, attn_mask=torch.from_numpy(table), scale=p.scale
+        )
+        np.testing.assert_allclose(rendered.numpy(), ref, **for_dtype(p.q.dtype))
 
 
 @FAST
