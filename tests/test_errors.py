@@ -202,6 +202,11 @@ REFUSALS = {
         ShapeError,
         r"kdim.*key\.shape=\(4, 6\)",
     ),
+    "padding, multi-head without a batch axis": (
+        lambda: al.MultiHeadAttention(4, 2, seed=0)(ones((3, 4)), mask=Padding([1, 3])),
+        ShapeError,
+        r"batch axis.*Padding\(lengths=\[1, 3\]\).*query\.shape=\(3, 4\)",
+    ),
     "per-head weights not 3-D": (
         lambda: al.multi_head_attention(
             ones((3, 4)),

@@ -69,6 +69,14 @@ def multi_head_attention(
         _as_real(n, w) for n, w in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v), ("w_o", w_o))
     )
     _check_weights(query, key, value, w_q, w_k, w_v, w_o)
+    if isinstance(mask, Mask) and mask.batched and max(query.ndim, key.ndim, value.ndim) < 3:
+        # Without a batch axis the heads would be the first leading axis, and Padding's lengths
+        # would silently be read per head.
+        raise ShapeError(
+            f"expected inputs with a batch axis, (B, ..., N, d_model), for {mask!r}, whose "
+            f"lengths index the batch, but got query.shape={query.shape}, key.shape={key.shape} "
+            f"and value.shape={value.shape} instead"
+        )
 
     # 1) project: every head at once, heads as a batch axis
     q = query[..., None, :, :] @ w_q  # (..., h, N, d_k)
