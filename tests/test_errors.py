@@ -207,6 +207,20 @@ REFUSALS = {
         ShapeError,
         r"batch axis.*Padding\(lengths=\[1, 3\]\).*query\.shape=\(3, 4\)",
     ),
+    "bias of the wrong shape": (
+        lambda: al.multi_head_attention(
+            ones((3, 4)),
+            ones((3, 4)),
+            ones((3, 4)),
+            ones((2, 4, 2)),
+            ones((2, 4, 2)),
+            ones((2, 4, 3)),
+            ones((6, 4)),
+            b_v=ones((2, 2)),
+        ),
+        ShapeError,
+        r"b_v of shape \(2, 3\), but got \(2, 2\)",
+    ),
     "per-head weights not 3-D": (
         lambda: al.multi_head_attention(
             ones((3, 4)),

@@ -76,3 +76,9 @@ def test_bad_sizes(bad):
         sinusoidal(bad, 4)
     with pytest.raises(al.AttnlabError, match="d_model"):
         sinusoidal(4, bad)
+
+
+@pytest.mark.parametrize("base", [0.0, -10.0, float("nan"), float("inf"), "10000"])
+def test_bad_base(base):
+    with pytest.raises(al.AttnlabError, match="base"):
+        sinusoidal(4, 4, base=base)

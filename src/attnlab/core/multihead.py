@@ -69,6 +69,15 @@ def multi_head_attention(
         _as_real(n, w) for n, w in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v), ("w_o", w_o))
     )
     _check_weights(query, key, value, w_q, w_k, w_v, w_o)
+    h, d_k, d_v = w_q.shape[0], w_q.shape[2], w_v.shape[2]
+    for name, b, shape in (
+        ("b_q", b_q, (h, d_k)),
+        ("b_k", b_k, (h, d_k)),
+        ("b_v", b_v, (h, d_v)),
+        ("b_o", b_o, (w_o.shape[1],)),
+    ):
+        if b is not None and np.shape(b) != shape:
+            raise ShapeError(f"expected {name} of shape {shape}, but got {np.shape(b)} instead")
     if isinstance(mask, Mask) and mask.batched and max(query.ndim, key.ndim, value.ndim) < 3:
         # Without a batch axis the heads would be the first leading axis, and Padding's lengths
         # would silently be read per head.

@@ -29,6 +29,8 @@ def sinusoidal(n: int, d_model: int, *, base: float = 10000.0) -> np.ndarray:
             raise AttnlabError(
                 f"expected {name} to be a positive integer, but got {value!r} instead"
             )
+    if not (isinstance(base, int | float | np.number) and base > 0 and np.isfinite(base)):
+        raise AttnlabError(f"expected base to be a finite number > 0, but got {base!r} instead")
     pos = np.arange(n, dtype=np.float64)[:, None]  # (n, 1)
     freq = base ** (-np.arange(0, d_model, 2, dtype=np.float64) / d_model)  # (ceil(d/2),)
     angles = pos * freq  # (n, ceil(d/2))
