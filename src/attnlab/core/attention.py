@@ -190,7 +190,20 @@ def _raise_empty(x: Inputs, rows: np.ndarray) -> None:
     raise_fully_masked(rows, x.mask.blame(x.n, x.m, lead_ndim, rows[0]))
 
 
-def attention(q, k, v, mask=None, *, scale=None, return_weights=False, check_finite=True):
+def attention(
+    q,
+    k,
+    v,
+    mask=None,
+    *,
+    scale=None,
+    return_weights=False,
+    check_finite=True,
+    method="auto",
+    block_size=None,
+    threads=None,
+    memory_budget=None,
+):
     """Scaled dot-product attention: softmax(q kᵀ · scale + mask) v (§6.2).
 
     Args:
@@ -203,6 +216,18 @@ def attention(q, k, v, mask=None, *, scale=None, return_weights=False, check_fin
         scale: None for 1/sqrt(d_k); any number multiplies q kᵀ (1.0 = unscaled).
         return_weights: also return the attention weights.
         check_finite: refuse NaN/inf in q, k, v.
+        method: "dense" computes the whole (..., N, M) table, as §6.2 draws it. "blockwise"
+            computes the same result tile by tile with the online softmax (see
+            ``attnlab.core.blockwise``), in memory that grows with N, skipping tiles a mask
+            blocks. "auto" (default) is dense unless the score table would exceed
+            ``memory_budget``, so a long sequence never runs out of memory by accident. With
+            return_weights=True, "auto" stays dense, since the table is then the answer, and
+            raises AttnlabError instead if that table is over the budget (pass method="dense"
+            to insist).
+        block_size: blockwise tile, an int or (query rows, keys); default (512, 512).
+        threads: blockwise query blocks run at once; default os.cpu_count().
+        memory_budget: bytes the dense score table may take under "auto"; default
+            ``attnlab.core.blockwise.DEFAULT_MEMORY_BUDGET`` (256 MiB), which can be reassigned.
 
     Returns:
         output (..., N, d_v), or (output, weights (..., N, M)). float32 stays float32, float64
@@ -216,8 +241,59 @@ def attention(q, k, v, mask=None, *, scale=None, return_weights=False, check_fin
     array([[ 0.   , -1.   ],
            [ 0.804,  1.413]])
     """
+    from attnlab.core import blockwise
+
+    method = _check_method(method)
+    block = blockwise.check_block_size(block_size)
+    n_threads = blockwise.check_threads(threads)
+    budget = _check_budget(memory_budget)
     x = validate(q, k, v, mask, scale=scale, check_finite=check_finite)
+    if method == "auto":
+        table = blockwise.dense_table_bytes(x.lead, x.n, x.m, x.q.dtype)
+        if table <= budget:
+            method = "dense"
+        elif return_weights:
+            raise AttnlabError(
+                f"expected the weights table to fit the memory budget of {_mib(budget)}, but "
+                f"its shape {x.lead + (x.n, x.m)} needs {_mib(table)}; pass method='dense' to "
+                "compute it anyway, or a larger memory_budget"
+            )
+        else:
+            method = "blockwise"
+    if method == "blockwise":
+        if return_weights:
+            blockwise.raise_no_weights()
+        return blockwise.run(x, *block, n_threads)
     return _attend(x, want="weights" if return_weights else "output")
+
+
+_METHODS = ("auto", "dense", "blockwise")
+
+
+def _check_method(method) -> str:
+    if method not in _METHODS:
+        raise AttnlabError(f"expected method to be one of {_METHODS}, but got {method!r} instead")
+    return method
+
+
+def _check_budget(budget) -> float:
+    from attnlab.core import blockwise
+
+    if budget is None:
+        return blockwise.DEFAULT_MEMORY_BUDGET
+    if (
+        isinstance(budget, bool)
+        or not isinstance(budget, int | float | np.integer | np.floating)
+        or not budget > 0
+    ):
+        raise AttnlabError(
+            f"expected memory_budget to be a positive number of bytes, but got {budget!r} instead"
+        )
+    return budget
+
+
+def _mib(nbytes: float) -> str:
+    return f"{nbytes / 2**20:,.1f} MiB"
 
 
 _STAGES = ("scores", "scaled", "masked", "weights", "output")

@@ -1,0 +1,538 @@
+"""Exact attention by tiles: the online softmax, memory O(N), tiles skipped by masks.
+
+Shape legend (the chapter's letters):
+    ...  leading batch axes (for example (B, h)), broadcast between q, k and v
+    N    query rows            M    key rows
+    d_k  query and key width   d_v  value width
+    Bq   query rows per tile   Bk   keys per tile
+
+The N x M table of §6.2 is never stored. Query rows are cut into blocks of Bq rows, keys into
+blocks of Bk; for each query block the tiles (Bq x Bk) are visited left to right, keeping per row
+
+    base   a reference point for the exponentials (the running maximum of FlashAttention),
+    acc    the running sum of exp(score - base) * v_j, and in its last column
+    l      the running sum of exp(score - base), so the output is acc / l at the end.
+
+Softmax does not change when every score of a row moves by the same amount, so any finite base
+gives the same answer; the base only has to keep the exponentials inside the float range. The
+textbook online softmax moves the base to the new row maximum at every tile and rescales acc and
+l by exp(old - new). Here that exact step runs only when a tile's exponentials would leave a safe
+range (its row sums, which come for free from the matmul below, say so); otherwise a tile costs
+two matmuls and one exponential and nothing else. This is the lazy rescaling of FlashAttention-4
+(Dao et al., 2025), pushed one step further: on a CPU every pass over a tile costs about as much
+as a matmul, so the row maximum itself is only computed when needed. Four tricks keep the
+passes down:
+
+1. scale · log2(e) is folded into q once, and exp2 replaces exp (numpy's float32 exp2 is twice
+   as fast as exp): exp(s · scale) = exp2(s · scale · log2 e).
+2. -base rides along as an extra column of q against a column of ones in k, so the matmul
+   returns score - base directly.
+3. A column of ones appended to v makes the second matmul return the row sums l too.
+4. base is kept an integer, so every rescaling is a multiplication by a power of two, exact in
+   floating point (np.ldexp), and can never overflow on its own.
+
+A row that allows no key in a tile gets exp2(-inf) = 0 there: the base is always finite, so the
+NaN of exp(-inf - -inf) cannot arise. A row whose sum is 0 at the end allowed no key at all and
+raises FullyMaskedRowError, exactly as the dense path does.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import math
+import os
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+
+import numpy as np
+
+from attnlab.core.masks import Mask, TileState
+from attnlab.errors import AttnlabError
+
+__all__ = [
+    "DEFAULT_BLOCK_K",
+    "DEFAULT_BLOCK_Q",
+    "DEFAULT_MEMORY_BUDGET",
+    "blas_info",
+    "blockwise_attention",
+    "dense_table_bytes",
+]
+
+#: The budget for the dense score table that ``attention(method="auto")`` allows before it
+#: switches to the blockwise path: 256 MiB. Change it for the process by assigning to
+#: ``attnlab.core.blockwise.DEFAULT_MEMORY_BUDGET``, or per call with ``memory_budget=``.
+DEFAULT_MEMORY_BUDGET = 256 * 2**20
+
+# Default tile: 512 query rows x 512 keys. Measured on the project's 2-core Xeon (AVX-512,
+# OpenBLAS SkylakeX kernel), float32, d = 64, one thread per core: the q kᵀ matmul with an inner
+# width of only 65 runs at ~130 GFLOP/s for 512 x 512 tiles but ~110 for 128-row ones (the
+# output store dominates a short inner loop), and the p v matmul likes a deep (512) key axis.
+# Past 512 x 1024 the float32 tile (2 MiB) spills the 2 MiB L2 and the exp2 pass slows.
+# Smaller tiles skip masked work more finely (causal wastes half a diagonal tile per row block),
+# but 512 keeps causal within ~7% of the ideal half at N = 8192.
+DEFAULT_BLOCK_Q = 512
+DEFAULT_BLOCK_K = 512
+
+_LOG2E = 1.4426950408889634
+
+
+# -- the public entry point ---------------------------------------------------------------------
+
+
+def blockwise_attention(
+    q,
+    k,
+    v,
+    mask=None,
+    *,
+    scale=None,
+    return_weights=False,
+    check_finite=True,
+    block_size=None,
+    threads=None,
+):
+    """Exact attention computed tile by tile, never holding the N x M table.
+
+    Same arguments, masks, errors and results as ``attnlab.attention`` (float64 within 1e-12,
+    float32 within 2e-5 of the dense path), plus:
+
+    Args:
+        block_size: None for the measured default (512, 512); an int for square tiles; or a
+            pair (Bq, Bk) of query rows and keys per tile.
+        threads: how many query blocks run at once (default: os.cpu_count()). numpy's matmul
+            and exp2 release the GIL, so threads use every core. While more than one runs,
+            OpenBLAS is pinned to one thread of its own (two BLAS threads under each of two
+            pool threads oversubscribe the cores: measured at about half the speed).
+        return_weights: refused: the weights are the N x M table this path exists to avoid.
+
+    >>> import numpy as np
+    >>> from attnlab.core.masks import Causal
+    >>> q = [[3, -3], [1, 1]]; k = [[-3, 3], [1, 1]]; v = [[0, -1], [1, 2]]
+    >>> blockwise_attention(q, k, v, mask=Causal(), block_size=1).round(3)
+    array([[ 0.   , -1.   ],
+           [ 0.804,  1.413]])
+    """
+    from attnlab.core.attention import validate
+
+    if return_weights:
+        raise_no_weights()
+    bq, bk = check_block_size(block_size)
+    n_threads = check_threads(threads)
+    x = validate(q, k, v, mask, scale=scale, check_finite=check_finite)
+    return run(x, bq, bk, n_threads)
+
+
+def raise_no_weights() -> None:
+    raise AttnlabError(
+        "expected return_weights=False with the blockwise method, but got return_weights=True: "
+        "the weights are the N x M table that blockwise attention never stores. Use "
+        "method='dense' (or trace_attention) to get them, on inputs small enough to hold it"
+    )
+
+
+def check_block_size(block_size) -> tuple[int, int]:
+    """(Bq, Bk) from None | int | (int, int), or a clear error."""
+    if block_size is None:
+        return DEFAULT_BLOCK_Q, DEFAULT_BLOCK_K
+    pair = block_size if isinstance(block_size, tuple | list) else (block_size, block_size)
+    if len(pair) != 2 or not all(_is_count(b) for b in pair):
+        raise AttnlabError(
+            "expected block_size to be a positive integer or a pair (query rows, keys), "
+            f"but got {block_size!r} instead"
+        )
+    return int(pair[0]), int(pair[1])
+
+
+def check_threads(threads) -> int:
+    if threads is None:
+        return os.cpu_count() or 1
+    if not _is_count(threads):
+        raise AttnlabError(f"expected threads to be an integer >= 1, but got {threads!r} instead")
+    return int(threads)
+
+
+def _is_count(x) -> bool:
+    return not isinstance(x, bool) and isinstance(x, int | np.integer) and x >= 1
+
+
+def dense_table_bytes(lead: tuple[int, ...], n: int, m: int, dtype) -> int:
+    """Bytes of the dense path's score table (..., N, M): what method='auto' weighs."""
+    return math.prod(lead) * n * m * np.dtype(dtype).itemsize
+
+
+# -- planning -----------------------------------------------------------------------------------
+
+
+def _tiles(mask: Mask | None, rows: tuple[int, int], n: int, m: int, bk: int):
+    """The key tiles a query block must visit: (cols, needs_mask), BLOCKED tiles left out."""
+    out = []
+    for c0 in range(0, m, bk):
+        cols = (c0, min(m, c0 + bk))
+        if mask is None:
+            out.append((cols, False))
+            continue
+        state = mask.tile_state(rows, cols, n, m)
+        if state is not TileState.BLOCKED:
+            out.append((cols, state is TileState.PARTIAL))
+    return out
+
+
+def _pick(arr: np.ndarray, idx: tuple[int, ...]) -> np.ndarray:
+    """The (rows, cols) view of ``arr`` (broadcastable to (..., rows, cols)) for lead index idx."""
+    extra = arr.ndim - 2
+    if extra <= 0:
+        return arr
+    own = idx[len(idx) - extra :]
+    return arr[tuple(i if s != 1 else 0 for i, s in zip(own, arr.shape[:extra], strict=True))]
+
+
+class _TileMask:
+    """A tile's mask, rendered once and shared by every lead element.
+
+    Each array broadcasts to (..., Bq, Bk). The fast step adds ``bias`` and multiplies the
+    exponentials by ``keep`` (1 allowed, 0 blocked) instead of writing -inf: numpy's float32
+    exp2 takes a slow path (measured 5-9x) for any input whose result is 0 or subnormal, -inf
+    included, while a multiply by 0 costs one quick pass. The exact step takes each row's
+    maximum over ``allowed`` pairs only.
+    """
+
+    def __init__(self, mask: Mask, rows, cols, n: int, m: int, lead_ndim: int, dtype):
+        allowed, bias = None, None
+        for part in mask.parts():
+            if part.boolean:
+                ok = part._block(rows, cols, n, m, lead_ndim)
+            else:
+                b = np.asarray(part._bias(rows, cols, n, m, lead_ndim))
+                ok = ~np.isneginf(b)
+                b = np.where(ok, b * _LOG2E, 0.0).astype(dtype)  # §6.4 additive mask, base 2
+                bias = b if bias is None else bias + b
+            allowed = ok if allowed is None else allowed & ok
+        self.bias = bias
+        self.keep = allowed.astype(dtype)
+        self.allowed = allowed
+
+
+# -- the kernel ---------------------------------------------------------------------------------
+
+
+class _Block:
+    """One query block of one lead element: its q (with the -base column) and running sums."""
+
+    def __init__(self, q_rows: np.ndarray, c: np.floating, dv: int):
+        rows, dk = q_rows.shape
+        self.qa = np.empty((rows, dk + 1), q_rows.dtype)  # (Bq, d_k + 1)
+        np.multiply(q_rows, c, out=self.qa[:, :dk])  # scale · log2 e, folded into q once
+        self.qa[:, dk] = 0.0  # -base; base starts at 0, an integer like every later base
+        self.base = np.zeros(rows, q_rows.dtype)  # (Bq,)
+        self.acc = np.zeros((rows, dv + 1), q_rows.dtype)  # (Bq, d_v + 1): Σ p v | Σ p
+        # Once the base has moved to a row's maximum, scores far below it would underflow
+        # exp2, which numpy computes on a slow path (measured 20-150x); clamping them at
+        # 2^floor instead adds at most M · 2^floor to a sum >= 1/2: invisible at any precision.
+        self.shifted = False
+
+    def set_base(self, base: np.ndarray) -> None:
+        self.base = base
+        self.qa[:, -1] = -base
+        self.shifted = True
+
+
+def _exact_step(blk: _Block, kt, va, tm: _TileMask | None, idx, s, r, floor) -> None:
+    """The textbook online-softmax update for one tile: move the base to the row maximum."""
+    np.matmul(blk.qa, kt, out=s)  # (Bq, Bk): score - base, in log2 units
+    if tm is not None and tm.bias is not None:
+        s += _pick(tm.bias, idx)
+    if tm is None:
+        top = s.max(axis=1)  # (Bq,)
+    else:  # the maximum over allowed pairs only; -inf where the tile allows the row nothing
+        where = np.broadcast_to(_pick(tm.allowed, idx), s.shape)
+        top = np.max(s, axis=1, where=where, initial=-np.inf)  # (Bq,)
+    # The new base must also keep the sum so far in range (it may be far from the old base).
+    l = blk.acc[:, -1]
+    top = np.fmax(top, np.log2(l, where=l > 0, out=np.full_like(l, -np.inf)))
+    # An integer shift, so rescaling by 2^-shift is exact; 0 for a row with nothing allowed
+    # yet. NaN or +inf (only with check_finite=False) stays NaN, as in the dense path.
+    shift = np.where(np.isfinite(top), np.ceil(top), np.where(np.isneginf(top), 0.0, np.nan))
+    s -= shift[:, None].astype(s.dtype)
+    np.clip(s, floor, 0.0, out=s)  # allowed scores are <= 0 now; blocked ones stay finite
+    np.exp2(s, out=s)  # (Bq, Bk) weights before normalising, each <= 1
+    if tm is not None:
+        s *= _pick(tm.keep, idx)  # blocked pairs weigh exactly 0
+    np.matmul(s, va, out=r)  # (Bq, d_v + 1)
+    e = np.nan_to_num(shift).astype(np.int64)
+    blk.acc = np.ldexp(blk.acc, -e[:, None]).astype(blk.acc.dtype, copy=False) + r
+    blk.set_base(blk.base + shift.astype(blk.base.dtype))
+
+
+def _rebase(blk: _Block) -> None:
+    # Bring each row's sum back near 1 by a power of two: exact, so no rounding is added.
+    _, e = np.frexp(blk.acc[:, -1])  # (Bq,) exponents; 0 for a zero sum
+    blk.acc = np.ldexp(blk.acc, -e[:, None]).astype(blk.acc.dtype, copy=False)
+    blk.set_base(blk.base + e.astype(blk.base.dtype))
+
+
+def _row_block(q_rows, kT, va, tiles, rendered, idx, c, strict, lim, bufs):
+    """Attention for one query block of one lead element; returns acc (Bq, d_v + 1)."""
+    limit, floor, _ = lim
+    blk = _Block(q_rows, c, va.shape[-1] - 1)
+    rows = q_rows.shape[0]
+    for (c0, c1), masked in tiles:
+        s, r = bufs(rows, c1 - c0)
+        kt, vt = kT[:, c0:c1], va[c0:c1]  # (d_k + 1, Bk), (Bk, d_v + 1)
+        tm = rendered[c0] if masked else None
+        if strict:
+            _exact_step(blk, kt, vt, tm, idx, s, r, floor)
+            continue
+        np.matmul(blk.qa, kt, out=s)  # (Bq, Bk): score - base, in log2 units
+        if tm is not None and tm.bias is not None:
+            s += _pick(tm.bias, idx)
+        if blk.shifted:
+            np.maximum(s, floor, out=s)
+        np.exp2(s, out=s)
+        if tm is not None:
+            s *= _pick(tm.keep, idx)  # blocked pairs weigh exactly 0
+        np.matmul(s, vt, out=r)  # (Bq, d_v + 1): Σ p v and, last, Σ p
+        # An exponential out of range shows in the row sums (inf, or NaN from inf * 0 at a
+        # blocked pair; NaN fails the comparison): redo the tile with the careful update.
+        # A non-finite Σ p v with finite sums needs |v| > 2^(maxexp/2): the final check sees it.
+        if not r[:, -1].max() <= limit:
+            _exact_step(blk, kt, vt, tm, idx, s, r, floor)
+            continue
+        blk.acc += r
+        if blk.acc[:, -1].max() > limit:
+            _rebase(blk)
+    return blk.acc
+
+
+def _solve(q_rows, kT, va, tiles, rendered, idx, c, lim, bufs):
+    acc = _row_block(q_rows, kT, va, tiles, rendered, idx, c, False, lim, bufs)
+    l = acc[:, -1]
+    if not ((l >= lim[2]).all() and np.isfinite(acc).all()):
+        # A row's sum is tiny (every score far below the base, or no allowed key) or not finite:
+        # redo the block with the exact update at every tile, the textbook online softmax.
+        acc = _row_block(q_rows, kT, va, tiles, rendered, idx, c, True, lim, bufs)
+    return acc
+
+
+def run(x, bq: int = DEFAULT_BLOCK_Q, bk: int = DEFAULT_BLOCK_K, threads: int = 1) -> np.ndarray:
+    """Blockwise attention on validated inputs (``attention.Inputs``); returns (..., N, d_v)."""
+    from attnlab.core.attention import _raise_empty
+
+    q, k, v, n, m, lead = x.q, x.k, x.v, x.n, x.m, x.lead
+    dtype = q.dtype
+    dk, dv = q.shape[-1], v.shape[-1]
+    finfo = np.finfo(dtype)
+    # Row sums stay below 2^(maxexp/4) (f32: 2^32), far from overflow even after a tile's worth
+    # of terms is added to Σ p v; a final sum below 2^-(maxexp/2) may have lost digits to
+    # underflow, so that block is redone exactly (in practice: only rows with no allowed key).
+    limit = dtype.type(2.0 ** (finfo.maxexp // 4))
+    tiny = dtype.type(2.0 ** -(finfo.maxexp // 2))
+    floor = dtype.type(finfo.minexp + 22)  # f32: 2^-104, f64: 2^-1000 (see _Block.shifted)
+    lim = (limit, floor, tiny)
+    c = dtype.type(x.scale * _LOG2E)
+
+    kT = np.empty(k.shape[:-2] + (dk + 1, m), dtype)  # (..., d_k + 1, M), contiguous keys
+    kT[..., :dk, :] = np.swapaxes(k, -1, -2)
+    kT[..., dk, :] = 1.0  # meets q's -base column: the matmul returns score - base
+    va = np.empty(v.shape[:-2] + (m, dv + 1), dtype)  # (..., M, d_v + 1)
+    va[..., :dv] = v
+    va[..., dv] = 1.0  # the second matmul returns the row sums l as its last column
+    out = np.empty(lead + (n, dv), dtype)  # (..., N, d_v)
+
+    lead_idx = list(np.ndindex(lead)) if lead else [()]
+    blocks = [(r0, min(n, r0 + bq)) for r0 in range(0, n, bq)]
+    plans = {rows: _tiles(x.mask, rows, n, m, bk) for rows in blocks}
+    # Work items: a query block for a group of lead elements. A tile's mask is rendered once per
+    # item and reused by each lead element; groups are small enough to give every thread
+    # several items, so uneven blocks (causal: later rows see more keys) even out.
+    per_item = max(1, min(len(lead_idx), (len(blocks) * len(lead_idx)) // (4 * threads)))
+    items = [
+        (rows, lead_idx[i : i + per_item])
+        for rows in blocks
+        for i in range(0, len(lead_idx), per_item)
+    ]
+    cost = {rows: sum(c1 - c0 for (c0, c1), _ in plan) for rows, plan in plans.items()}
+    items.sort(key=lambda it: -cost[it[0]] * len(it[1]))  # longest first: better balance
+    empty: list[tuple[int, ...]] = []
+    lock = threading.Lock()
+
+    def work(item) -> None:
+        rows, group = item
+        with np.errstate(all="ignore"):  # overflow is detected and redone; errstate is per thread
+            rendered = {
+                c0: _TileMask(x.mask, rows, (c0, c1), n, m, len(lead), dtype)
+                for (c0, c1), masked in plans[rows]
+                if masked
+            }
+            bufs = _Buffers(dtype, dv + 1)
+            for idx in group:
+                acc = _solve(
+                    _pick(q, idx)[rows[0] : rows[1]],
+                    _pick(kT, idx),
+                    _pick(va, idx),
+                    plans[rows],
+                    rendered,
+                    idx,
+                    c,
+                    lim,
+                    bufs,
+                )
+                l = acc[:, -1:]  # (Bq, 1)
+                hollow = np.flatnonzero(l[:, 0] == 0)
+                if hollow.size:
+                    with lock:
+                        empty.extend(idx + (rows[0] + int(i),) for i in hollow)
+                np.divide(acc[:, :dv], l, out=out[idx][rows[0] : rows[1]])
+
+    with _pool(threads, len(items)) as pool:
+        list(pool(work, items))
+    if empty:
+        table_lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+        _raise_empty(x, np.array(sorted(_table_rows(empty, table_lead))))
+    return out
+
+
+def _table_rows(rows, table_lead: tuple[int, ...]) -> set[tuple[int, ...]]:
+    # The dense path reports rows of its score table q kᵀ, whose leading axes may be fewer than
+    # the full broadcast (when only v carries a batch axis): map to the same indices.
+    keep = len(table_lead)
+    out = set()
+    for r in rows:
+        lead = r[:-1][len(r) - 1 - keep :] if keep else ()
+        out.add(tuple(i if s != 1 else 0 for i, s in zip(lead, table_lead, strict=True)) + r[-1:])
+    return out
+
+
+class _Buffers:
+    """Score and result tiles reused across a work item (one per width: the last may be ragged).
+
+    Fresh 1 MiB arrays per tile would each be a new mmap and page-faults on every first touch."""
+
+    def __init__(self, dtype, width_v: int):
+        self.dtype, self.width_v, self.cache = dtype, width_v, {}
+
+    def __call__(self, rows: int, cols: int):
+        key = (rows, cols)
+        if key not in self.cache:
+            self.cache[key] = (
+                np.empty((rows, cols), self.dtype),  # (Bq, Bk)
+                np.empty((rows, self.width_v), self.dtype),  # (Bq, d_v + 1)
+            )
+        return self.cache[key]
+
+
+# -- threads ------------------------------------------------------------------------------------
+
+_pools: dict[int, ThreadPoolExecutor] = {}
+_pools_lock = threading.Lock()
+
+
+@contextmanager
+def _pool(threads: int, items: int) -> Iterator:
+    """A map over the items: inline for one thread or one item, else on a shared thread pool."""
+    threads = min(threads, items)
+    if threads <= 1:
+        yield map
+        return
+    with _pools_lock:
+        pool = _pools.get(threads)
+        if pool is None:
+            pool = _pools[threads] = ThreadPoolExecutor(threads, thread_name_prefix="attnlab")
+    with _one_blas_thread():
+        yield pool.map
+
+
+# OpenBLAS threads. numpy's wheels bundle OpenBLAS, which runs its own thread per core inside
+# every matmul; under a pool that already keeps each core busy that doubles the threads, and
+# measured here it halves the throughput (2048 tokens, 8 heads: 151 -> 66 GFLOP/s). threadpoolctl
+# would set it; attnlab does not depend on it, so the library's own setter is called via ctypes.
+_BLAS_NAMES = (
+    ("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads64_"),
+    ("scipy_openblas_set_num_threads", "scipy_openblas_get_num_threads"),
+    ("openblas_set_num_threads64_", "openblas_get_num_threads64_"),
+    ("openblas_set_num_threads", "openblas_get_num_threads"),
+)
+_CORENAMES = (
+    "scipy_openblas_get_corename64_",
+    "scipy_openblas_get_corename",
+    "openblas_get_corename",
+)
+_blas_lock = threading.Lock()
+_blas_users = 0
+_blas_saved = 0
+_blas_api = None
+
+
+def _find_openblas():
+    """(set, get, corename) for the OpenBLAS numpy uses, or None when it cannot be found."""
+    global _blas_api
+    if _blas_api is not None:
+        return _blas_api or None
+    here = os.path.dirname(np.__file__)
+    paths = glob.glob(here + ".libs/*openblas*") + glob.glob(
+        os.path.join(here, ".dylibs", "*openblas*")
+    )
+    try:  # Linux: whatever OpenBLAS is loaded into this process (system numpy, conda, ...)
+        with open("/proc/self/maps") as maps:
+            paths += sorted(
+                {ln.split()[-1] for ln in maps if "openblas" in ln.lower() and "/" in ln}
+            )
+    except OSError:
+        pass
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for set_name, get_name in _BLAS_NAMES:
+            if hasattr(lib, set_name) and hasattr(lib, get_name):
+                setter, getter = getattr(lib, set_name), getattr(lib, get_name)
+                setter.argtypes, setter.restype = [ctypes.c_int], None
+                getter.argtypes, getter.restype = [], ctypes.c_int
+                corename = next((getattr(lib, c) for c in _CORENAMES if hasattr(lib, c)), None)
+                if corename is not None:
+                    corename.argtypes, corename.restype = [], ctypes.c_char_p
+                _blas_api = (setter, getter, corename, path)
+                return _blas_api
+    _blas_api = ()
+    return None
+
+
+@contextmanager
+def _one_blas_thread():
+    """Pin OpenBLAS to one thread while any blockwise pool runs (reference-counted)."""
+    global _blas_users, _blas_saved
+    api = _find_openblas()
+    if api is None:
+        yield
+        return
+    setter, getter = api[0], api[1]
+    with _blas_lock:
+        if _blas_users == 0:
+            _blas_saved = getter()
+            setter(1)
+        _blas_users += 1
+    try:
+        yield
+    finally:
+        with _blas_lock:
+            _blas_users -= 1
+            if _blas_users == 0:
+                setter(_blas_saved)
+
+
+def blas_info() -> dict:
+    """Which BLAS numpy runs here: library, kernel (OpenBLAS core type) and thread count."""
+    api = _find_openblas()
+    if api is None:
+        return {"library": "unknown (not OpenBLAS)", "kernel": None, "threads": None}
+    _, getter, corename, path = api
+    kernel = corename().decode() if corename is not None else None
+    return {
+        "library": os.path.basename(path),
+        "kernel": kernel,
+        "threads": getter(),
+        "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
+    }
