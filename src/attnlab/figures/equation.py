@@ -1,0 +1,119 @@
+"""The equation explainer: each symbol of Attention(Q, K, V) = softmax(QKᵀ/√d_k + M) V.
+
+Each symbol says what it is, its shape in the chapter's letters (N queries, M keys, d_k, d_v),
+and where on the page it can be seen: a figure anchor and, for the stepper, the step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from attnlab.figures._data import as_dict
+
+__all__ = ["SYMBOLS", "EquationFigure", "Symbol", "build_equation"]
+
+
+@dataclass(frozen=True)
+class Symbol:
+    id: str
+    text: str  # as written in the equation
+    name: str
+    what: str
+    shape: str
+    target: str  # the id of the page element that shows it
+    step: str  # the stepper step that shows it, or ""
+
+
+SYMBOLS: tuple[Symbol, ...] = (
+    Symbol(
+        "attention",
+        "Attention(Q, K, V)",
+        "the attention output",
+        "One new vector per query: a blend of value rows, weighted by how well that query "
+        "matched each key.",
+        "N × d_v",
+        "figure-attention-stepper",
+        "output",
+    ),
+    Symbol(
+        "softmax",
+        "softmax",
+        "row-wise softmax",
+        "Turns each row of adjusted scores into weights that are at least 0 and add up to 1; "
+        "the largest score gets the largest share.",
+        "N × M in, N × M out",
+        "figure-attention-stepper",
+        "weights",
+    ),
+    Symbol(
+        "q",
+        "Q",
+        "queries",
+        "One row per token that is asking: what that token is searching for.",
+        "N × d_k",
+        "figure-attention-stepper",
+        "inputs",
+    ),
+    Symbol(
+        "kt",
+        "Kᵀ",
+        "keys, transposed",
+        "One row per token that can be looked at, describing what it offers; transposing turns "
+        "the rows into columns so that Q Kᵀ dots every query with every key.",
+        "K is M × d_k, so Kᵀ is d_k × M",
+        "figure-attention-stepper",
+        "scores",
+    ),
+    Symbol(
+        "sqrt-dk",
+        "√d_k",
+        "the square root of the key width",
+        "Dividing by it brings the spread of the scores back to about 1, whatever the width: "
+        "a raw score's variance grows in step with d_k.",
+        "a single number (d_k = width of a query or key)",
+        "figure-sqrt-dk-histogram",
+        "scaled",
+    ),
+    Symbol(
+        "mask",
+        "M",
+        "the mask",
+        "Added to the scaled scores: 0 where a query may look at a key, −∞ where it may not, "
+        "so forbidden pairs end with weight exactly 0.",
+        "N × M",
+        "figure-attention-stepper",
+        "masked",
+    ),
+    Symbol(
+        "v",
+        "V",
+        "values",
+        "One row per key: the information a token passes on when a query gives it weight.",
+        "M × d_v",
+        "figure-attention-stepper",
+        "output",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class EquationFigure:
+    figure: str
+    latex: str
+    symbols: list[Symbol]
+
+    def as_dict(self) -> dict:
+        return as_dict(self)
+
+
+def build_equation() -> EquationFigure:
+    """The symbols of the attention equation, in the order they are written.
+
+    >>> [s.text for s in build_equation().symbols][:3]
+    ['Attention(Q, K, V)', 'softmax', 'Q']
+    """
+    return EquationFigure(
+        figure="equation",
+        latex=r"\operatorname{Attention}(Q,K,V)=\operatorname{softmax}(QK^\top/\sqrt{d_k}+M)V",
+        symbols=list(SYMBOLS),
+    )

@@ -1,0 +1,126 @@
+"""Figure ``sqrt-dk-histogram``: why scores are divided by √d_k (§6.3).
+
+Two panels, both computed by lab 2b in ``attnlab.labs``:
+  * a histogram of random query-key scores q·k (entries N(0, 1)) at one width d_k, raw or
+    scaled by 1/√d_k (``labs.score_histogram``);
+  * softmax trials over 64 keys: the share of trials whose largest weight exceeds 0.99, and the
+    mean gradient term p_max(1 - p_max) in the saturated unscaled trials (``labs.saturation``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from attnlab import labs
+from attnlab.errors import AttnlabError
+from attnlab.figures._data import as_dict, vector
+
+__all__ = [
+    "DRAWS",
+    "D_K_MAX",
+    "D_K_MIN",
+    "KEYS",
+    "THRESHOLD",
+    "TRIALS",
+    "HistogramFigure",
+    "build_histogram",
+]
+
+FIGURE_ID = "sqrt-dk-histogram"
+D_K_MIN, D_K_MAX = 16, 256
+DRAWS = 10_000  # scores in the histogram: plenty for its shape, and fast enough to drag
+BINS = 60
+# Fixed bin ranges, so moving the slider shows the widening: ±5 spreads at the widest d_k
+# unscaled (5·√256 = 80), ±5 scaled (the spread is 1 at every width).
+LIMITS = {False: 5.0 * math.sqrt(D_K_MAX), True: 5.0}
+KEYS = 64  # keys per softmax trial, as in the chapter's measurement
+TRIALS = 500
+THRESHOLD = 0.99
+
+
+@dataclass(frozen=True)
+class HistogramFigure:
+    figure: str
+    d_k: int
+    scaled: bool
+    draws: int
+    edges: list[float]  # BINS + 1 bin edges
+    counts: list[float]  # scores per bin
+    outside: int  # scores beyond the bins' range
+    std: float  # measured spread of the scores shown
+    predicted_std: float  # §6.3's proof: √d_k raw, 1 scaled
+    keys: int
+    trials: int
+    threshold: float
+    saturated_share: float  # share of trials with p_max > threshold, in the mode shown
+    unscaled_share: float  # share of unscaled trials with p_max > threshold
+    scaled_share: float  # the same with scaling
+    gradient_term: float | None  # mean p_max(1 - p_max) over saturated unscaled trials
+    seed: int
+
+    def as_dict(self) -> dict:
+        return as_dict(self)
+
+
+# The labs are seeded, so each result is a pure function of its arguments: keeping the recent
+# ones makes dragging the slider back and forth, or toggling scaling, cost nothing. Bounded:
+# a ScoreHistogram is ~60 numbers, a SaturationResult ~1,000.
+@lru_cache(maxsize=256)
+def _scores(d_k: int, scaled: bool, seed: int):
+    return labs.score_histogram(
+        d_k, scaled=scaled, draws=DRAWS, bins=BINS, seed=seed, limit=LIMITS[scaled]
+    )
+
+
+@lru_cache(maxsize=128)
+def _saturation(d_k: int, seed: int):
+    return labs.saturation(d_k=d_k, keys=KEYS, trials=TRIALS, threshold=THRESHOLD, seed=seed)
+
+
+def warm(widths=range(D_K_MIN, D_K_MAX + 1, 16), seed: int = 0) -> None:
+    """Compute the figure ahead for the given widths (the page's slider steps by 16)."""
+    for d_k in widths:
+        for scaled in (False, True):
+            build_histogram(d_k, scaled=scaled, seed=seed)
+
+
+def build_histogram(d_k: int = 64, *, scaled: bool = False, seed: int = 0) -> HistogramFigure:
+    """Both panels of the figure at head width ``d_k`` (16 to 256).
+
+    Args:
+        d_k: query/key width.
+        scaled: show scores divided by √d_k.
+        seed: seed of both labs; the same seed gives the same figure.
+
+    >>> wide, narrow = build_histogram(256), build_histogram(16)
+    >>> round(wide.std / narrow.std, 1), build_histogram(256, scaled=True).scaled_share
+    (4.0, 0.0)
+    """
+    if isinstance(d_k, bool) or not isinstance(d_k, int) or not D_K_MIN <= d_k <= D_K_MAX:
+        raise AttnlabError(
+            f"expected d_k to be a whole number from {D_K_MIN} to {D_K_MAX}, "
+            f"but got {d_k!r} instead"
+        )
+    hist = _scores(d_k, scaled, seed)
+    sat = _saturation(d_k, seed)
+    return HistogramFigure(
+        figure=FIGURE_ID,
+        d_k=d_k,
+        scaled=scaled,
+        draws=DRAWS,
+        edges=vector(hist.edges),
+        counts=vector(hist.counts),
+        outside=int(hist.outside),
+        std=float(hist.std),
+        predicted_std=1.0 if scaled else math.sqrt(d_k),  # §6.3: σ_z = √d_k before scaling
+        keys=KEYS,
+        trials=TRIALS,
+        threshold=THRESHOLD,
+        saturated_share=float(sat.scaled_share if scaled else sat.unscaled_share),
+        unscaled_share=float(sat.unscaled_share),
+        scaled_share=float(sat.scaled_share),
+        gradient_term=None if sat.gradient_term is None else float(sat.gradient_term),
+        seed=seed,
+    )

@@ -1,0 +1,120 @@
+"""Figure ``permutation-demo``: self-attention cannot see word order (§6.5).
+
+Shape legend: N tokens, d_model features per token (here 5 and 4).
+
+A short sentence with hand-set token vectors goes through unmasked self-attention,
+``attention(X, X, X)``. Reordering the tokens reorders the outputs and changes nothing else;
+adding position vectors (``positions.sinusoidal``) before attention makes the outputs depend
+on where each token sits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from attnlab.core.attention import attention
+from attnlab.core.positions import sinusoidal
+from attnlab.errors import AttnlabError
+from attnlab.figures._data import Matrix, as_dict, matrix, vector
+
+__all__ = ["SENTENCE", "PermutationFigure", "TokenRow", "build_permutation"]
+
+FIGURE_ID = "permutation-demo"
+
+# §6.5's sentence. "The" and "the" share one vector: to attention they are the same word.
+SENTENCE = ("The", "dog", "bit", "the", "man")
+_VECTORS = {
+    "the": (1.0, 0.0, 0.5, 0.0),
+    "dog": (0.0, 2.0, 1.0, -1.0),
+    "bit": (1.5, -1.0, 0.0, 2.0),
+    "man": (-1.0, 1.5, 2.0, 0.5),
+}
+EMBEDDINGS = np.array([_VECTORS[w.lower()] for w in SENTENCE])  # (N, d_model)
+
+
+@dataclass(frozen=True)
+class TokenRow:
+    """One token in its current place."""
+
+    id: int  # its index in the original sentence
+    text: str
+    slot: int  # where it sits now (0-based)
+    vector: list[float]  # what goes into attention: embedding (+ position vector)
+    output: list[float]  # its attention output now
+    original_output: list[float]  # its output in the original order, same switch
+    max_change: float  # largest |output - original_output| over its features
+
+
+@dataclass(frozen=True)
+class PermutationFigure:
+    figure: str
+    positions: bool
+    order: list[int]  # order[slot] = id of the token sitting there
+    d_model: int
+    tokens: list[TokenRow]  # in their current order
+    position_vectors: Matrix  # (N, d_model), the sinusoidal table (added only when positions)
+
+    def as_dict(self) -> dict:
+        return as_dict(self)
+
+
+def _check_order(order: Sequence[int], n: int) -> list[int]:
+    order = [int(i) for i in order]
+    if sorted(order) != list(range(n)):
+        raise AttnlabError(
+            f"expected order to be a reordering of 0..{n - 1} (each index once), "
+            f"but got {order!r} instead"
+        )
+    return order
+
+
+def _self_attention(x: np.ndarray) -> np.ndarray:
+    return attention(x, x, x)  # (N, d_model): no mask, so nothing marks position
+
+
+def build_permutation(order: Sequence[int] | None = None, *, positions: bool = False):
+    """Self-attention outputs of §6.5's sentence with its tokens in ``order``.
+
+    Args:
+        order: order[slot] is the original index of the token placed at ``slot``; None keeps
+            the sentence as written.
+        positions: add the sinusoidal position vector of each slot before attention.
+
+    >>> fig = build_permutation([4, 1, 2, 3, 0])  # "man dog bit the The"
+    >>> max(row.max_change for row in fig.tokens) < 1e-12
+    True
+    >>> max(row.max_change for row in build_permutation([4, 1, 2, 3, 0], positions=True).tokens) > 0.01
+    True
+    """
+    n, d_model = EMBEDDINGS.shape
+    order = list(range(n)) if order is None else _check_order(order, n)
+    pe = sinusoidal(n, d_model)  # (N, d_model), one row per slot
+    shift = pe if positions else np.zeros_like(pe)
+    x = EMBEDDINGS[order] + shift  # (N, d_model), tokens in their new slots
+    out = _self_attention(x)  # (N, d_model)
+    original = _self_attention(EMBEDDINGS + shift)  # (N, d_model), the sentence as written
+    rows = []
+    for slot, token in enumerate(order):
+        change = np.abs(out[slot] - original[token]).max()
+        rows.append(
+            TokenRow(
+                id=token,
+                text=SENTENCE[token],
+                slot=slot,
+                vector=vector(x[slot]),
+                output=vector(out[slot]),
+                original_output=vector(original[token]),
+                max_change=float(change),
+            )
+        )
+    return PermutationFigure(
+        figure=FIGURE_ID,
+        positions=positions,
+        order=order,
+        d_model=d_model,
+        tokens=rows,
+        position_vectors=matrix(pe),
+    )

@@ -1,0 +1,315 @@
+"""Figure ``attention-stepper``: every table of one attention call, step by step (§6.2).
+
+Shape legend: N query rows, M key rows, d_k query/key width, d_v value width (all <= 8 here,
+so the tables stay readable).
+
+Every number comes from ``trace_attention``. A query row that the mask leaves with no key gets
+an error message instead of weights (attnlab refuses the 0/0 = NaN that softmax would give).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from attnlab.core.attention import trace_attention
+from attnlab.core.masks import Causal, Dense, Mask
+from attnlab.errors import AttnlabError, FullyMaskedRowError
+from attnlab.figures._data import Matrix, as_dict, matrix
+
+__all__ = [
+    "EXAMPLE_K",
+    "EXAMPLE_Q",
+    "EXAMPLE_V",
+    "MAX_ABS",
+    "MAX_TOKENS",
+    "MAX_WIDTH",
+    "Step",
+    "StepperFigure",
+    "Table",
+    "build_stepper",
+]
+
+FIGURE_ID = "attention-stepper"
+_STAGES = ("scores", "scaled", "masked", "weights", "output")
+
+# §6.2: section 1.6's projections give these queries, keys and values for two tokens.
+EXAMPLE_Q = ((3.0, -3.0), (1.0, 1.0))
+EXAMPLE_K = ((-3.0, 3.0), (1.0, 1.0))
+EXAMPLE_V = ((0.0, -1.0), (1.0, 2.0))
+
+MAX_TOKENS = 8  # rows of Q, K and V
+MAX_WIDTH = 8  # d_k and d_v
+MAX_ABS = 1000.0  # keeps every score finite: 8 * 1000 * 1000 is far from overflow
+
+
+@dataclass(frozen=True)
+class Table:
+    """One labelled table. ``values`` uses None for -inf (a blocked pair) and for the entries
+    of a row that has no weights because every key is blocked."""
+
+    name: str
+    label: str
+    rows: list[str]
+    cols: list[str]
+    values: Matrix
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of the walk: which tables feed it and which table it produces.
+
+    ``feeds`` says which entries of the inputs make one entry (i, j) of the result:
+    "qk" (row i of Q and row j of K), "cell" (entry (i, j) of each input), "row" (row i of the
+    input), "av" (row i of the weights and column j of V), or "" for the opening step.
+    """
+
+    id: str
+    title: str
+    formula: str
+    explain: str
+    inputs: list[str]
+    result: str
+    feeds: str
+
+
+@dataclass(frozen=True)
+class StepperFigure:
+    figure: str
+    causal: bool
+    scaled: bool
+    scale: float
+    d_k: int
+    tables: dict[str, Table]
+    steps: list[Step]
+    row_errors: list[str | None]  # per query row: why it has no weights, or None
+    blocked: list[list[int]]  # the pairs (i, j) blocked by hand
+
+    def as_dict(self) -> dict:
+        return as_dict(self)
+
+
+def _steps(scale: float, scaled: bool, masked: bool) -> list[Step]:
+    scale_text = (
+        f"Every score is multiplied by 1/√d_k = {scale:.4g}, which keeps a typical score near ±1 "
+        "however wide the vectors are (§6.3)."
+        if scaled
+        else "Scaling is switched off, so the scores pass through unchanged (a factor of 1)."
+    )
+    mask_text = (
+        "M holds 0 where query i may look at key j and −∞ where it may not. A −∞ score can "
+        "never win any weight: after softmax it becomes exactly 0."
+        if masked
+        else "No mask: M is all zeros, so every query may look at every key."
+    )
+    return [
+        Step(
+            "inputs",
+            "Queries, keys and values",
+            "Q (N×d_k), K (M×d_k), V (M×d_v)",
+            "One row per token. A query row describes what its token is searching for, a key row "
+            "what its token offers, and a value row what its token hands over when chosen.",
+            ["q", "k", "v"],
+            "",
+            "",
+        ),
+        Step(
+            "scores",
+            "Scores",
+            "S = Q Kᵀ",
+            "Entry (i, j) is query i dotted with key j: multiply matching entries and add them. "
+            "A big score means the query and the key point the same way.",
+            ["q", "k"],
+            "scores",
+            "qk",
+        ),
+        Step(
+            "scaled",
+            "Scaled scores",
+            "S · 1/√d_k" if scaled else "S · 1",
+            scale_text,
+            ["scores"],
+            "scaled",
+            "cell",
+        ),
+        Step("masked", "Mask added", "S/√d_k + M", mask_text, ["scaled", "mask"], "masked", "cell"),
+        Step(
+            "weights",
+            "Softmax",
+            "A = softmax of each row",
+            "Each row is exponentiated and divided by its total, so its weights are at least 0 "
+            "and add up to 1. Softmax only cares about gaps: a score far above the rest of its "
+            "row takes nearly all the weight.",
+            ["masked"],
+            "weights",
+            "row",
+        ),
+        Step(
+            "output",
+            "Output",
+            "O = A V",
+            "Each query's output is a blend of the value rows, mixed in the proportions given by "
+            "its row of weights.",
+            ["weights", "v"],
+            "output",
+            "av",
+        ),
+    ]
+
+
+def _mask(causal: bool, blocked: Sequence[Sequence[int]], n: int, m: int) -> Mask | None:
+    parts: list[Mask] = [Causal()] if causal else []
+    if blocked:
+        allowed = np.ones((n, m), dtype=bool)  # (N, M)
+        for index, pair in enumerate(blocked):
+            if len(pair) != 2 or not (0 <= pair[0] < n and 0 <= pair[1] < m):
+                raise AttnlabError(
+                    f"expected blocked[{index}] to be a pair [i, j] with 0 <= i < {n} and "
+                    f"0 <= j < {m}, but got {list(pair)!r} instead"
+                )
+            allowed[pair[0], pair[1]] = False
+        parts.append(Dense(allowed))
+    if not parts:
+        return None
+    mask = parts[0]
+    for part in parts[1:]:
+        mask = mask + part
+    return mask
+
+
+def _partial(q, k, v, mask: Mask, scale, err: FullyMaskedRowError, culprit: str):
+    """The tables when some query rows allow no key: those rows get a message, not NaN.
+
+    Attention treats each query row on its own, so the other rows are traced without them.
+    """
+    n, m, d_v = q.shape[0], k.shape[0], v.shape[1]
+    empty = sorted({int(row[-1]) for row in err.rows})
+    full = trace_attention(q, k, v, None, scale=scale)  # scores and scaled need no mask
+    tables = {"scores": matrix(full.scores), "scaled": matrix(full.scaled)}
+    tables["masked"] = [[None] * m for _ in range(n)]  # an empty row is all -inf
+    tables["weights"] = [[None] * m for _ in range(n)]
+    tables["output"] = [[None] * d_v for _ in range(n)]
+    open_rows = [i for i in range(n) if i not in empty]
+    if open_rows:
+        allowed = mask.allowed(n, m)[open_rows]  # (N_open, M)
+        part = trace_attention(q[open_rows], k, v, Dense(allowed), scale=scale)
+        for stage in ("masked", "weights", "output"):
+            for row, values in zip(open_rows, matrix(getattr(part, stage)), strict=True):
+                tables[stage][row] = values
+    row_errors: list[str | None] = [None] * n
+    for i in empty:
+        row_errors[i] = (
+            f"query {i + 1} may attend to no key: every key of its row is blocked {culprit}. "
+            "Softmax of a row of −∞ is 0/0 = NaN, so this row has no weights and no output"
+        )
+    return tables, row_errors, full.scale
+
+
+def _check_size(name: str, arr: np.ndarray) -> None:
+    if arr.ndim != 2:
+        raise AttnlabError(
+            f"expected {name} to be a matrix (rows, width), but got shape {arr.shape}"
+        )
+    rows, width = arr.shape
+    if not (1 <= rows <= MAX_TOKENS and 1 <= width <= MAX_WIDTH):
+        raise AttnlabError(
+            f"expected {name} to have 1 to {MAX_TOKENS} rows and 1 to {MAX_WIDTH} columns, "
+            f"but got {name}.shape={arr.shape} instead"
+        )
+    if (
+        np.issubdtype(arr.dtype, np.number)
+        and np.isfinite(arr).all()
+        and (abs(arr) > MAX_ABS).any()
+    ):
+        raise AttnlabError(
+            f"expected every entry of {name} within ±{MAX_ABS:g}, but got {abs(arr).max():g}"
+        )
+
+
+def _labels(prefix: str, count: int) -> list[str]:
+    return [f"{prefix} {i + 1}" for i in range(count)]
+
+
+def build_stepper(
+    q=EXAMPLE_Q,
+    k=EXAMPLE_K,
+    v=EXAMPLE_V,
+    *,
+    causal: bool = True,
+    scaled: bool = True,
+    blocked: Sequence[Sequence[int]] = (),
+) -> StepperFigure:
+    """Every table of attention on a small case, for the stepper.
+
+    Args:
+        q: queries (N, d_k).  k: keys (M, d_k).  v: values (M, d_v). At most 8 rows and 8
+            columns each, entries within ±1000. Defaults: the chapter's two-token example.
+        causal: add the causal mask (query i sees keys 1..i).
+        scaled: multiply the scores by 1/√d_k (False: by 1).
+        blocked: extra pairs [i, j] (0-based) to block by hand, added to the causal mask.
+
+    >>> fig = build_stepper()
+    >>> [round(x, 3) for x in fig.tables["weights"].values[1]]
+    [0.196, 0.804]
+    >>> [round(x, 3) for x in fig.tables["output"].values[1]]
+    [0.804, 1.413]
+    """
+    arrays = {}
+    for name, value in (("q", q), ("k", k), ("v", v)):
+        try:
+            arr = np.asarray(value, dtype=np.float64)
+        except (TypeError, ValueError):
+            raise AttnlabError(
+                f"expected {name} to be a rectangular matrix of numbers, but got {value!r}"
+            ) from None
+        _check_size(name, arr)
+        arrays[name] = arr
+    q, k, v = arrays["q"], arrays["k"], arrays["v"]  # (N, d_k), (M, d_k), (M, d_v)
+    n, m = q.shape[0], k.shape[0]
+    mask = _mask(causal, blocked, n, m) if k.shape[0] == v.shape[0] else None
+    scale = None if scaled else 1.0
+
+    try:
+        trace = trace_attention(q, k, v, mask, scale=scale)
+        tables = {s: matrix(getattr(trace, s)) for s in _STAGES}
+        row_errors: list[str | None] = [None] * n
+        used_scale = trace.scale
+    except FullyMaskedRowError as err:
+        culprit = {
+            (True, True): "by the causal mask together with the cells blocked by hand",
+            (True, False): "by the causal mask",
+            (False, True): "by hand",
+        }[(causal, bool(blocked))]
+        tables, row_errors, used_scale = _partial(q, k, v, mask, scale, err, culprit)
+    additive = np.zeros((n, m)) if mask is None else mask.additive(n, m)  # (N, M), 0 / -inf
+    d_v = v.shape[1]
+    tokens, queries, keys = _labels("token", m), _labels("query", n), _labels("key", m)
+    out = {
+        "q": Table("q", "Queries Q", queries, _labels("dim", q.shape[1]), matrix(q)),
+        "k": Table("k", "Keys K", tokens, _labels("dim", k.shape[1]), matrix(k)),
+        "v": Table("v", "Values V", tokens, _labels("dim", d_v), matrix(v)),
+        "mask": Table("mask", "Mask M", queries, keys, matrix(additive)),
+    }
+    labels = {
+        "scores": "Scores Q Kᵀ",
+        "scaled": "Scaled scores",
+        "masked": "Masked scores",
+        "weights": "Weights A",
+        "output": "Output A V",
+    }
+    for name, label in labels.items():
+        cols = _labels("dim", d_v) if name == "output" else keys
+        out[name] = Table(name, label, queries, cols, tables[name])
+    return StepperFigure(
+        figure=FIGURE_ID,
+        causal=causal,
+        scaled=scaled,
+        scale=used_scale,
+        d_k=int(q.shape[1]),
+        tables=out,
+        steps=_steps(used_scale, scaled, mask is not None),
+        row_errors=row_errors,
+        blocked=[[int(i), int(j)] for i, j in blocked],
+    )
