@@ -23,6 +23,17 @@ def _nan_at(shape, index, value=np.nan):
     return a
 
 
+def _functional_mha(**change):
+    """multi_head_attention on a valid problem (h=2, d_model=4, d_k=2, d_v=3), with changes."""
+    args = {
+        "w_q": ones((2, 4, 2)),
+        "w_k": ones((2, 4, 2)),
+        "w_v": ones((2, 4, 3)),
+        "w_o": ones((6, 4)),
+    } | change
+    return al.multi_head_attention(ones((3, 4)), ones((3, 4)), ones((3, 4)), **args)
+
+
 def test_hierarchy():
     for cls in (ShapeError, FullyMaskedRowError, NonFiniteInputError):
         assert issubclass(cls, AttnlabError)
@@ -208,42 +219,17 @@ REFUSALS = {
         r"batch axis.*Padding\(lengths=\[1, 3\]\).*query\.shape=\(3, 4\)",
     ),
     "bias of the wrong shape": (
-        lambda: al.multi_head_attention(
-            ones((3, 4)),
-            ones((3, 4)),
-            ones((3, 4)),
-            ones((2, 4, 2)),
-            ones((2, 4, 2)),
-            ones((2, 4, 3)),
-            ones((6, 4)),
-            b_v=ones((2, 2)),
-        ),
+        lambda: _functional_mha(b_v=ones((2, 2))),
         ShapeError,
         r"b_v of shape \(2, 3\), but got \(2, 2\)",
     ),
     "per-head weights not 3-D": (
-        lambda: al.multi_head_attention(
-            ones((3, 4)),
-            ones((3, 4)),
-            ones((3, 4)),
-            ones((4, 4)),
-            ones((1, 4, 4)),
-            ones((1, 4, 4)),
-            ones((4, 4)),
-        ),
+        lambda: _functional_mha(w_q=ones((4, 2))),
         ShapeError,
-        r"w_q.*\(h, in, out\).*\(4, 4\)",
+        r"w_q.*\(h, in, out\).*\(4, 2\)",
     ),
     "w_o of the wrong height": (
-        lambda: al.multi_head_attention(
-            ones((3, 4)),
-            ones((3, 4)),
-            ones((3, 4)),
-            ones((2, 4, 2)),
-            ones((2, 4, 2)),
-            ones((2, 4, 3)),
-            ones((4, 4)),
-        ),
+        lambda: _functional_mha(w_o=ones((4, 4))),
         ShapeError,
         r"w_o of shape \(h \* d_v, d_model\).*w_o\.shape=\(4, 4\)",
     ),
