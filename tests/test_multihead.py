@@ -183,3 +183,13 @@ def test_multi_head_self_attention_is_permutation_equivariant():
     x = np.random.default_rng(8).normal(size=(5, 6))
     perm = np.random.default_rng(9).permutation(5)
     np.testing.assert_allclose(mha(x[perm]), mha(x)[perm], **F64)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_output_and_weights_keep_the_input_dtype(dtype):
+    mha = al.MultiHeadAttention(8, 2, seed=0)  # float64 weights
+    x = np.random.default_rng(0).normal(size=(2, 3, 8)).astype(dtype)
+    out, weights = mha(x, return_weights=True)
+    assert out.dtype == dtype and weights.dtype == dtype
+    ref = mha(x.astype(np.float64))
+    np.testing.assert_allclose(out, ref, **for_dtype(dtype))

@@ -16,7 +16,7 @@ import math
 
 import numpy as np
 
-from attnlab.core.attention import _as_real, _attend, validate
+from attnlab.core.attention import _as_real, _attend, _compute_dtype, validate
 from attnlab.core.masks import Mask
 from attnlab.errors import AttnlabError, ShapeError
 
@@ -87,16 +87,22 @@ def multi_head_attention(
             f"and value.shape={value.shape} instead"
         )
 
+    # dtype in = dtype out: the inputs set the compute dtype, the weights follow them.
+    dtype = _compute_dtype(query, key, value)
+    query, key, value, w_q, w_k, w_v, w_o = (
+        a.astype(dtype, copy=False) for a in (query, key, value, w_q, w_k, w_v, w_o)
+    )
+
     # 1) project: every head at once, heads as a batch axis
     q = query[..., None, :, :] @ w_q  # (..., h, N, d_k)
     k = key[..., None, :, :] @ w_k  # (..., h, M, d_k)
     v = value[..., None, :, :] @ w_v  # (..., h, M, d_v)
     if b_q is not None:
-        q = q + np.asarray(b_q)[:, None, :]
+        q += np.asarray(b_q, dtype=dtype)[:, None, :]
     if b_k is not None:
-        k = k + np.asarray(b_k)[:, None, :]
+        k += np.asarray(b_k, dtype=dtype)[:, None, :]
     if b_v is not None:
-        v = v + np.asarray(b_v)[:, None, :]
+        v += np.asarray(b_v, dtype=dtype)[:, None, :]
 
     # 2) attend: the single-head implementation, heads batched
     x = validate(q, k, v, _head_mask(mask, query.ndim), scale=scale, check_finite=check_finite)
@@ -105,9 +111,9 @@ def multi_head_attention(
     # 3) concat [head_1; ...; head_h] along features, then mix with W^O
     joined = np.swapaxes(heads, -2, -3)  # (..., N, h, d_v)
     joined = joined.reshape(joined.shape[:-2] + (-1,))  # (..., N, h * d_v)
-    out = joined @ w_o.astype(joined.dtype, copy=False)  # (..., N, d_model_out)
+    out = joined @ w_o  # (..., N, d_model_out)
     if b_o is not None:
-        out = out + np.asarray(b_o, dtype=out.dtype)
+        out += np.asarray(b_o, dtype=dtype)
     return (out, weights) if return_weights else out
 
 
