@@ -1,1 +1,75 @@
-"""attnlab serve commands (registered on the shared app)."""
+"""``attnlab serve``: start the explorer (the chapter's figures, labs and exercises) locally."""
+
+from __future__ import annotations
+
+import errno
+import socket
+import threading
+import webbrowser
+from typing import Annotated
+
+import typer
+
+from attnlab.cli._app import app, console, fail
+
+
+def _check_port(host: str, port: int) -> None:
+    # Fail with one line before uvicorn starts, rather than with its traceback-like log.
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise fail(
+                    f"--port: expected a free port, but {host}:{port} is in use; "
+                    "pick another with --port"
+                ) from None
+            raise fail(
+                f"--host: expected an address this machine has, but got {host!r} ({exc.strerror})"
+            ) from None
+
+
+def _open_when_up(server, url: str) -> None:
+    def wait_then_open():
+        while not server.started and not server.should_exit:
+            threading.Event().wait(0.1)
+        if server.started:
+            webbrowser.open(url)
+
+    threading.Thread(target=wait_then_open, name="attnlab-open", daemon=True).start()
+
+
+@app.command()
+def serve(
+    host: Annotated[
+        str, typer.Option("--host", help="Address to bind. The default is this machine only.")
+    ] = "127.0.0.1",
+    port: Annotated[
+        int, typer.Option("--port", min=1, max=65535, help="Port to listen on.")
+    ] = 8000,
+    open_browser: Annotated[
+        bool, typer.Option("--open", help="Open the explorer in the default web browser.")
+    ] = False,
+) -> None:
+    """Serve the explorer: equation, four figures, labs and exercises, all offline."""
+    import uvicorn
+
+    from attnlab.figures.histogram import warm
+    from attnlab.web import create_app
+
+    _check_port(host, port)
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{port}/"
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        console.print(
+            f"[yellow]note:[/] binding {host} makes the explorer reachable from other machines."
+        )
+    server = uvicorn.Server(uvicorn.Config(create_app(), host=host, port=port, log_level="warning"))
+    # Compute the √d_k figure at every slider step in the background, so dragging is instant.
+    threading.Thread(target=warm, name="attnlab-warm", daemon=True).start()
+    if open_browser:
+        _open_when_up(server, url)
+    console.print(
+        f"attnlab explorer on [bold]{url}[/] (API reference: {url}docs). Ctrl+C stops it."
+    )
+    server.run()

@@ -1,0 +1,106 @@
+"""Request models of the JSON API: every input typed and bounded before any array is built.
+
+The bounds come from the figure modules (``MAX_TOKENS``, ``D_K_MIN`` ...), so the page, the API and
+the figures agree on one set of limits. A request outside them gets HTTP 422 naming the field.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from attnlab.figures import histogram, multihead, permutation, stepper
+
+__all__ = ["FieldError", "HistogramQuery", "MultiHeadQuery", "PermutationRequest", "TraceRequest"]
+
+
+class FieldError(ValueError):
+    """A refusal that names the field it is about; the app answers it with HTTP 422."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(message)
+        self.field = field
+
+
+SEED_MAX = 2**32 - 1
+
+Number = Annotated[float, Field(allow_inf_nan=False, ge=-stepper.MAX_ABS, le=stepper.MAX_ABS)]
+Row = Annotated[list[Number], Field(min_length=1, max_length=stepper.MAX_WIDTH)]
+MatrixIn = Annotated[list[Row], Field(min_length=1, max_length=stepper.MAX_TOKENS)]
+Index = Annotated[int, Field(ge=0, lt=stepper.MAX_TOKENS)]
+Seed = Annotated[int, Field(ge=0, le=SEED_MAX, description="Same seed, same numbers.")]
+
+
+def _example(matrix) -> list[list[float]]:
+    return [list(row) for row in matrix]
+
+
+class TraceRequest(BaseModel):
+    """Inputs of the attention stepper. Defaults: the chapter's two-token example (§6.2)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    q: MatrixIn = Field(
+        default_factory=lambda: _example(stepper.EXAMPLE_Q),
+        description=f"Queries, N × d_k (N, d_k ≤ {stepper.MAX_TOKENS}).",
+    )
+    k: MatrixIn = Field(
+        default_factory=lambda: _example(stepper.EXAMPLE_K), description="Keys, M × d_k."
+    )
+    v: MatrixIn = Field(
+        default_factory=lambda: _example(stepper.EXAMPLE_V), description="Values, M × d_v."
+    )
+    causal: bool = Field(True, description="Add the causal mask: query i sees keys 1..i.")
+    scaled: bool = Field(True, description="Multiply the scores by 1/√d_k (false: by 1).")
+    blocked: list[tuple[Index, Index]] = Field(
+        default_factory=list,
+        max_length=stepper.MAX_TOKENS**2,
+        description="Extra pairs [i, j] (0-based) blocked by hand, on top of the causal mask.",
+    )
+
+    @field_validator("q", "k", "v")
+    @classmethod
+    def _rectangular(cls, value: list[list[float]]) -> list[list[float]]:
+        widths = [len(row) for row in value]
+        if len(set(widths)) != 1:
+            raise ValueError(
+                f"expected every row to have the same width, but got row widths {widths} instead"
+            )
+        return value
+
+
+class HistogramQuery(BaseModel):
+    """The √d_k figure's controls."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    d_k: int = Field(64, ge=histogram.D_K_MIN, le=histogram.D_K_MAX, description="Query/key width.")
+    scaled: bool = Field(False, description="Divide the scores by √d_k.")
+    seed: Seed = 0
+
+
+class PermutationRequest(BaseModel):
+    """The permutation demo's controls."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    order: list[int] | None = Field(
+        None,
+        max_length=len(permutation.SENTENCE),
+        description="order[slot] = index of the token placed there; null keeps the sentence.",
+    )
+    positions: bool = Field(False, description="Add sinusoidal position vectors first.")
+
+
+class MultiHeadQuery(BaseModel):
+    """The multi-head figure's control: which word asks."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    query: int = Field(
+        3,
+        ge=0,
+        lt=len(multihead.SENTENCE),
+        description="Index of the query word in the sentence (0 = 'The', 7 = 'it').",
+    )

@@ -1,0 +1,105 @@
+// Helpers shared by every figure: fetch the API, format numbers, build elements and tables.
+
+export class ApiError extends Error {}
+
+// Call the JSON API. A 422 carries a message naming the field; show it as it is.
+export async function api(path, { method = "GET", body } = {}) {
+  const options = { method, headers: {} };
+  if (body !== undefined) {
+    options.headers["Content-Type"] = "application/json";
+    options.body = JSON.stringify(body);
+  }
+  let response;
+  try {
+    response = await fetch(path, options);
+  } catch (err) {
+    throw new ApiError(`the explorer's server did not answer (${err.message})`);
+  }
+  const data = await response.json().catch(() => ({}));
+  if (!response.ok) {
+    throw new ApiError(data.message || data.detail || `request failed with HTTP ${response.status}`);
+  }
+  return data;
+}
+
+// Numbers as the page prints them. Trailing zeros go, and -0 prints as 0.
+export function fmt(x, digits = 3) {
+  if (x === null || x === undefined) return "−∞";
+  if (x !== 0 && Math.abs(x) < 0.5 * 10 ** -digits) return x.toExponential(1).replace("-", "−");
+  if (Math.abs(x) >= 1e5) return x.toExponential(2);
+  let text = x.toFixed(digits);
+  if (text.includes(".")) text = text.replace(/0+$/, "").replace(/\.$/, "");
+  if (text === "-0") text = "0";
+  return text.replace("-", "−");
+}
+
+export function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [key, value] of Object.entries(attrs)) {
+    if (value === false || value === null || value === undefined) continue;
+    if (key === "class") node.className = value;
+    else if (key === "text") node.textContent = value;
+    else if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+    else node.setAttribute(key, value === true ? "" : value);
+  }
+  for (const child of children.flat()) {
+    if (child === null || child === undefined || child === false) continue;
+    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return node;
+}
+
+// A labelled numeric table. cell(i, j, value) may return attributes for the <td>.
+export function matrixTable({ caption, rows, cols, values, digits = 3, cell, rowError }) {
+  const head = el("tr", {}, el("th", { scope: "col" }, el("span", { class: "sr-only", text: "row" })));
+  cols.forEach((c) => head.append(el("th", { scope: "col", text: c })));
+  const body = values.map((row, i) => {
+    const tr = el("tr", {}, el("th", { scope: "row", text: rows[i] }));
+    const error = rowError ? rowError(i) : null;
+    if (error) {
+      tr.classList.add("row-error");
+      tr.append(el("td", { colspan: cols.length, class: "error-cell", "data-row": i }, "⚠ ", error));
+      return tr;
+    }
+    row.forEach((value, j) => {
+      const attrs = cell ? cell(i, j, value) || {} : {};
+      const td = el("td", {
+        "data-row": i,
+        "data-col": j,
+        "data-value": value === null ? "-inf" : String(value),
+        title: value === null ? "−∞ (blocked)" : String(value),
+        ...attrs,
+      }, attrs.text ?? fmt(value, digits));
+      if (value === null) td.classList.add("blocked");
+      tr.append(td);
+    });
+    return tr;
+  });
+  return el("table", { class: "matrix" }, el("caption", {}, caption), el("thead", {}, head), el("tbody", {}, body));
+}
+
+// Report a failure next to the figure, in words, instead of leaving it silently stale.
+export function showError(node, err) {
+  node.textContent = err instanceof Error ? err.message : String(err);
+  node.hidden = false;
+}
+
+export function clearError(node) {
+  node.textContent = "";
+  node.hidden = true;
+}
+
+// Plotly is a classic script loaded before the modules; draw only if it arrived.
+export function plot(node, data, layout, config = {}) {
+  if (!window.Plotly) {
+    node.textContent = "The plotting library did not load; the numbers beside the chart still hold.";
+    return Promise.resolve();
+  }
+  return window.Plotly.react(node, data, {
+    margin: { t: 30, r: 10, b: 45, l: 55 },
+    font: { family: "system-ui, sans-serif", size: 13 },
+    paper_bgcolor: "rgba(0,0,0,0)",
+    plot_bgcolor: "rgba(0,0,0,0)",
+    ...layout,
+  }, { displaylogo: false, responsive: true, ...config });
+}

@@ -1,0 +1,25 @@
+// Start every section on its own, so one that fails cannot stop the others.
+import * as equation from "./equation.js";
+import * as exercises from "./exercises.js";
+import * as histogram from "./histogram.js";
+import * as labs from "./labs.js";
+import * as multihead from "./multihead.js";
+import * as permutation from "./permutation.js";
+import * as stepper from "./stepper.js";
+
+const sections = { stepper, equation, histogram, permutation, multihead, labs, exercises };
+
+const started = Object.entries(sections).map(async ([name, module]) => {
+  try {
+    await module.init();
+  } catch (err) {
+    const box = document.querySelector(`[data-section="${name}"] .error`);
+    if (box) {
+      box.textContent = `This section could not start: ${err.message}`;
+      box.hidden = false;
+    }
+    console.error(name, err);
+  }
+});
+
+Promise.allSettled(started).then(() => document.body.setAttribute("data-ready", "true"));
