@@ -1,0 +1,177 @@
+"""What every lab shares: seeded streams, chunked score draws, validation, JSON-ready results.
+
+Shape legend (the chapter's letters): d_k query/key width; one "draw" is one pair (q, k) of
+d_k-vectors with i.i.d. N(0, 1) entries and its raw score z = q·k (§6.3).
+
+Randomness: every lab draws from ``numpy.random.default_rng([seed, lab, *key])``. Keying the
+stream by the lab and the row (a width, a chunk index) makes each row reproducible on its own:
+the d_k = 64 row of a lab is the same whether or not other widths were asked for, and a chunked
+draw gives the same numbers whatever the number of worker threads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from attnlab.errors import AttnlabError
+
+__all__ = ["LabResult", "Progress", "rng_for", "score_chunks"]
+
+#: progress(done, total): called as a lab advances, so a front end can draw a progress bar.
+Progress = Callable[[int, int], None]
+
+# Stream tags: one per lab, so two labs never share draws at the same seed.
+VARIANCE, SATURATION, HISTOGRAM, PERMUTATION, COST = range(1, 6)
+
+# Entries of q per chunk (4 MiB of float64; q and k together 8 MiB). With at most 2 chunks in
+# flight per worker, a lab holds a few tens of MB however many draws it makes.
+CHUNK_ELEMENTS = 1 << 19
+MAX_WIDTH = 1 << 16  # a sanity bound: one draw at this width is 1 MiB
+
+
+def rng_for(seed: int, *key: int) -> np.random.Generator:
+    """numpy's default generator, seeded by the lab's seed and the row's key."""
+    return np.random.default_rng([seed, *key])
+
+
+def default_workers() -> int:
+    """Threads for chunked draws: numpy's samplers release the GIL, so threads use every core."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS and Windows have no affinity call
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, 8))
+
+
+def score_chunks(
+    seed: int, tag: int, d_k: int, draws: int, *, workers: int | None = None
+) -> Iterator[np.ndarray]:
+    """Yield the raw scores z = q·k of ``draws`` fresh (q, k) pairs, chunk by chunk, in order.
+
+    Chunk j comes from ``rng_for(seed, tag, d_k, j)``, so the numbers depend on the seed and
+    the chunk size (fixed by d_k) only, never on ``workers``.
+    """
+    per = max(1, CHUNK_ELEMENTS // d_k)  # draws per chunk
+    count = -(-draws // per)
+
+    def chunk(j: int) -> np.ndarray:
+        rng = rng_for(seed, tag, d_k, j)
+        qk = rng.standard_normal((2, min(per, draws - j * per), d_k))  # (2, m, d_k): q, k
+        return np.einsum("md,md->m", qk[0], qk[1])  # (m,) raw scores
+
+    workers = default_workers() if workers is None else workers
+    if workers == 1 or count == 1:
+        yield from map(chunk, range(count))
+        return
+    # A sliding window of futures keeps memory bounded whatever ``draws`` is.
+    with ThreadPoolExecutor(workers) as pool:
+        pending: deque = deque()
+        for j in range(count):
+            pending.append(pool.submit(chunk, j))
+            if len(pending) >= 2 * workers:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+
+
+# -- validation: once, at the public boundary, worded "expected ..., but got ... instead" -------
+
+
+def check_int(name: str, value, *, low: int = 1, high: int | None = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise AttnlabError(f"expected {name} to be an integer, but got {value!r} instead")
+    if value < low or (high is not None and value > high):
+        bound = f"at least {low}" if high is None else f"from {low} to {high}"
+        raise AttnlabError(f"expected {name} {bound}, but got {value!r} instead")
+    return int(value)
+
+
+def check_ints(name: str, values, *, low: int = 1, high: int | None = None) -> tuple[int, ...]:
+    if isinstance(values, int | np.integer) or not isinstance(values, Sequence | np.ndarray):
+        raise AttnlabError(f"expected {name} to be a sequence of integers, but got {values!r}")
+    if len(values) == 0:
+        raise AttnlabError(f"expected at least one entry in {name}, but got {values!r} instead")
+    return tuple(check_int(f"every entry of {name}", v, low=low, high=high) for v in values)
+
+
+def check_seed(seed) -> int:
+    # numpy's SeedSequence takes non-negative integers only.
+    return check_int("seed", seed, low=0)
+
+
+def check_open_unit(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | np.floating | np.integer):
+        raise AttnlabError(f"expected {name} to be a number, but got {value!r} instead")
+    if not 0.0 < float(value) < 1.0:
+        raise AttnlabError(f"expected {name} strictly between 0 and 1, but got {value!r} instead")
+    return float(value)
+
+
+def check_positive(name: str, value) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | np.floating | np.integer):
+        raise AttnlabError(f"expected {name} to be a number, but got {value!r} instead")
+    if not (math.isfinite(value) and value > 0):
+        raise AttnlabError(f"expected {name} to be a positive number, but got {value!r} instead")
+    return float(value)
+
+
+def check_workers(workers) -> int | None:
+    return None if workers is None else check_int("workers", workers, low=1, high=64)
+
+
+# -- results ------------------------------------------------------------------------------------
+
+
+def jsonable(value):
+    """Plain JSON types only: dataclasses -> dict, tuples -> list, numpy -> Python, NaN -> None."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | np.ndarray):
+        return [jsonable(v) for v in value]
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    if isinstance(value, int | np.integer):
+        return int(value)
+    if isinstance(value, float | np.floating):
+        return float(value) if math.isfinite(value) else None
+    if value is None or isinstance(value, str):
+        return value
+    raise TypeError(f"expected a JSON-ready value, but got {type(value).__name__} instead")
+
+
+class LabResult:
+    """Mixin for a lab's frozen dataclass: ``as_dict()`` for JSON, ``table()`` for tables."""
+
+    lab: str = ""
+
+    def as_dict(self) -> dict:
+        """Every field, JSON-ready (dict/list/str/int/float/bool/None; NaN becomes None)."""
+        return {"lab": self.lab, **jsonable(self)}
+
+    def table(self) -> tuple[list[str], list[list]]:
+        """(columns, rows): the lab's headline numbers, one row per width or case."""
+        raise NotImplementedError
+
+    def summary(self) -> list[str]:
+        """A few plain sentences stating what the numbers show."""
+        return []
+
+
+def mean_or_none(values: np.ndarray) -> float | None:
+    return float(np.mean(values)) if len(values) else None
+
+
+def se_of_mean(values: np.ndarray) -> float | None:
+    """Standard error of a sample mean; None with fewer than two values."""
+    if len(values) < 2:
+        return None
+    return float(np.std(values, ddof=1) / math.sqrt(len(values)))

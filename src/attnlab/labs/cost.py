@@ -1,0 +1,202 @@
+"""Lab: time multi-head attention across N and set the clock beside the cost model (§6.6).
+
+The model (attnlab.cost) counts 4·N·d_model² multiply-adds in the projections and 2·N²·d_model
+in the attention core (Q Kᵀ and A V), so the core's share is N / (N + 2·d_model) and crosses
+one half at N = 2·d_model. This lab times the two parts separately and reports where the
+measured share crosses one half. The core also runs the softmax, which the model leaves out;
+on a CPU its exp is far dearer than a multiply-add, so the measured crossover comes earlier.
+
+Shape legend: N tokens, d_model model width, h heads, d_k = d_v = d_model / h.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from attnlab.core.attention import attention
+from attnlab.core.cost import breakdown, crossover_length, score_memory_bytes
+from attnlab.core.multihead import MultiHeadAttention
+from attnlab.errors import AttnlabError
+from attnlab.labs._common import (
+    COST,
+    LabResult,
+    Progress,
+    check_int,
+    check_ints,
+    check_seed,
+    rng_for,
+)
+
+__all__ = ["CostRow", "CostTimingResult", "cost_timing"]
+
+MAX_SCORE_BYTES = 2 << 30  # refuse lengths whose (h, N, N) score table passes 2 GiB
+
+
+@dataclass(frozen=True)
+class CostRow:
+    """One length N: seconds per part (fastest of ``repeats`` runs) and the two shares."""
+
+    n: int
+    projection_s: float  # Q, K, V projections and W^O
+    core_s: float  # attention itself: scores, softmax, weighted sum
+    matmul_s: float  # the core's two products Q Kᵀ and A V alone: what the model counts
+    total_s: float  # attnlab.multi_head_attention end to end
+    measured_share: float  # core_s / (projection_s + core_s)
+    matmul_share: float  # matmul_s / (projection_s + matmul_s)
+    model_share: float  # attnlab.cost: 2N²d / (4Nd² + 2N²d)
+    max_abs_diff: float  # projections + core against multi_head_attention: they agree
+
+
+@dataclass(frozen=True)
+class CostTimingResult(LabResult):
+    """Timings per N with the cost model beside them, and both crossovers."""
+
+    d_model: int
+    heads: int
+    repeats: int
+    dtype: str
+    seed: int
+    model_crossover: int  # 2·d_model
+    measured_crossover: float | None  # N where the measured share crosses 1/2 (interpolated)
+    matmul_crossover: float | None  # the same for the matmul share
+    rows: tuple[CostRow, ...]
+    lab = "cost"
+
+    def table(self) -> tuple[list[str], list[list]]:
+        columns = ["n", "projection_s", "core_s", "matmul_s", "total_s"]
+        columns += ["measured_share", "matmul_share", "model_share"]
+        return columns, [[getattr(r, c) for c in columns] for r in self.rows]
+
+    def summary(self) -> list[str]:
+        return [
+            f"The model puts the crossover at N = 2·d_model = {self.model_crossover}.",
+            f"Timed, the attention core (with its softmax) overtakes the projections "
+            f"{self._where(self.measured_crossover)}; its two products alone "
+            f"{self._where(self.matmul_crossover)}.",
+            "The model counts multiply-adds and leaves the softmax out; on a CPU its exp is "
+            "dear, which moves the measured crossover earlier.",
+        ]
+
+    def _where(self, n: float | None) -> str:
+        if n is None:
+            return f"nowhere between N = {self.rows[0].n} and N = {self.rows[-1].n}"
+        return f"near N = {n:.0f}"
+
+
+def _crossover(rows: list[CostRow], share: str) -> float | None:
+    """Where ``share`` first crosses 1/2 going up, interpolated linearly in log N."""
+    for a, b in itertools.pairwise(rows):
+        sa, sb = getattr(a, share), getattr(b, share)
+        if sa < 0.5 <= sb:
+            t = (0.5 - sa) / (sb - sa)
+            return float(2 ** (math.log2(a.n) + t * (math.log2(b.n) - math.log2(a.n))))
+    return None
+
+
+def _fastest(fn, repeats: int) -> tuple[float, object]:
+    """Fastest of ``repeats`` runs: slower runs measure interference, not the code."""
+    best, out = math.inf, None
+    for _ in range(repeats):
+        start = time.perf_counter()
+        out = fn()
+        best = min(best, time.perf_counter() - start)
+    return best, out
+
+
+def _time_length(mha: MultiHeadAttention, x: np.ndarray, repeats: int) -> CostRow:
+    w_q, w_k, w_v, w_o = mha.w_q, mha.w_k, mha.w_v, mha.w_o
+    xh = x[None, :, :]  # (1, N, d_model): one copy per head by broadcasting
+
+    def project():  # the 4·N·d² part, as multi_head_attention's steps 1) and 3) do it
+        return xh @ w_q, xh @ w_k, xh @ w_v  # each (h, N, d_k)
+
+    def join(heads):
+        joined = np.swapaxes(heads, 0, 1).reshape(x.shape[0], -1)  # (N, h * d_v)
+        return joined @ w_o  # (N, d_model)
+
+    t_in, (q, k, v) = _fastest(project, repeats)
+    t_core, heads = _fastest(lambda: attention(q, k, v), repeats)  # (h, N, d_v)
+    t_out, out = _fastest(lambda: join(heads), repeats)
+    # The two products alone; any (h, N, N) table costs what the weights would.
+    kt = np.swapaxes(k, -1, -2)  # (h, d_k, N)
+    t_scores, table = _fastest(lambda: q @ kt, repeats)  # (h, N, N)
+    t_av, _ = _fastest(lambda: table @ v, repeats)  # (h, N, d_v)
+    t_total, ref = _fastest(lambda: mha(x), repeats)  # end to end, for comparison
+    n, d_model = x.shape
+    return CostRow(
+        n=n,
+        projection_s=t_in + t_out,
+        core_s=t_core,
+        matmul_s=t_scores + t_av,
+        total_s=t_total,
+        measured_share=t_core / (t_in + t_out + t_core),
+        matmul_share=(t_scores + t_av) / (t_in + t_out + t_scores + t_av),
+        model_share=breakdown(n, d_model).quadratic_share,
+        max_abs_diff=float(np.abs(out - ref).max()),
+    )
+
+
+def cost_timing(
+    d_model: int = 256,
+    lengths=(64, 128, 256, 512, 1024, 2048, 4096),
+    heads: int = 4,
+    repeats: int = 3,
+    seed: int = 0,
+    *,
+    dtype: str = "float32",
+    progress: Progress | None = None,
+) -> CostTimingResult:
+    """Time multi-head attention (no mask, no bias) at each N; a benchmark, not a test.
+
+    Args:
+        d_model: model width; ``heads`` must divide it.   lengths: the N values.
+        repeats: runs per part; the fastest counts.   dtype: "float32" or "float64".
+        progress: called as progress(lengths done, lengths).
+    """
+    d_model = check_int("d_model", d_model, high=8192)
+    heads = check_int("heads", heads)
+    if d_model % heads:
+        raise AttnlabError(
+            f"expected heads to divide d_model, but got d_model={d_model} and heads={heads}"
+        )
+    lengths = check_ints("lengths", lengths)
+    repeats = check_int("repeats", repeats, high=100)
+    seed = check_seed(seed)
+    if dtype not in ("float32", "float64"):
+        raise AttnlabError(f"expected dtype 'float32' or 'float64', but got {dtype!r} instead")
+    biggest = score_memory_bytes(max(lengths), heads=heads, dtype=dtype)
+    if biggest > MAX_SCORE_BYTES:
+        raise AttnlabError(
+            f"expected lengths whose score tables fit in {MAX_SCORE_BYTES >> 30} GiB, but "
+            f"got N={max(lengths)}, which needs {biggest / 2**30:.1f} GiB with {heads} heads"
+        )
+    rng = rng_for(seed, COST)
+    mha = MultiHeadAttention(d_model, heads, bias=False, seed=rng)
+    # Weights in the timed dtype, so the end-to-end call computes in it too.
+    mha.w_q, mha.w_k, mha.w_v, mha.w_o = (
+        w.astype(dtype) for w in (mha.w_q, mha.w_k, mha.w_v, mha.w_o)
+    )
+    # One untimed run first: the first BLAS call starts its threads, which is not attention.
+    _time_length(mha, rng.standard_normal((min(lengths), d_model)).astype(dtype), 1)
+    rows = []
+    for i, n in enumerate(sorted(lengths)):
+        x = rng.standard_normal((n, d_model)).astype(dtype)  # (N, d_model)
+        rows.append(_time_length(mha, x, repeats))
+        if progress is not None:
+            progress(i + 1, len(lengths))
+    return CostTimingResult(
+        d_model=d_model,
+        heads=heads,
+        repeats=repeats,
+        dtype=dtype,
+        seed=seed,
+        model_crossover=crossover_length(d_model),
+        measured_crossover=_crossover(rows, "measured_share"),
+        matmul_crossover=_crossover(rows, "matmul_share"),
+        rows=tuple(rows),
+    )

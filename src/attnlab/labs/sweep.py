@@ -1,0 +1,216 @@
+"""Lab: score histograms and saturation across head widths, the data of `sqrt-dk-histogram`.
+
+§6.3's figure: unscaled, the score histogram widens like √d_k and the saturated share climbs;
+scaled, the histogram keeps one width and saturation all but disappears.
+
+Shape legend: d_k the query/key width (one row per width); B histogram bins.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from attnlab.labs._common import (
+    HISTOGRAM,
+    MAX_WIDTH,
+    LabResult,
+    Progress,
+    check_int,
+    check_ints,
+    check_open_unit,
+    check_positive,
+    check_seed,
+    score_chunks,
+)
+from attnlab.labs.saturation import saturation
+
+__all__ = ["ScoreHistogram", "SweepResult", "SweepRow", "score_histogram", "width_sweep"]
+
+MAX_BINS = 10_000
+SPAN = 5.0  # default range: ±5 standard deviations of the score (√d_k unscaled, 1 scaled)
+
+
+@dataclass(frozen=True)
+class ScoreHistogram:
+    """Counts of q·k (or q·k/√d_k) over ``len(counts)`` equal bins on [-limit, limit]."""
+
+    d_k: int
+    scaled: bool
+    edges: tuple[float, ...]  # B + 1 bin edges
+    counts: tuple[int, ...]  # B counts
+    std: float  # sample standard deviation over every draw, in range or not
+    draws: int
+    outside: int  # draws beyond ±limit (not in any bin)
+
+
+def _histograms(d_k, draws, bins, seed, limits, workers=None) -> tuple[ScoreHistogram, ...]:
+    """Bin one set of draws twice: unscaled (limits[0]) and scaled (limits[1]).
+
+    Both histograms of a width come from the same draws, so they differ by the scaling only.
+    """
+    scale = 1.0 / math.sqrt(d_k)  # §6.3
+    edges = [np.linspace(-lim, lim, bins + 1) for lim in limits]
+    counts = [np.zeros(bins, dtype=np.int64) for _ in limits]
+    sums = np.zeros((2, 2))  # per case: Σz, Σz²
+    for z in score_chunks(seed, HISTOGRAM, d_k, draws, workers=workers):
+        for case, values in enumerate((z, z * scale)):
+            counts[case] += np.histogram(values, bins=edges[case])[0]
+            sums[case] += values.sum(), (values * values).sum()
+    out = []
+    for case in range(2):
+        mean, mean_sq = sums[case] / draws
+        var = max(mean_sq - mean**2, 0.0) * draws / (draws - 1)
+        out.append(
+            ScoreHistogram(
+                d_k=d_k,
+                scaled=bool(case),
+                edges=tuple(edges[case].tolist()),
+                counts=tuple(counts[case].tolist()),
+                std=math.sqrt(var),
+                draws=draws,
+                outside=int(draws - counts[case].sum()),
+            )
+        )
+    return tuple(out)
+
+
+def score_histogram(
+    d_k: int,
+    *,
+    scaled: bool,
+    draws: int = 20_000,
+    bins: int = 40,
+    seed: int = 0,
+    limit: float | None = None,
+) -> ScoreHistogram:
+    """Histogram of ``draws`` random scores q·k at width d_k, divided by √d_k when ``scaled``.
+
+    Args:
+        limit: bin range [-limit, limit]. Give the same limit at every d_k to compare
+            histograms; None uses ±5 standard deviations of the score (5√d_k unscaled, 5
+            scaled), so the shape fills the range. Draws beyond it are counted in ``outside``.
+
+    >>> h = score_histogram(64, scaled=False, draws=1_000, bins=4, limit=40.0)
+    >>> h.edges, sum(h.counts) + h.outside
+    ((-40.0, -20.0, 0.0, 20.0, 40.0), 1000)
+    """
+    d_k = check_int("d_k", d_k, high=MAX_WIDTH)
+    draws = check_int("draws", draws, low=2)
+    bins = check_int("bins", bins, high=MAX_BINS)
+    seed = check_seed(seed)
+    limit = None if limit is None else check_positive("limit", limit)
+    lim = SPAN * (1.0 if scaled else math.sqrt(d_k)) if limit is None else limit
+    return _histograms(d_k, draws, bins, seed, (lim, lim))[int(bool(scaled))]
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    """One width: saturated shares, score spreads and both histograms."""
+
+    width: int
+    unscaled_share: float
+    scaled_share: float
+    unscaled_std: float  # about √d_k
+    scaled_std: float  # about 1
+    gradient_term: float | None  # mean p_max(1 - p_max) over saturated unscaled trials
+    unscaled_histogram: ScoreHistogram
+    scaled_histogram: ScoreHistogram
+
+
+@dataclass(frozen=True)
+class SweepResult(LabResult):
+    """Per width the saturation lab and two score histograms on shared ranges.
+
+    Unscaled histograms share ±``unscaled_limit`` (5√max(widths)) and scaled ones ±
+    ``scaled_limit`` (5), so within each case the widths are directly comparable.
+    """
+
+    widths: tuple[int, ...]
+    keys: int
+    trials: int
+    threshold: float
+    draws: int
+    bins: int
+    seed: int
+    unscaled_limit: float
+    scaled_limit: float
+    rows: tuple[SweepRow, ...]
+    lab = "sweep"
+
+    def table(self) -> tuple[list[str], list[list]]:
+        columns = ["width", "sqrt_width", "unscaled_std", "scaled_std"]
+        columns += ["unscaled_share", "scaled_share", "gradient_term"]
+        rows = [[r.width, math.sqrt(r.width)] + [getattr(r, c) for c in columns[2:]]
+                for r in self.rows]  # fmt: skip
+        return columns, rows
+
+    def summary(self) -> list[str]:
+        first, last = self.rows[0], self.rows[-1]
+        return [
+            f"Unscaled, the score spread grows like √d_k ({first.unscaled_std:.2f} at "
+            f"d_k = {first.width}, {last.unscaled_std:.2f} at d_k = {last.width}) and the "
+            f"saturated share goes from {first.unscaled_share:.1%} to {last.unscaled_share:.1%}.",
+            f"Scaled, the spread stays near 1 ({first.scaled_std:.3f} to {last.scaled_std:.3f}) "
+            f"and at most {max(r.scaled_share for r in self.rows):.1%} of trials saturate.",
+        ]
+
+
+def width_sweep(
+    widths=(16, 32, 64, 128, 256),
+    keys: int = 64,
+    trials: int = 500,
+    threshold: float = 0.99,
+    draws: int = 20_000,
+    bins: int = 40,
+    seed: int = 0,
+    *,
+    progress: Progress | None = None,
+) -> SweepResult:
+    """Run the saturation lab and both score histograms at each width.
+
+    The saturation numbers at a width are exactly ``saturation(d_k=width, ...)`` with the same
+    seed, so the d_k = 128 row repeats the chapter's measurement.
+
+    >>> r = width_sweep(widths=(16, 64), trials=20, draws=500, bins=8)
+    >>> [row.width for row in r.rows], len(r.rows[0].scaled_histogram.counts)
+    ([16, 64], 8)
+    """
+    widths = check_ints("widths", widths, high=MAX_WIDTH)
+    draws = check_int("draws", draws, low=2)
+    bins = check_int("bins", bins, high=MAX_BINS)
+    seed = check_seed(seed)
+    threshold = check_open_unit("threshold", threshold)
+    limits = (SPAN * math.sqrt(max(widths)), SPAN)
+    rows = []
+    for i, d_k in enumerate(widths):
+        sat = saturation(d_k=d_k, keys=keys, trials=trials, threshold=threshold, seed=seed)
+        unscaled, scaled = _histograms(d_k, draws, bins, seed, limits)
+        rows.append(
+            SweepRow(
+                width=d_k,
+                unscaled_share=sat.unscaled_share,
+                scaled_share=sat.scaled_share,
+                unscaled_std=unscaled.std,
+                scaled_std=scaled.std,
+                gradient_term=sat.gradient_term,
+                unscaled_histogram=unscaled,
+                scaled_histogram=scaled,
+            )
+        )
+        if progress is not None:
+            progress(i + 1, len(widths))
+    return SweepResult(
+        widths=widths,
+        keys=keys,
+        trials=trials,
+        threshold=threshold,
+        draws=draws,
+        bins=bins,
+        seed=seed,
+        unscaled_limit=limits[0],
+        scaled_limit=limits[1],
+        rows=tuple(rows),
+    )

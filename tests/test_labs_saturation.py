@@ -1,0 +1,89 @@
+"""The saturation lab (§6.3): about 35% of unscaled trials saturate, none scaled, p(1-p) ≈ 0.002."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from attnlab import softmax
+from attnlab.errors import AttnlabError
+from attnlab.labs import saturation
+from attnlab.labs.saturation import _trial_stats
+
+Z = 5.0  # standard errors of slack; see test_labs_variance.py
+
+
+@pytest.fixture(scope="module")
+def default():
+    return saturation()
+
+
+def _in_chapter_range(r) -> None:
+    # The chapter measured 35% and a gradient term of 0.0020 (§6.3, lab 2b).
+    assert abs(r.unscaled_share - 0.35) <= Z * r.unscaled_share_se, r.unscaled_share
+    assert abs(r.gradient_term - 0.0020) <= Z * r.gradient_term_se, r.gradient_term
+    # Scaled scores have spread 1: one key beating 63 others by the ~8.7 needed for 0.99 is
+    # beyond reach, so the share is exactly 0, not merely small.
+    assert r.scaled_share == 0.0
+
+
+def test_default_lands_in_the_chapter_range(default):
+    assert (default.d_k, default.keys, default.trials, default.threshold) == (128, 64, 500, 0.99)
+    _in_chapter_range(default)
+    assert default.unscaled_saturated == round(default.unscaled_share * 500)
+    assert len(default.unscaled_p_max) == len(default.scaled_p_max) == 500
+
+
+def test_saturated_trials_have_a_tiny_jacobian(default):
+    # Saturation stalls learning because J = diag(p) - p pᵀ is nearly zero (§4.3, §6.3).
+    assert default.jacobian_saturated < default.jacobian_scaled / 10
+    assert default.gradient_term < default.scaled_gradient_term / 10
+    # p_max > 0.99 caps the winner's term p(1 - p) below 0.99 · 0.01.
+    assert default.gradient_term < 0.99 * 0.01
+
+
+def test_jacobian_norm_is_the_norm_of_softmax_derivative():
+    scores = np.random.default_rng(3).normal(size=(2, 6))
+    p = softmax(scores)
+    p_max, fro = _trial_stats(p)
+    eps = 1e-6
+    for t in range(2):
+        numeric = np.empty((6, 6))
+        for j in range(6):
+            bump = np.zeros(6)
+            bump[j] = eps
+            numeric[:, j] = (softmax(scores[t] + bump) - softmax(scores[t] - bump)) / (2 * eps)
+        assert fro[t] == pytest.approx(np.linalg.norm(numeric), rel=1e-6)
+    assert np.array_equal(p_max, p.max(axis=-1))
+
+
+def test_same_seed_same_numbers_other_seed_other_numbers_in_range(default):
+    assert saturation() == default
+    other = saturation(seed=1)
+    assert other.unscaled_p_max != default.unscaled_p_max
+    _in_chapter_range(other)
+
+
+def test_no_saturated_trial_gives_none_not_nan():
+    r = saturation(d_k=1, keys=64, trials=20)
+    assert r.unscaled_saturated == 0
+    assert r.gradient_term is None and r.jacobian_saturated is None
+    assert r.as_dict()["gradient_term"] is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"threshold": 0.0}, "threshold"),
+        ({"threshold": 1.0}, "threshold"),
+        ({"threshold": 1.5}, "threshold"),
+        ({"threshold": "high"}, "threshold"),
+        ({"keys": 1}, "keys"),
+        ({"trials": 0}, "trials"),
+        ({"d_k": 0}, "d_k"),
+        ({"seed": -3}, "seed"),
+    ],
+)
+def test_bad_arguments_raise_attnlab_errors(kwargs, match):
+    with pytest.raises(AttnlabError, match=match):
+        saturation(**kwargs)
