@@ -146,6 +146,9 @@ def _attend(x: Inputs, *, want: str = "output", empty_rows: str = "raise"):
     """
     tables = {}
     scores = x.q @ np.swapaxes(x.k, -1, -2)  # (..., N, M)
+    lead = table_lead(x)
+    if scores.shape[:-2] != lead:  # the mask varies along an axis only v (or it) carries
+        scores = np.array(np.broadcast_to(scores, lead + (x.n, x.m)))  # (..., N, M)
     if want == "trace":
         tables["scores"] = scores.copy()
     scores *= scores.dtype.type(x.scale)  # in place: the table is the big allocation
@@ -179,6 +182,14 @@ def _attend(x: Inputs, *, want: str = "output", empty_rows: str = "raise"):
     if want == "weights":
         return out, scores
     return out, scores, tables
+
+
+def table_lead(x: Inputs) -> tuple[int, ...]:
+    """Leading shape of the score table: q's and k's leading axes, and the mask's."""
+    shapes = [x.q.shape[:-2], x.k.shape[:-2]]
+    if x.mask is not None:
+        shapes.append(x.mask._shape(x.n, x.m, len(x.lead))[:-2])
+    return tuple(np.broadcast_shapes(*shapes))
 
 
 def _raise_empty(x: Inputs, rows: np.ndarray) -> None:

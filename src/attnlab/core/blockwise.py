@@ -50,6 +50,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from attnlab.core.masks import Mask, TileState
+from attnlab.core.masks import tile_at as _pick
 from attnlab.errors import AttnlabError
 
 __all__ = [
@@ -167,7 +168,10 @@ def dense_table_bytes(lead: tuple[int, ...], n: int, m: int, dtype) -> int:
 
 
 def _tiles(mask: Mask | None, rows: tuple[int, int], n: int, m: int, bk: int):
-    """The key tiles a query block must visit: (cols, needs_mask), BLOCKED tiles left out."""
+    """The key tiles a query block must visit: (cols, needs_mask), BLOCKED tiles left out.
+
+    An OPEN tile of an allow/forbid mask needs no mask arithmetic; a float mask's biases are
+    added to every tile it does not block."""
     out = []
     for c0 in range(0, m, bk):
         cols = (c0, min(m, c0 + bk))
@@ -176,17 +180,8 @@ def _tiles(mask: Mask | None, rows: tuple[int, int], n: int, m: int, bk: int):
             continue
         state = mask.tile_state(rows, cols, n, m)
         if state is not TileState.BLOCKED:
-            out.append((cols, state is TileState.PARTIAL))
+            out.append((cols, state is TileState.PARTIAL or not mask.boolean))
     return out
-
-
-def _pick(arr: np.ndarray, idx: tuple[int, ...]) -> np.ndarray:
-    """The (rows, cols) view of ``arr`` (broadcastable to (..., rows, cols)) for lead index idx."""
-    extra = arr.ndim - 2
-    if extra <= 0:
-        return arr
-    own = idx[len(idx) - extra :]
-    return arr[tuple(i if s != 1 else 0 for i, s in zip(own, arr.shape[:extra], strict=True))]
 
 
 class _TileMask:
@@ -318,7 +313,7 @@ def _solve(q_rows, kT, va, tiles, rendered, idx, c, lim, bufs):
 
 def run(x, bq: int = DEFAULT_BLOCK_Q, bk: int = DEFAULT_BLOCK_K, threads: int = 1) -> np.ndarray:
     """Blockwise attention on validated inputs (``attention.Inputs``); returns (..., N, d_v)."""
-    from attnlab.core.attention import _raise_empty
+    from attnlab.core.attention import _raise_empty, table_lead
 
     q, k, v, n, m, lead = x.q, x.k, x.v, x.n, x.m, x.lead
     dtype = q.dtype
@@ -389,14 +384,13 @@ def run(x, bq: int = DEFAULT_BLOCK_Q, bk: int = DEFAULT_BLOCK_K, threads: int = 
     with _pool(threads, len(items)) as pool:
         list(pool(work, items))
     if empty:
-        table_lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2])
-        _raise_empty(x, np.array(sorted(_table_rows(empty, table_lead))))
+        _raise_empty(x, np.array(sorted(_table_rows(empty, table_lead(x)))))
     return out
 
 
 def _table_rows(rows, table_lead: tuple[int, ...]) -> set[tuple[int, ...]]:
-    # The dense path reports rows of its score table q kᵀ, whose leading axes may be fewer than
-    # the full broadcast (when only v carries a batch axis): map to the same indices.
+    # The dense path reports rows of its score table, whose leading axes may be fewer than the
+    # full broadcast (when only v carries a batch axis): map to the same indices.
     keep = len(table_lead)
     out = set()
     for r in rows:

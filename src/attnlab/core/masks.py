@@ -38,10 +38,10 @@ Span = tuple[int, int]  # a half-open index range [start, stop)
 
 
 class TileState(enum.Enum):
-    """What a mask does to a whole tile of the score table."""
+    """What a mask does to a whole tile of the score table (for every batch element)."""
 
     BLOCKED = "blocked"  # no pair in the tile is allowed: skip the tile
-    OPEN = "open"  # every pair is allowed: no mask arithmetic needed
+    OPEN = "open"  # every pair is allowed: nothing to block (a float mask may still add a bias)
     PARTIAL = "partial"  # some pairs allowed, some not
 
 
@@ -100,7 +100,8 @@ class Mask:
     # -- tiles (used by the blockwise path) -----------------------------------------------------
     def tile_state(self, rows: Span, cols: Span, n: int, m: int) -> TileState:
         """Whether a tile is wholly blocked, wholly open, or mixed. Exact for the built-in masks."""
-        block = self._block(rows, cols, n, m, 0 if not self.batched else 1)
+        lead_ndim = 1 if self.batched else 0
+        block = self._block(rows, cols, n, m, lead_ndim)
         if not block.any():
             return TileState.BLOCKED
         return TileState.OPEN if block.all() else TileState.PARTIAL
@@ -120,11 +121,8 @@ class Mask:
         culprits = []
         for part in self.parts():
             # Render only that row: the whole table may be far too large (blockwise path).
-            block = np.broadcast_to(
-                part._block((i, i + 1), (0, m), n, m, lead_ndim),
-                _lead_shape(row, lead_ndim) + (1, m),
-            )
-            if not block[row[:-1] + (0,)].any():
+            block = part._block((i, i + 1), (0, m), n, m, lead_ndim)  # (..., 1, M) or less
+            if not tile_at(block, row[:-1]).any():
                 culprits.append(part._why(row, lead_ndim))
         if culprits:
             return " and ".join(culprits) + (" (each alone)" if len(culprits) > 1 else "")
@@ -134,9 +132,14 @@ class Mask:
         return repr(self)
 
 
-def _lead_shape(row: tuple[int, ...], lead_ndim: int) -> tuple[int, ...]:
-    # The smallest leading shape in which ``row`` (lead indices + the query index) is valid.
-    return tuple(i + 1 for i in row[:lead_ndim])
+def tile_at(block: np.ndarray, lead: tuple[int, ...]) -> np.ndarray:
+    """The (rows, cols) view of ``block`` (broadcastable to (..., rows, cols)) at leading index
+    ``lead``: the block's own leading axes align with the last ones; size-1 axes broadcast."""
+    extra = block.ndim - 2
+    if extra <= 0:
+        return block
+    own = lead[len(lead) - extra :]
+    return block[tuple(j if s != 1 else 0 for j, s in zip(own, block.shape[:extra], strict=True))]
 
 
 def _sizes(n: int, m: int | None, lead_ndim: int | None, mask: Mask) -> tuple[int, int, int]:
@@ -147,10 +150,6 @@ def _sizes(n: int, m: int | None, lead_ndim: int | None, mask: Mask) -> tuple[in
     if lead_ndim is None:
         lead_ndim = 1 if mask.batched else 0
     return int(n), int(m), int(lead_ndim)
-
-
-def _rows(rows: Span) -> np.ndarray:
-    return np.arange(rows[0], rows[1])[:, None]  # (rows, 1)
 
 
 def _cols(cols: Span) -> np.ndarray:
@@ -349,6 +348,13 @@ class Dense(Mask):
             return np.where(tile, 0.0, -np.inf)
         return tile
 
+    def tile_state(self, rows, cols, n, m):
+        tile = self._slice(rows, cols, n, m)  # a view: no copy of the table
+        allowed = tile if self.boolean else ~np.isneginf(tile)
+        if not allowed.any():
+            return TileState.BLOCKED
+        return TileState.OPEN if allowed.all() else TileState.PARTIAL
+
 
 class Combined(Mask):
     """The sum of several masks: a pair is allowed only if every part allows it."""
@@ -370,13 +376,23 @@ class Combined(Mask):
             out = out & p._block(rows, cols, n, m, lead_ndim)
         return out
 
+    def _bias(self, rows, cols, n, m, lead_ndim):
+        out = self._parts[0]._bias(rows, cols, n, m, lead_ndim)
+        for p in self._parts[1:]:
+            out = out + p._bias(rows, cols, n, m, lead_ndim)
+        return out
+
     def tile_state(self, rows, cols, n, m):
         states = [p.tile_state(rows, cols, n, m) for p in self._parts]
         if TileState.BLOCKED in states:
             return TileState.BLOCKED
-        if all(s is TileState.OPEN for s in states):
+        partial = sum(s is TileState.PARTIAL for s in states)
+        if partial == 0:
             return TileState.OPEN
-        return TileState.PARTIAL
+        if partial == 1:  # the other parts allow the whole tile: the sum is that one part
+            return TileState.PARTIAL
+        # Two partial parts may still leave nothing allowed between them: look at the tile.
+        return Mask.tile_state(self, rows, cols, n, m)
 
 
 def as_mask(mask) -> Mask | None:
