@@ -21,6 +21,7 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 from rich.table import Table
 
 from attnlab.cli._app import app, console, err_console, fail, friendly_errors
+from attnlab.labs import COLUMN_TITLES
 
 try:  # Typer >= 0.2x vendors click; its usage errors are that copy's, not click's
     from typer._click.exceptions import UsageError
@@ -65,16 +66,6 @@ Threshold = Annotated[
     float,
     typer.Option("--threshold", min=0.0, max=1.0, help="p_max above it saturates; in (0, 1)."),
 ]
-
-# Column keys of result.table() -> titles for the terminal; CSV and JSON keep the keys.
-TITLES = {
-    "width": "d_k", "raw_var": "Var(q·k)", "var_ratio": "Var(q·k)/d_k", "var_ratio_se": "± SE",
-    "scaled_var": "Var(q·k/√d_k)", "scaled_var_se": "± SE", "share_se": "± SE",
-    "gradient_term": "p_max(1-p_max)", "gradient_term_se": "± SE", "jacobian_fro": "‖J‖_F",
-    "sqrt_width": "√d_k", "n": "N", "projection_s": "projections s", "core_s": "core s",
-    "matmul_s": "QKᵀ+AV s", "total_s": "total s", "measured_share": "core share",
-    "matmul_share": "QKᵀ+AV share", "model_share": "model share", "mean_p_max": "mean p_max",
-}  # fmt: skip
 
 
 def _cell(x) -> str:
@@ -128,7 +119,7 @@ def _present(
         table = Table(title=title, title_justify="left")
         for c in columns:
             table.add_column(
-                TITLES.get(c, c), justify="left" if c in ("case", "token") else "right"
+                COLUMN_TITLES.get(c, c), justify="left" if c in ("case", "token") else "right"
             )
         for row in rows:
             table.add_row(*map(_cell, row))

@@ -19,6 +19,7 @@ these same functions; bad arguments raise ``attnlab.errors.AttnlabError``.
 from __future__ import annotations
 
 from attnlab.labs import timing
+from attnlab.labs._common import COLUMN_TITLES
 from attnlab.labs.cost import CostRow, CostTimingResult, cost_timing
 from attnlab.labs.permutation import PermutationResult, permutation
 from attnlab.labs.saturation import SaturationResult, saturation
@@ -26,6 +27,7 @@ from attnlab.labs.sweep import ScoreHistogram, SweepResult, SweepRow, score_hist
 from attnlab.labs.variance import VarianceResult, VarianceRow, variance_scaling
 
 __all__ = [
+    "COLUMN_TITLES",
     "LABS",
     "CostRow",
     "CostTimingResult",

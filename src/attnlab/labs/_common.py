@@ -22,7 +22,7 @@ import numpy as np
 
 from attnlab.errors import AttnlabError
 
-__all__ = ["LabResult", "Progress", "rng_for", "score_chunks"]
+__all__ = ["COLUMN_TITLES", "LabResult", "Progress", "rng_for", "score_chunks"]
 
 #: progress(done, total): called as a lab advances, so a front end can draw a progress bar.
 Progress = Callable[[int, int], None]
@@ -124,6 +124,20 @@ def check_positive(name: str, value) -> float:
 
 def check_workers(workers) -> int | None:
     return None if workers is None else check_int("workers", workers, low=1, high=64)
+
+
+#: table() column keys -> short titles for people (terminal, HTML); CSV and JSON keep the keys.
+COLUMN_TITLES = {
+    "width": "d_k", "raw_var": "Var(q·k)", "var_ratio": "Var(q·k)/d_k", "var_ratio_se": "± SE",
+    "scaled_var": "Var(q·k/√d_k)", "scaled_var_se": "± SE", "share_se": "± SE",
+    "gradient_term": "p_max(1-p_max)", "gradient_term_se": "± SE", "jacobian_fro": "‖J‖_F",
+    "sqrt_width": "√d_k", "n": "N", "projection_s": "projections s", "core_s": "core s",
+    "matmul_s": "QKᵀ+AV s", "total_s": "total s", "measured_share": "core share",
+    "matmul_share": "QKᵀ+AV share", "model_share": "model share", "mean_p_max": "mean p_max",
+    "unscaled_std": "σ unscaled", "scaled_std": "σ scaled", "unscaled_share": "sat. unscaled",
+    "scaled_share": "sat. scaled", "position": "in sentence", "shuffled_position": "reordered",
+    "change_without_positions": "Δ no positions", "change_with_positions": "Δ positions",
+}  # fmt: skip
 
 
 # -- results ------------------------------------------------------------------------------------
