@@ -14,7 +14,8 @@ function headCards(fig) {
       el("span", { class: "word", text: word }),
       el("span", { class: "bar", "aria-hidden": "true" }, el("span", { style: `width:${100 * weights[j]}%` })),
       el("span", { class: "num", text: fmt(weights[j]) }),
-      j === top ? el("span", { class: "badge", text: "★ largest" }) : null));
+      el("span", { class: "star" }, j === top ? el("span", { title: "largest weight", text: "★" }) : null,
+        j === top ? el("span", { class: "sr-only", text: " largest" }) : null)));
     return el("article", { class: "head", "data-head": h },
       el("h4", {}, `Head ${h + 1}: ${head.name}`),
       el("p", { class: "describes", text: head.describes }),
@@ -77,8 +78,8 @@ function mixing(fig) {
   $("#mh-mix").replaceChildren(
     matrixTable({ caption: `1. Each head's output for “${p.word}” (its weights times its values)`, rows: fig.heads.map((_, h) => `head ${h + 1}`), cols: [...Array(dv).keys()].map((c) => `feature ${c + 1}`), values: p.head_outputs }),
     matrixTable({ caption: "2. Joined side by side: [head 1; head 2; head 3; head 4]", rows: ["joined"], cols: joinedCols, values: [p.joined] }),
-    matrixTable({ caption: `3. W^O, ${joinedCols.length} × ${dModel}: every column reads all heads`, rows: joinedCols, cols: outCols, values: fig.w_o }),
-    matrixTable({ caption: "4. Mixed output = joined · W^O", rows: ["output"], cols: outCols, values: [p.mixed] }),
+    matrixTable({ caption: `3. Wᴼ, ${joinedCols.length} × ${dModel}: every column reads all heads`, rows: joinedCols, cols: outCols, values: fig.w_o }),
+    matrixTable({ caption: "4. Mixed output = joined · Wᴼ", rows: ["output"], cols: outCols, values: [p.mixed] }),
   );
 }
 
