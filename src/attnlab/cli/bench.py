@@ -1,1 +1,106 @@
-"""attnlab bench commands (registered on the shared app)."""
+"""``attnlab bench ...``: side-by-side benchmarks (a sub-app; each benchmark is one command)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from attnlab.cli._app import app, console, err_console, fail, friendly_errors
+
+bench_app = typer.Typer(
+    help="Side-by-side benchmarks: attnlab beside PyTorch and the machine's GEMM ceiling.",
+    no_args_is_help=True,
+)
+app.add_typer(bench_app, name="bench")
+
+
+def _lengths(values: list[str] | None) -> list[int] | None:
+    # Accept --n 512 --n 1024 and --n 512,1024 alike.
+    if not values:
+        return None
+    out = []
+    for value in values:
+        for part in value.split(","):
+            try:
+                n = int(part)
+            except ValueError:
+                raise fail(
+                    f"--n: expected whole numbers such as 512,1024, but got {part!r}"
+                ) from None
+            if n < 1:
+                raise fail(f"--n: expected lengths >= 1, but got {n}")
+            out.append(n)
+    return out
+
+
+@bench_app.command("attention")
+@friendly_errors
+def attention_command(
+    n: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--n",
+            help="Sequence lengths N (= M): repeat the option or give a comma list "
+            "(--n 512,1024). Default: 512 to 16384 and the targets' checks.",
+        ),
+    ] = None,
+    heads: Annotated[int, typer.Option(min=1, help="Heads h (B = 1).")] = 8,
+    d: Annotated[int, typer.Option(min=1, help="Head width d_k = d_v.")] = 64,
+    causal: Annotated[
+        bool, typer.Option(help="Causal rows only (default: no mask and causal).")
+    ] = False,
+    window: Annotated[
+        int | None, typer.Option(min=1, help="Also time a sliding window of this many keys.")
+    ] = None,
+    quick: Annotated[
+        bool, typer.Option(help="N = 512 to 2048, 3 runs each: about a minute.")
+    ] = False,
+    repeats: Annotated[
+        int | None, typer.Option(min=1, help="Timed runs per row (default 5).")
+    ] = None,
+    torch: Annotated[bool, typer.Option(help="Time PyTorch's SDPA beside attnlab.")] = True,
+    isolate: Annotated[
+        bool,
+        typer.Option(help="Run each configuration in its own process (peak memory is its own)."),
+    ] = True,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="Also write every number to this JSON file.")
+    ] = None,
+) -> None:
+    """Time attnlab dense and blockwise attention beside torch SDPA, and check issue 5's targets."""
+    from attnlab import bench
+
+    masks = ["causal"] if causal else ["none", "causal"]
+    if window is not None:
+        masks.append("window")
+
+    def progress(result) -> None:
+        c = result.config
+        what = f"{c.method} N={c.n} h={c.heads} {c.mask}"
+        done = result.error or f"{result.seconds * 1e3:.1f} ms"
+        err_console.print(f"[dim]  {what}: {done}[/]", highlight=False)
+
+    report = bench.attention(
+        _lengths(n),
+        heads=heads,
+        d=d,
+        masks=masks,
+        window=window or 512,
+        quick=quick,
+        repeats=repeats,
+        use_torch=torch,
+        isolate=isolate,
+        progress=progress,
+    )
+    text = (
+        report.format()
+        .replace("  PASS  ", "  [green]PASS[/]  ")
+        .replace("  FAIL  ", "  [red]FAIL[/]  ")
+    )
+    console.print(text, highlight=False, soft_wrap=True)
+    if json_path is not None:
+        json_path.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+        console.print(f"wrote {json_path}", highlight=False)

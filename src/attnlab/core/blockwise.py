@@ -448,6 +448,7 @@ _BLAS_NAMES = (
     ("openblas_set_num_threads64_", "openblas_get_num_threads64_"),
     ("openblas_set_num_threads", "openblas_get_num_threads"),
 )
+_CONFIGS = ("scipy_openblas_get_config64_", "scipy_openblas_get_config", "openblas_get_config")
 _CORENAMES = (
     "scipy_openblas_get_corename64_",
     "scipy_openblas_get_corename",
@@ -524,8 +525,15 @@ def blas_info() -> dict:
         return {"library": "unknown (not OpenBLAS)", "kernel": None, "threads": None}
     _, getter, corename, path = api
     kernel = corename().decode() if corename is not None else None
+    lib = ctypes.CDLL(path)
+    config = next((getattr(lib, c) for c in _CONFIGS if hasattr(lib, c)), None)
+    release = None
+    if config is not None:
+        config.argtypes, config.restype = [], ctypes.c_char_p
+        release = " ".join(config().decode().split()[:2])  # "OpenBLAS 0.3.31..."
     return {
         "library": os.path.basename(path),
+        "version": release,
         "kernel": kernel,
         "threads": getter(),
         "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),

@@ -1,0 +1,29 @@
+"""Side-by-side benchmarks: attnlab's dense and blockwise attention beside PyTorch's SDPA.
+
+    >>> from attnlab import bench
+    >>> report = bench.attention(quick=True)      # doctest: +SKIP
+    >>> print(report.format())                    # doctest: +SKIP
+
+The CLI runs the same function: ``attnlab bench attention`` (full suite, about 5 minutes on two
+cores) or ``attnlab bench attention --quick``. torch is imported only inside the processes that
+time it, never by attnlab itself.
+"""
+
+from __future__ import annotations
+
+from attnlab.bench._measure import Config, Result, gemm_ceiling, measure, textbook_attention
+from attnlab.bench._suite import DEFAULT_NS, QUICK_NS, Report, Target, attention, machine_info
+
+__all__ = [
+    "DEFAULT_NS",
+    "QUICK_NS",
+    "Config",
+    "Report",
+    "Result",
+    "Target",
+    "attention",
+    "gemm_ceiling",
+    "machine_info",
+    "measure",
+    "textbook_attention",
+]

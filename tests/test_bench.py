@@ -1,0 +1,119 @@
+"""The benchmark's plumbing on tiny sizes: its table, its JSON, its targets. Never its timings."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import attnlab as al
+from attnlab import bench
+from attnlab.bench._measure import measure_isolated
+from attnlab.cli import app
+from attnlab.core.masks import Causal
+from tolerances import F32
+
+runner = CliRunner()
+TINY = ["--n", "16", "--heads", "1", "--d", "4", "--repeats", "1", "--no-isolate"]
+
+
+def test_cli_prints_the_table_and_writes_json(tmp_path):
+    out = tmp_path / "bench.json"
+    result = runner.invoke(app, ["bench", "attention", *TINY, "--no-torch", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    for heading in ("time ms", "GFLOP/s", "x torch", "x GEMM", "peak MiB", "targets:"):
+        assert heading in result.output
+    assert "GEMM ceiling" in result.output and "blockwise" in result.output
+    data = json.loads(out.read_text())
+    assert set(data) == {"machine", "settings", "gemm_gflops", "results", "checks", "targets"}
+    rows = {(r["config"]["method"], r["config"]["mask"]) for r in data["results"]}
+    assert rows == {(m, k) for m in ("dense", "blockwise") for k in ("none", "causal")}
+    for r in data["results"]:
+        assert r["error"] is None and r["seconds"] > 0 and r["gflops"] > 0
+        assert r["useful_flops"] == 4 * 16 * 16 * 4 // (2 if r["config"]["mask"] == "causal" else 1)
+    assert all(t["passed"] is None for t in data["targets"])  # nothing at the targets' sizes
+
+
+def test_cli_with_torch_adds_its_column(torch):
+    result = runner.invoke(app, ["bench", "attention", *TINY, "--causal"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert any(line.split()[:1] == ["torch"] for line in lines)
+    blockwise_row = next(line for line in lines if "blockwise" in line)
+    assert blockwise_row.split()[5] != "-"  # the ratio to torch is filled in
+    assert " none " not in result.output  # --causal: causal rows only
+
+
+def test_cli_window_rows():
+    result = runner.invoke(app, ["bench", "attention", *TINY, "--no-torch", "--window", "4"])
+    assert result.exit_code == 0, result.output
+    assert "window 4" in result.output
+
+
+def test_cli_refuses_bad_lengths():
+    result = runner.invoke(app, ["bench", "attention", "--n", "12,abc"])
+    assert result.exit_code == 2
+    assert "expected whole numbers" in result.output
+
+
+def test_one_configuration_in_its_own_process():
+    result = measure_isolated(bench.Config("blockwise", 32, heads=1, d=4, mask="causal", repeats=1))
+    assert result.error is None, result.error
+    assert result.seconds > 0 and result.peak_mib is not None and result.threads >= 1
+
+
+def test_a_failed_configuration_is_reported_not_raised():
+    result = bench.measure(bench.Config("dense", 8, heads=1, d=4, mask="window", window=0))
+    assert result.seconds is None and "expected size" in result.error
+
+
+def _result(method, n, seconds, mask="none", heads=8, window=None, peak=1.0):
+    cfg = bench.Config(method, n, heads=heads, mask=mask, window=window)
+    return bench.Result(cfg, seconds=seconds, runs=[seconds], first_s=seconds, peak_mib=peak)
+
+
+def test_targets_from_measured_numbers():
+    report = bench.Report(machine=bench.machine_info(), settings={"heads": 8}, gemm_gflops=300.0)
+    for n in (2048, 4096, 8192):
+        report.results += [_result("blockwise", n, 1.0), _result("torch", n, 1.1)]
+        report.results += [
+            _result("blockwise", n, 0.5, "causal"),
+            _result("torch", n, 0.35, "causal"),
+        ]
+    report.results += [_result("blockwise", 16384, 10.0), _result("dense", 2048, 0.1)]
+    report.checks += [
+        _result("blockwise", 16384, 2.0, "window", window=512),
+        _result("textbook", 2048, 0.5),
+        _result("blockwise", 65536, 6.0, heads=1, peak=40.0),
+    ]
+    by_name = {t.name: t for t in bench._suite.targets(report)}
+    assert by_name["blockwise >= 0.8x torch SDPA, N=2048, no mask"].passed is True  # 1.1x
+    assert by_name["blockwise >= 0.8x torch SDPA, N=2048, causal"].passed is False  # 0.7x
+    assert by_name["causal >= 1.7x faster than no mask, N=8192"].value == pytest.approx(2.0)
+    assert by_name["sliding window 512 >= 3.5x faster than no mask, N=16384"].value == 5.0
+    assert by_name["peak memory < 512 MiB, blockwise N=65536, h=1"].passed is True
+    assert by_name["dense >= 3x the textbook expression, N=2048"].value == pytest.approx(5.0)
+    report.settings.update(d=64, repeats=5, isolated=True)
+    report.targets = list(by_name.values())
+    text = report.format()
+    assert "PASS  blockwise >= 0.8x torch SDPA, N=2048, no mask: 1.10x" in text
+    assert "FAIL  blockwise >= 0.8x torch SDPA, N=2048, causal: 0.70x" in text
+    assert "PASS  peak memory < 512 MiB, blockwise N=65536, h=1: 40 MiB" in text
+
+
+def test_useful_flops_count_allowed_pairs():
+    assert bench.Config("torch", 8, heads=2, d=4).useful_flops == 4 * 2 * 64 * 4
+    assert bench.Config("torch", 8, heads=2, d=4, mask="causal").useful_flops == 4 * 2 * 32 * 4
+    window = bench.Config("torch", 8, heads=1, d=1, mask="window", window=3).useful_flops
+    assert window == 4 * int(Causal().allowed(8).sum() - np.tril(np.ones((8, 8)), -3).sum())
+
+
+def test_the_textbook_baseline_computes_attention():
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.normal(size=(2, 9, 4)).astype(np.float32) for _ in range(3))
+    mask = Causal().additive(9, dtype=np.float32)
+    np.testing.assert_allclose(
+        bench.textbook_attention(q, k, v, mask), al.attention(q, k, v, Causal()), **F32
+    )
