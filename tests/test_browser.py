@@ -127,6 +127,7 @@ def page(browser, server):
 
 def shot(page, figure_id: str) -> None:
     ARTIFACTS.mkdir(exist_ok=True)
+    page.wait_for_function("() => document.getAnimations().every(a => a.playState !== 'running')")
     page.locator(f"#{figure_id}").screenshot(path=str(ARTIFACTS / f"{figure_id}.png"))
 
 
@@ -303,7 +304,7 @@ def test_labs_run_and_exercises_are_checked(page):
     page.fill("#lab-param-seed", "2")
     page.click("#lab-run")
     page.wait_for_selector("#lab-table tbody tr")
-    assert page.locator("#lab-table thead th").first.inner_text() == "case"
+    assert page.locator("#lab-table thead th").first.get_attribute("data-column") == "case"
     assert page.locator("#lab-plot .main-svg").count() > 0
     href = page.locator("#lab-csv").get_attribute("href")
     assert "download=csv" in href and "seed=2" in href and "trials=100" in href

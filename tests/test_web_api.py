@@ -6,6 +6,11 @@ from __future__ import annotations
 import json
 import math
 import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
 import warnings
 from pathlib import Path
 
@@ -222,6 +227,7 @@ def test_lab_runs_with_its_parameters_and_seed(client, name):
     direct = labs.LABS[name](**SMALL[name], seed=3)
     columns, rows = direct.table()
     assert result["table"]["columns"] == columns and len(result["table"]["rows"]) == len(rows)
+    assert len(result["table"]["titles"]) == len(columns)
     if name != "cost":  # timings differ run to run; everything else is fixed by the seed
         assert result["table"]["rows"] == json.loads(json.dumps(rows).replace("NaN", "null"))
         assert result["summary"] == direct.summary()
@@ -402,3 +408,48 @@ def test_timing_report_covers_every_interaction():
     rows = measure(repeats=1)
     assert [r[0] for r in rows] == [i[0] for i in INTERACTIONS]
     assert all(status == 200 and math.isfinite(first) for _, first, _, status in rows)
+
+
+# -- attnlab serve -------------------------------------------------------------------------------
+
+
+def test_serve_options_and_a_busy_port():
+    from typer.testing import CliRunner
+
+    from attnlab.cli import app
+
+    runner = CliRunner()
+    shown = runner.invoke(app, ["serve", "--help"])
+    assert shown.exit_code == 0
+    for option in ("--host", "--port", "--open", "127.0.0.1", "8000"):
+        assert option in shown.output
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        result = runner.invoke(app, ["serve", "--port", str(busy.getsockname()[1])])
+    assert result.exit_code == 2 and "in use" in result.output
+    assert runner.invoke(app, ["serve", "--port", "0"]).exit_code == 2
+
+
+def test_serve_answers_on_localhost():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-c", "from attnlab.cli import main; main()", "serve"]
+    with subprocess.Popen(
+        [*command, "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    ) as server:
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/equation") as r:
+                        assert json.load(r)["figure"] == "equation"
+                        break
+                except OSError:
+                    assert server.poll() is None, server.stdout.read().decode()
+                    assert time.monotonic() < deadline, "attnlab serve did not answer"
+                    time.sleep(0.2)
+        finally:
+            server.terminate()
+            server.wait(timeout=20)

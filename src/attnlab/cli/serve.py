@@ -16,6 +16,7 @@ from attnlab.cli._app import app, console, fail
 def _check_port(host: str, port: int) -> None:
     # Fail with one line before uvicorn starts, rather than with its traceback-like log.
     with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
         try:
             probe.bind((host, port))
         except OSError as exc:

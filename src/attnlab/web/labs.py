@@ -198,7 +198,11 @@ def _run(name: str, query: _LabQuery):
             "lab": name,
             "params": query.params(),
             "summary": list(result.summary()),
-            "table": {"columns": columns, "rows": _clean(rows)},
+            "table": {
+                "columns": columns,
+                "titles": [labs.COLUMN_TITLES.get(c, c) for c in columns],
+                "rows": _clean(rows),
+            },
             "plot": lab_plot(result).as_dict(),
         }
     )

@@ -11,7 +11,8 @@ const pct = (x) => `${fmt(100 * x, 1)}%`;
 function render(fig) {
   const centres = fig.counts.map((_, b) => (fig.edges[b] + fig.edges[b + 1]) / 2);
   const width = fig.edges[1] - fig.edges[0];
-  const span = fig.scaled ? 5 : 70; // fixed axes, so the widening shows as the slider moves
+  // The bins cover the same range at every d_k, so the widening shows as the slider moves.
+  const range = [fig.edges[0], fig.edges[fig.edges.length - 1]];
   const what = fig.scaled ? "scaled scores q·k/√d_k" : "raw scores q·k";
   plot($("#hist-plot"), [{
     type: "bar",
@@ -22,7 +23,7 @@ function render(fig) {
     hovertemplate: "score ≈ %{x:.2f}<br>%{y} draws<extra></extra>",
   }], {
     title: { text: `${fig.draws.toLocaleString("en")} ${what}, d_k = ${fig.d_k}`, font: { size: 14 } },
-    xaxis: { title: { text: fig.scaled ? "q·k / √d_k" : "q·k" }, range: [-span, span], zeroline: true },
+    xaxis: { title: { text: fig.scaled ? "q·k / √d_k" : "q·k" }, range, zeroline: true },
     yaxis: { title: { text: "draws per bin" } },
     bargap: 0,
   });

@@ -88,7 +88,7 @@ function drawTable(table) {
   const cell = (x) => (typeof x === "number" ? fmt(x, Math.abs(x) < 0.01 && x !== 0 ? 6 : 4) : x === null ? "—" : String(x));
   $("#lab-table-box").replaceChildren(el("table", { class: "data", id: "lab-table" },
     el("caption", {}, "Every number the lab measured"),
-    el("thead", {}, el("tr", {}, table.columns.map((c) => el("th", { scope: "col", text: c })))),
+    el("thead", {}, el("tr", {}, table.columns.map((c, i) => el("th", { scope: "col", title: c, "data-column": c, text: table.titles[i] })))),
     el("tbody", {}, table.rows.map((row) => el("tr", {}, row.map((x) => el("td", { "data-value": String(x), title: String(x), text: cell(x) })))))));
 }
 
