@@ -58,7 +58,7 @@ class VarianceQuery(_LabQuery):
 
     @model_validator(mode="after")
     def _work(self):
-        _budget("draws", self.draws * sum(self.widths), 2e8, "draws × sum(widths)")
+        _budget("draws", self.draws * sum(self.widths), 1e8, "draws × sum(widths)")
         return self
 
 
@@ -66,7 +66,7 @@ class SaturationQuery(_LabQuery):
     """Lab saturation: the share of softmax trials whose largest weight passes the threshold."""
 
     d_k: Width = Field(128, description="Query/key width.")
-    keys: int = Field(64, ge=2, le=1024, description="Keys per trial (M).")
+    keys: int = Field(64, ge=2, le=256, description="Keys per trial (M).")
     trials: int = Field(500, ge=1, le=5000, description="Softmax trials.")
     threshold: float = Field(0.99, gt=0, lt=1, description="p_max above this counts as saturated.")
 
@@ -81,7 +81,7 @@ class SweepQuery(_LabQuery):
     """Lab sweep: the saturation lab and score spreads across widths."""
 
     widths: Widths = Field([16, 32, 64, 128, 256], description="The d_k values.")
-    keys: int = Field(64, ge=2, le=1024, description="Keys per trial (M).")
+    keys: int = Field(64, ge=2, le=256, description="Keys per trial (M).")
     trials: int = Field(500, ge=1, le=2000, description="Softmax trials per width.")
     threshold: float = Field(0.99, gt=0, lt=1, description="p_max above this counts as saturated.")
     draws: int = Field(20_000, ge=2, le=200_000, description="Scores per histogram.")
@@ -90,7 +90,7 @@ class SweepQuery(_LabQuery):
     @model_validator(mode="after")
     def _work(self):
         work = sum(self.trials * self.keys * (w + self.keys) + self.draws * w for w in self.widths)
-        _budget("widths", work, 2e8, "Σ over widths of trials × keys × (d_k + keys) + draws × d_k")
+        _budget("widths", work, 1e8, "Σ over widths of trials × keys × (d_k + keys) + draws × d_k")
         return self
 
 
@@ -123,7 +123,7 @@ class CostQuery(_LabQuery):
     def _work(self):
         madds = sum(4 * n * self.d_model**2 + 2 * n * n * self.d_model for n in self.lengths)
         _budget("lengths", madds * self.repeats, 3e10, "multiply-adds × repeats")
-        _budget("lengths", self.heads * max(self.lengths) ** 2, 2**24, "heads × N² score entries")
+        _budget("lengths", self.heads * max(self.lengths) ** 2, 2**23, "heads × N² score entries")
         return self
 
 
