@@ -158,6 +158,21 @@ def test_ragged_and_oversized_tiles(block, dtype):
         np.testing.assert_allclose(tiled, dense, **tol(dtype))
 
 
+@pytest.mark.parametrize(
+    "mask",
+    [Causal(), Causal("bottom_right"), SlidingWindow(50), SlidingWindow(70, "bottom_right")],
+    ids=repr,
+)
+def test_diagonal_tiles_cut_into_strips(mask):
+    # 128-row blocks: partial tiles are cut into 32-row strips, each trimmed to its columns.
+    rng = np.random.default_rng(9)
+    q = rng.normal(size=(2, 300, 8)).astype(np.float32)
+    k, v = (rng.normal(size=(2, 333, 8)).astype(np.float32) for _ in range(2))
+    dense = al.attention(q, k, v, mask, method="dense")
+    tiled = al.attention(q, k, v, mask, method="blockwise", block_size=128)
+    np.testing.assert_allclose(tiled, dense, **BLOCKWISE_F32)
+
+
 @pytest.mark.parametrize("scale", [1e-3, 1.0, 40.0, 400.0, -60.0])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 def test_scores_far_from_zero_take_the_careful_update(scale, dtype):
@@ -359,18 +374,24 @@ def test_blas_threads_are_restored():
     assert blockwise.blas_info() == before
 
 
-def test_tiles_a_mask_blocks_are_never_visited():
-    plan = [
-        blockwise._tiles(Causal(), (r0, r0 + 128), 1024, 1024, 128) for r0 in range(0, 1024, 128)
+def _area(mask, n, block):
+    steps = [
+        (r0, blockwise._plan(mask, (r0, r0 + block), n, n, block)) for r0 in range(0, n, block)
     ]
-    assert sum(len(p) for p in plan) == 36  # of 64: the 28 above the diagonal are skipped
-    window = [
-        blockwise._tiles(SlidingWindow(64), (r0, r0 + 128), 1024, 1024, 128)
-        for r0 in range(0, 1024, 128)
-    ]
-    assert max(len(p) for p in window) == 2  # O(N · window): at most two key tiles per block
-    # Only the tiles the mask cuts through need its arithmetic.
-    assert [needs for _, needs in plan[3]] == [False, False, False, True]
+    area = sum((b - a) * (c1 - c0) for _, plan in steps for a, b, (c0, c1), _ in plan)
+    return area, steps
+
+
+def test_work_a_mask_blocks_is_never_done():
+    n = 1024
+    area, steps = _area(Causal(), n, 128)
+    assert n * n / 2 < area < 0.54 * n * n  # half, plus 3/8 of a triangle per diagonal tile
+    # Tiles below the diagonal need no mask arithmetic; only the diagonal's strips do.
+    assert all(not masked for r0, plan in steps for a, b, (c0, c1), masked in plan if c1 <= r0)
+    area, _ = _area(SlidingWindow(64), n, 128)
+    assert area < 2.5 * 64 * n  # O(N · window)
+    area, _ = _area(None, n, 128)
+    assert area == n * n
 
 
 def test_a_bias_that_blocks_nothing_is_still_added():

@@ -167,20 +167,50 @@ def dense_table_bytes(lead: tuple[int, ...], n: int, m: int, dtype) -> int:
 # -- planning -----------------------------------------------------------------------------------
 
 
-def _tiles(mask: Mask | None, rows: tuple[int, int], n: int, m: int, bk: int):
-    """The key tiles a query block must visit: (cols, needs_mask), BLOCKED tiles left out.
+def _plan(mask: Mask | None, rows: tuple[int, int], n: int, m: int, bk: int):
+    """The steps of one query block: (row strip a:b within the block, cols, needs_mask).
 
-    An OPEN tile of an allow/forbid mask needs no mask arithmetic; a float mask's biases are
-    added to every tile it does not block."""
-    out = []
+    Tiles the mask BLOCKED are left out; an OPEN tile of an allow/forbid mask needs no mask
+    arithmetic (a float mask's biases are added to every tile it does not block). A PARTIAL
+    tile is cut into strips of a quarter of its rows, each trimmed to the columns it needs,
+    when that saves a third of the tile or more: on the diagonal of a causal mask it computes
+    5/8 of the tile instead of all of it (at N = 2048 with 512-row blocks, 15% of the work).
+    """
+    height = rows[1] - rows[0]
+    if mask is None:
+        return [(0, height, (c0, min(m, c0 + bk)), False) for c0 in range(0, m, bk)]
+    steps = []
     for c0 in range(0, m, bk):
         cols = (c0, min(m, c0 + bk))
-        if mask is None:
-            out.append((cols, False))
-            continue
         state = mask.tile_state(rows, cols, n, m)
-        if state is not TileState.BLOCKED:
-            out.append((cols, state is TileState.PARTIAL or not mask.boolean))
+        if state is TileState.BLOCKED:
+            continue
+        strips = _strips(mask, rows, cols, n, m) if state is TileState.PARTIAL else None
+        if strips is None:
+            steps.append((0, height, cols, state is TileState.PARTIAL or not mask.boolean))
+        else:
+            steps.extend(strips)
+    return steps
+
+
+def _strips(mask: Mask, rows, cols, n: int, m: int):
+    sub = max(32, (rows[1] - rows[0]) // 4)
+    width = cols[1] - cols[0]
+    chunk = max(32, width // 4)
+    out, area = [], 0
+    for a in range(rows[0], rows[1], sub):
+        strip = (a, min(rows[1], a + sub))
+        live = [
+            (c0, min(cols[1], c0 + chunk))
+            for c0 in range(cols[0], cols[1], chunk)
+            if mask.tile_state(strip, (c0, min(cols[1], c0 + chunk)), n, m) is not TileState.BLOCKED
+        ]
+        if live:
+            span = (live[0][0], live[-1][1])
+            out.append((strip[0] - rows[0], strip[1] - rows[0], span, True))
+            area += (strip[1] - strip[0]) * (span[1] - span[0])
+    if area > (2 / 3) * (rows[1] - rows[0]) * width:
+        return None  # not worth the smaller matmuls
     return out
 
 
@@ -228,59 +258,59 @@ class _Block:
         # 2^floor instead adds at most M · 2^floor to a sum >= 1/2: invisible at any precision.
         self.shifted = False
 
-    def set_base(self, base: np.ndarray) -> None:
-        self.base = base
-        self.qa[:, -1] = -base
+    def set_base(self, rows: slice, base: np.ndarray) -> None:
+        self.base[rows] = base
+        self.qa[rows, -1] = -base
         self.shifted = True
 
 
-def _exact_step(blk: _Block, kt, va, tm: _TileMask | None, idx, s, r, floor) -> None:
-    """The textbook online-softmax update for one tile: move the base to the row maximum."""
-    np.matmul(blk.qa, kt, out=s)  # (Bq, Bk): score - base, in log2 units
+def _exact_step(blk: _Block, sl: slice, kt, va, tm, idx, s, r, floor) -> None:
+    """The textbook online-softmax update for one step: move the base to the row maximum."""
+    np.matmul(blk.qa[sl], kt, out=s)  # (rows, cols): score - base, in log2 units
     if tm is not None and tm.bias is not None:
         s += _pick(tm.bias, idx)
     if tm is None:
-        top = s.max(axis=1)  # (Bq,)
-    else:  # the maximum over allowed pairs only; -inf where the tile allows the row nothing
+        top = s.max(axis=1)  # (rows,)
+    else:  # the maximum over allowed pairs only; -inf where the step allows the row nothing
         where = np.broadcast_to(_pick(tm.allowed, idx), s.shape)
-        top = np.max(s, axis=1, where=where, initial=-np.inf)  # (Bq,)
+        top = np.max(s, axis=1, where=where, initial=-np.inf)  # (rows,)
     # The new base must also keep the sum so far in range (it may be far from the old base).
-    l = blk.acc[:, -1]
+    l = blk.acc[sl, -1]
     top = np.fmax(top, np.log2(l, where=l > 0, out=np.full_like(l, -np.inf)))
     # An integer shift, so rescaling by 2^-shift is exact; 0 for a row with nothing allowed
     # yet. NaN or +inf (only with check_finite=False) stays NaN, as in the dense path.
     shift = np.where(np.isfinite(top), np.ceil(top), np.where(np.isneginf(top), 0.0, np.nan))
     s -= shift[:, None].astype(s.dtype)
     np.clip(s, floor, 0.0, out=s)  # allowed scores are <= 0 now; blocked ones stay finite
-    np.exp2(s, out=s)  # (Bq, Bk) weights before normalising, each <= 1
+    np.exp2(s, out=s)  # (rows, cols) weights before normalising, each <= 1
     if tm is not None:
         s *= _pick(tm.keep, idx)  # blocked pairs weigh exactly 0
-    np.matmul(s, va, out=r)  # (Bq, d_v + 1)
+    np.matmul(s, va, out=r)  # (rows, d_v + 1)
     e = np.nan_to_num(shift).astype(np.int64)
-    blk.acc = np.ldexp(blk.acc, -e[:, None]).astype(blk.acc.dtype, copy=False) + r
-    blk.set_base(blk.base + shift.astype(blk.base.dtype))
+    blk.acc[sl] = np.ldexp(blk.acc[sl], -e[:, None]) + r
+    blk.set_base(sl, blk.base[sl] + shift.astype(blk.base.dtype))
 
 
 def _rebase(blk: _Block) -> None:
     # Bring each row's sum back near 1 by a power of two: exact, so no rounding is added.
     _, e = np.frexp(blk.acc[:, -1])  # (Bq,) exponents; 0 for a zero sum
     blk.acc = np.ldexp(blk.acc, -e[:, None]).astype(blk.acc.dtype, copy=False)
-    blk.set_base(blk.base + e.astype(blk.base.dtype))
+    blk.set_base(slice(None), blk.base + e.astype(blk.base.dtype))
 
 
-def _row_block(q_rows, kT, va, tiles, rendered, idx, c, strict, lim, bufs):
+def _row_block(q_rows, kT, va, steps, rendered, idx, c, strict, lim, bufs):
     """Attention for one query block of one lead element; returns acc (Bq, d_v + 1)."""
     limit, floor, _ = lim
     blk = _Block(q_rows, c, va.shape[-1] - 1)
-    rows = q_rows.shape[0]
-    for (c0, c1), masked in tiles:
-        s, r = bufs(rows, c1 - c0)
-        kt, vt = kT[:, c0:c1], va[c0:c1]  # (d_k + 1, Bk), (Bk, d_v + 1)
-        tm = rendered[c0] if masked else None
+    for a, b, (c0, c1), masked in steps:
+        sl = slice(a, b)
+        s, r = bufs(b - a, c1 - c0)
+        kt, vt = kT[:, c0:c1], va[c0:c1]  # (d_k + 1, cols), (cols, d_v + 1)
+        tm = rendered[a, c0] if masked else None
         if strict:
-            _exact_step(blk, kt, vt, tm, idx, s, r, floor)
+            _exact_step(blk, sl, kt, vt, tm, idx, s, r, floor)
             continue
-        np.matmul(blk.qa, kt, out=s)  # (Bq, Bk): score - base, in log2 units
+        np.matmul(blk.qa[sl], kt, out=s)  # (rows, cols): score - base, in log2 units
         if tm is not None and tm.bias is not None:
             s += _pick(tm.bias, idx)
         if blk.shifted:
@@ -288,26 +318,27 @@ def _row_block(q_rows, kT, va, tiles, rendered, idx, c, strict, lim, bufs):
         np.exp2(s, out=s)
         if tm is not None:
             s *= _pick(tm.keep, idx)  # blocked pairs weigh exactly 0
-        np.matmul(s, vt, out=r)  # (Bq, d_v + 1): Σ p v and, last, Σ p
+        np.matmul(s, vt, out=r)  # (rows, d_v + 1): Σ p v and, last, Σ p
         # An exponential out of range shows in the row sums (inf, or NaN from inf * 0 at a
-        # blocked pair; NaN fails the comparison): redo the tile with the careful update.
+        # blocked pair; NaN fails the comparison): redo the step with the careful update.
         # A non-finite Σ p v with finite sums needs |v| > 2^(maxexp/2): the final check sees it.
         if not r[:, -1].max() <= limit:
-            _exact_step(blk, kt, vt, tm, idx, s, r, floor)
+            _exact_step(blk, sl, kt, vt, tm, idx, s, r, floor)
             continue
-        blk.acc += r
-        if blk.acc[:, -1].max() > limit:
+        acc = blk.acc[sl]
+        acc += r
+        if acc[:, -1].max() > limit:
             _rebase(blk)
     return blk.acc
 
 
-def _solve(q_rows, kT, va, tiles, rendered, idx, c, lim, bufs):
-    acc = _row_block(q_rows, kT, va, tiles, rendered, idx, c, False, lim, bufs)
+def _solve(q_rows, kT, va, steps, rendered, idx, c, lim, bufs):
+    acc = _row_block(q_rows, kT, va, steps, rendered, idx, c, False, lim, bufs)
     l = acc[:, -1]
     if not ((l >= lim[2]).all() and np.isfinite(acc).all()):
         # A row's sum is tiny (every score far below the base, or no allowed key) or not finite:
-        # redo the block with the exact update at every tile, the textbook online softmax.
-        acc = _row_block(q_rows, kT, va, tiles, rendered, idx, c, True, lim, bufs)
+        # redo the block with the exact update at every step, the textbook online softmax.
+        acc = _row_block(q_rows, kT, va, steps, rendered, idx, c, True, lim, bufs)
     return acc
 
 
@@ -338,7 +369,7 @@ def run(x, bq: int = DEFAULT_BLOCK_Q, bk: int = DEFAULT_BLOCK_K, threads: int = 
 
     lead_idx = list(np.ndindex(lead)) if lead else [()]
     blocks = [(r0, min(n, r0 + bq)) for r0 in range(0, n, bq)]
-    plans = {rows: _tiles(x.mask, rows, n, m, bk) for rows in blocks}
+    plans = {rows: _plan(x.mask, rows, n, m, bk) for rows in blocks}
     # Work items: a query block for a group of lead elements. A tile's mask is rendered once per
     # item and reused by each lead element; groups are small enough to give every thread
     # several items, so uneven blocks (causal: later rows see more keys) even out.
@@ -348,7 +379,7 @@ def run(x, bq: int = DEFAULT_BLOCK_Q, bk: int = DEFAULT_BLOCK_K, threads: int = 
         for rows in blocks
         for i in range(0, len(lead_idx), per_item)
     ]
-    cost = {rows: sum(c1 - c0 for (c0, c1), _ in plan) for rows, plan in plans.items()}
+    cost = {rows: sum((b - a) * (c1 - c0) for a, b, (c0, c1), _ in p) for rows, p in plans.items()}
     items.sort(key=lambda it: -cost[it[0]] * len(it[1]))  # longest first: better balance
     empty: list[tuple[int, ...]] = []
     lock = threading.Lock()
@@ -356,9 +387,10 @@ def run(x, bq: int = DEFAULT_BLOCK_Q, bk: int = DEFAULT_BLOCK_K, threads: int = 
     def work(item) -> None:
         rows, group = item
         with np.errstate(all="ignore"):  # overflow is detected and redone; errstate is per thread
+            r0 = rows[0]
             rendered = {
-                c0: _TileMask(x.mask, rows, (c0, c1), n, m, len(lead), dtype)
-                for (c0, c1), masked in plans[rows]
+                (a, c0): _TileMask(x.mask, (r0 + a, r0 + b), (c0, c1), n, m, len(lead), dtype)
+                for a, b, (c0, c1), masked in plans[rows]
                 if masked
             }
             bufs = _Buffers(dtype, dv + 1)
