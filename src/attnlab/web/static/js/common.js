@@ -62,14 +62,14 @@ export function matrixTable({ caption, rows, cols, values, digits = 3, cell, row
       return tr;
     }
     row.forEach((value, j) => {
-      const attrs = cell ? cell(i, j, value) || {} : {};
+      const { text, ...attrs } = cell ? cell(i, j, value) || {} : {};
       const td = el("td", {
         "data-row": i,
         "data-col": j,
         "data-value": value === null ? "-inf" : String(value),
         title: value === null ? "−∞ (blocked)" : String(value),
         ...attrs,
-      }, attrs.text ?? fmt(value, digits));
+      }, text ?? fmt(value, digits));
       if (value === null) td.classList.add("blocked");
       tr.append(td);
     });

@@ -115,7 +115,7 @@ function makeMaskButtons(table) {
       "aria-pressed": byHand ? "true" : "false",
       "aria-label": `query ${i + 1}, key ${j + 1}: ${what}. Press to ${byHand ? "unblock" : "block"} by hand`,
       onclick: () => toggleBlocked(i, j),
-    }, td.textContent, byHand ? el("span", { class: "mark", "aria-hidden": "true", text: " ✋" }) : null);
+    }, td.textContent, byHand ? el("span", { class: "mark", "aria-hidden": "true", text: " ✎" }) : null);
     td.textContent = "";
     td.append(button);
   });
