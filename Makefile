@@ -21,7 +21,7 @@ $(VENV)/.dev: pyproject.toml
 	touch $(VENV)/.base $@
 
 run: $(VENV)/.base
-	$(VENV)/bin/attnlab example
+	$(VENV)/bin/attnlab serve --open
 
 lint: $(VENV)/.dev
 	$(PY) -m ruff check src tests
