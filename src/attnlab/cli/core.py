@@ -12,12 +12,8 @@ from rich.table import Table
 from attnlab.cli._app import app, console, fail, friendly_errors, parse_matrix
 from attnlab.core.attention import AttentionTrace, _fmt, trace_attention
 from attnlab.core.cost import breakdown, crossover_length, score_memory_bytes
+from attnlab.core.example import EXAMPLE_K, EXAMPLE_Q, EXAMPLE_V
 from attnlab.core.masks import Causal
-
-# §6.2: section 1.6's projections give these queries, keys and values for two tokens.
-EXAMPLE_Q = [[3.0, -3.0], [1.0, 1.0]]
-EXAMPLE_K = [[-3.0, 3.0], [1.0, 1.0]]
-EXAMPLE_V = [[0.0, -1.0], [1.0, 2.0]]
 
 _EXPLAIN = {
     "scores": "Each query dotted with each key: entry (i, j) is q_i · k_j.",

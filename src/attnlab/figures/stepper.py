@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnlab.core.attention import trace_attention
+from attnlab.core.example import EXAMPLE_K, EXAMPLE_Q, EXAMPLE_V
 from attnlab.core.masks import Causal, Dense, Mask
 from attnlab.errors import AttnlabError, FullyMaskedRowError
 from attnlab.figures._data import Matrix, as_dict, matrix
@@ -34,11 +35,6 @@ __all__ = [
 
 FIGURE_ID = "attention-stepper"
 _STAGES = ("scores", "scaled", "masked", "weights", "output")
-
-# §6.2: section 1.6's projections give these queries, keys and values for two tokens.
-EXAMPLE_Q = ((3.0, -3.0), (1.0, 1.0))
-EXAMPLE_K = ((-3.0, 3.0), (1.0, 1.0))
-EXAMPLE_V = ((0.0, -1.0), (1.0, 2.0))
 
 MAX_TOKENS = 8  # rows of Q, K and V
 MAX_WIDTH = 8  # d_k and d_v
