@@ -141,7 +141,8 @@ def attention(
         isolate: measure each configuration in its own subprocess (default; needed for peak
             memory to belong to one configuration). False runs them here, for tests.
         checks: also run the target checks that need extra configurations (N = 65536 memory,
-            textbook at 2048, window at 16384); default: only for the full default suite.
+            textbook at 2048, window at 16384); default: only for the full default suite
+            (``quick`` adds only the textbook expression at N = 2048).
         progress: called with each Result as it is measured.
 
     Returns:
@@ -188,8 +189,10 @@ def attention(
                 cfg = Config(method, n, heads, d, mask, window if mask == "window" else None)
                 measured(replace(cfg, repeats=repeats), report.results)
 
+    base = Config("blockwise", 0, heads, d, repeats=repeats)
+    if quick and 2048 in ns:  # the one cheap check: the textbook expression beside dense
+        measured(replace(base, method="textbook", n=2048), report.checks)
     if checks:
-        base = Config("blockwise", 0, heads, d, repeats=repeats)
         wanted = [
             replace(base, method="dense", n=2048),
             replace(base, method="textbook", n=2048),

@@ -61,6 +61,12 @@ def _compute_dtype(*arrays: np.ndarray) -> np.dtype:
 
 
 def _check_finite(name: str, arr: np.ndarray) -> None:
+    # A NaN or inf anywhere makes the sum NaN or inf: one quick pass (~5x faster than
+    # isfinite's bool table) clears the common case; only a non-finite sum, which finite
+    # values can also reach by overflowing, needs the entry-by-entry look.
+    with np.errstate(over="ignore", invalid="ignore"):
+        if np.isfinite(np.sum(arr)):
+            return
     bad = ~np.isfinite(arr)
     if bad.any():
         where = tuple(int(i) for i in np.argwhere(bad)[0])
