@@ -78,6 +78,8 @@ DEFAULT_BLOCK_Q = 512
 DEFAULT_BLOCK_K = 512
 
 _LOG2E = 1.4426950408889634
+_ITEMS_PER_THREAD = 4
+_STRIPS = 4
 
 
 # -- the public entry point ---------------------------------------------------------------------
@@ -194,9 +196,9 @@ def _plan(mask: Mask | None, rows: tuple[int, int], n: int, m: int, bk: int):
 
 
 def _strips(mask: Mask, rows, cols, n: int, m: int):
-    sub = max(32, (rows[1] - rows[0]) // 4)
+    sub = max(32, (rows[1] - rows[0]) // _STRIPS)
     width = cols[1] - cols[0]
-    chunk = max(32, width // 4)
+    chunk = max(32, width // _STRIPS)
     out, area = [], 0
     for a in range(rows[0], rows[1], sub):
         strip = (a, min(rows[1], a + sub))
@@ -382,10 +384,13 @@ def run(x, bq: int = DEFAULT_BLOCK_Q, bk: int = DEFAULT_BLOCK_K, threads: int = 
     lead_idx = list(np.ndindex(lead)) if lead else [()]
     blocks = [(r0, min(n, r0 + bq)) for r0 in range(0, n, bq)]
     plans = {rows: _plan(x.mask, rows, n, m, bk) for rows in blocks}
-    # Work items: a query block for a group of lead elements. A tile's mask is rendered once per
-    # item and reused by each lead element; groups are small enough to give every thread
-    # several items, so uneven blocks (causal: later rows see more keys) even out.
-    per_item = max(1, min(len(lead_idx), (len(blocks) * len(lead_idx)) // (4 * threads)))
+    # Work items: a query block for a group of lead elements, small enough to give every thread
+    # eight or more, so uneven blocks (causal: later rows see more keys) and a core slowed by
+    # another process even out. A block's masked tiles are rendered once, by whichever of its
+    # items comes first, and dropped when its last item is done.
+    per_item = max(
+        1, min(len(lead_idx), (len(blocks) * len(lead_idx)) // (_ITEMS_PER_THREAD * threads))
+    )
     items = [
         (rows, lead_idx[i : i + per_item])
         for rows in blocks
@@ -395,16 +400,26 @@ def run(x, bq: int = DEFAULT_BLOCK_Q, bk: int = DEFAULT_BLOCK_K, threads: int = 
     items.sort(key=lambda it: -cost[it[0]] * len(it[1]))  # longest first: better balance
     empty: list[tuple[int, ...]] = []
     lock = threading.Lock()
+    pending = {rows: sum(it[0] == rows for it in items) for rows in blocks}
+    masks: dict[tuple[int, int], dict] = {}
+
+    def render(rows) -> dict:
+        r0 = rows[0]
+        return {
+            (a, c0): _TileMask(x.mask, (r0 + a, r0 + b), (c0, c1), n, m, len(lead), dtype)
+            for a, b, (c0, c1), masked in plans[rows]
+            if masked
+        }
 
     def work(item) -> None:
         rows, group = item
         with np.errstate(all="ignore"):  # overflow is detected and redone; errstate is per thread
-            r0 = rows[0]
-            rendered = {
-                (a, c0): _TileMask(x.mask, (r0 + a, r0 + b), (c0, c1), n, m, len(lead), dtype)
-                for a, b, (c0, c1), masked in plans[rows]
-                if masked
-            }
+            with lock:
+                rendered = masks.get(rows)
+            if rendered is None:
+                rendered = render(rows)  # outside the lock; a race renders twice, harmlessly
+                with lock:
+                    rendered = masks.setdefault(rows, rendered)
             bufs = _Buffers(dtype, dv, bk)
             for idx in group:
                 acc, l = _solve(
@@ -423,6 +438,10 @@ def run(x, bq: int = DEFAULT_BLOCK_Q, bk: int = DEFAULT_BLOCK_K, threads: int = 
                     with lock:
                         empty.extend(idx + (rows[0] + int(i),) for i in hollow)
                 np.divide(acc, l[:, None], out=out[idx][rows[0] : rows[1]])  # (Bq, d_v)
+        with lock:
+            pending[rows] -= 1
+            if pending[rows] == 0:
+                masks.pop(rows, None)
 
     with _pool(threads, len(items)) as pool:
         list(pool(transpose, list(np.ndindex(k.shape[:-2]))))
@@ -465,6 +484,20 @@ class _Buffers:
 
 
 # -- threads ------------------------------------------------------------------------------------
+
+
+def on_threads(fn, items, threads: int) -> None:
+    """Call fn on every item, ``threads`` at a time; errors re-raised here. numpy's errstate
+    belongs to each thread, so the caller's is carried over to the workers."""
+    state = np.geterr()
+
+    def call(item):
+        with np.errstate(**state):
+            fn(item)
+
+    with _pool(threads, len(items)) as pool:
+        list(pool(call, items))
+
 
 _pools: dict[int, ThreadPoolExecutor] = {}
 _pools_lock = threading.Lock()
