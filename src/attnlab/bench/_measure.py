@@ -13,6 +13,7 @@ ru_maxrss stands in and the figure is an upper bound (it then includes any earli
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import json
 import math
@@ -107,7 +108,9 @@ def _prepare(cfg: Config, info: dict):
     info["threads"] = os.cpu_count() if cfg.method == "blockwise" else None
     rng = np.random.default_rng(cfg.seed)
     shape = (1, cfg.heads, cfg.n, cfg.d)  # (B, h, N, d)
-    q, k, v = (rng.standard_normal(shape, dtype=np.float32).astype(cfg.dtype) for _ in range(3))
+    q, k, v = (
+        rng.standard_normal(shape, dtype=np.float32).astype(cfg.dtype, copy=False) for _ in range(3)
+    )
     if cfg.method == "torch":
         import torch  # the benchmark's oracle only: never imported by attnlab at run time
         import torch.nn.functional as F
@@ -153,6 +156,14 @@ def _rss() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+def _trim() -> None:
+    # Hand freed heap memory back to the system first, or a call could reuse it unseen.
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
 def _reset_peak() -> bool:
     try:
         with open("/proc/self/clear_refs", "w") as f:
@@ -181,6 +192,7 @@ def measure(cfg: Config) -> Result:
         call = _prepare(cfg, info)
         result.threads = info["threads"]
         gc.collect()
+        _trim()
         exact = _reset_peak()
         before = _rss() if exact else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         start = time.perf_counter()

@@ -10,30 +10,38 @@ The N x M table of §6.2 is never stored. Query rows are cut into blocks of Bq r
 blocks of Bk; for each query block the tiles (Bq x Bk) are visited left to right, keeping per row
 
     base   a reference point for the exponentials (the running maximum of FlashAttention),
-    acc    the running sum of exp(score - base) * v_j, and in its last column
+    acc    the running sum of exp(score - base) * v_j,
     l      the running sum of exp(score - base), so the output is acc / l at the end.
 
 Softmax does not change when every score of a row moves by the same amount, so any finite base
 gives the same answer; the base only has to keep the exponentials inside the float range. The
 textbook online softmax moves the base to the new row maximum at every tile and rescales acc and
 l by exp(old - new). Here that exact step runs only when a tile's exponentials would leave a safe
-range (its row sums, which come for free from the matmul below, say so); otherwise a tile costs
-two matmuls and one exponential and nothing else. This is the lazy rescaling of FlashAttention-4
+range (its row sums, which the tile needs anyway, say so); otherwise a tile costs two matmuls,
+one exponential and a row sum, and nothing else. This is the lazy rescaling of FlashAttention-4
 (Dao et al., 2025), pushed one step further: on a CPU every pass over a tile costs about as much
 as a matmul, so the row maximum itself is only computed when needed. Four tricks keep the
 passes down:
 
 1. scale · log2(e) is folded into q once, and exp2 replaces exp (numpy's float32 exp2 is twice
    as fast as exp): exp(s · scale) = exp2(s · scale · log2 e).
-2. -base rides along as an extra column of q against a column of ones in k, so the matmul
-   returns score - base directly.
-3. A column of ones appended to v makes the second matmul return the row sums l too.
+2. base starts at 0 for every row, so the first matmul needs no correction at all; once an
+   exact step has moved a base, -base rides along as an extra column of q against a row of
+   ones in kᵀ, so the matmul returns score - base directly.
+3. The row sums l come from a matrix-vector product with a vector of ones: 16 us for a
+   512 x 512 tile, where np.sum takes 60 and a column of ones in v slows the p v matmul by 35
+   (OpenBLAS runs a width of 65 ~12% slower than 64).
 4. base is kept an integer, so every rescaling is a multiplication by a power of two, exact in
    floating point (np.ldexp), and can never overflow on its own.
 
-A row that allows no key in a tile gets exp2(-inf) = 0 there: the base is always finite, so the
-NaN of exp(-inf - -inf) cannot arise. A row whose sum is 0 at the end allowed no key at all and
-raises FullyMaskedRowError, exactly as the dense path does.
+A blocked pair's exponential is multiplied by 0 (never computed as exp2(-inf), which numpy's
+float32 exp2 handles on a slow path), and the base is always finite, so a row that allows no key
+in a tile adds exactly 0 there and the NaN of exp(-inf - -inf) cannot arise. A row whose sum is 0
+at the end allowed no key at all and raises FullyMaskedRowError, exactly as the dense path does.
+
+Tiles a mask blocks are skipped (``Mask.tile_state``); tiles it allows whole need no mask
+arithmetic; a partial tile is cut into strips trimmed to the keys they need (causal: 5/8 of a
+diagonal tile). Query blocks run on a thread pool: numpy's matmul and exp2 release the GIL.
 """
 
 from __future__ import annotations
@@ -67,13 +75,12 @@ __all__ = [
 #: ``attnlab.core.blockwise.DEFAULT_MEMORY_BUDGET``, or per call with ``memory_budget=``.
 DEFAULT_MEMORY_BUDGET = 256 * 2**20
 
-# Default tile: 512 query rows x 512 keys. Measured on the project's 2-core Xeon (AVX-512,
-# OpenBLAS SkylakeX kernel), float32, d = 64, one thread per core: the q kᵀ matmul with an inner
-# width of only 65 runs at ~130 GFLOP/s for 512 x 512 tiles but ~110 for 128-row ones (the
-# output store dominates a short inner loop), and the p v matmul likes a deep (512) key axis.
-# Past 512 x 1024 the float32 tile (2 MiB) spills the 2 MiB L2 and the exp2 pass slows.
-# Smaller tiles skip masked work more finely (causal wastes half a diagonal tile per row block),
-# but 512 keeps causal within ~7% of the ideal half at N = 8192.
+# Default tile: 512 query rows x 512 keys, from measurement on the project's 2-core Xeon
+# (AVX-512, OpenBLAS SkylakeX kernel), float32, d = 64, N = 4096, one thread: 512 x 512, 1024 x 256,
+# 768 x 384 and 640 x 640 all run at 100-102 GFLOP/s, 256 x 512 at 96 (a 256-row q kᵀ matmul
+# with an inner width of 64 spends more of its time storing its output). Of the fastest, 512 x 512
+# is the smallest: at N = 2048 it still gives each of two threads 16 query blocks of work, and
+# it keeps a 1 MiB float32 tile (half the L2) in cache through its exp2 and two matmuls.
 DEFAULT_BLOCK_Q = 512
 DEFAULT_BLOCK_K = 512
 
