@@ -5,11 +5,13 @@ from __future__ import annotations
 import math
 import tracemalloc
 
+import numpy as np
 import pytest
 
 from attnlab.errors import AttnlabError
 from attnlab.labs import variance_scaling
-from attnlab.labs._common import CHUNK_ELEMENTS, VARIANCE, score_chunks
+from attnlab.labs._common import VARIANCE, rng_for
+from attnlab.labs._scores import BLOCK, CHUNK_DRAWS, score_chunks
 
 # A draw further than 5 standard errors from the truth happens about once in 1.7 million.
 Z = 5.0
@@ -73,16 +75,26 @@ def test_memory_stays_bounded_by_chunking():
 
 
 def test_score_chunks_are_lazy_and_small():
-    chunks = score_chunks(0, VARIANCE, 64, 10**8, workers=1)
+    chunks = score_chunks(0, VARIANCE, (64,), 10**8, workers=1)
     first = next(chunks)  # 10^8 draws are never materialised at once
     chunks.close()
-    assert first.shape == (CHUNK_ELEMENTS // 64,)
+    assert first.shape == (1, CHUNK_DRAWS)
+
+
+def test_scores_are_sums_of_products_of_seeded_normals():
+    # Widths share draws: the width-20 score is the first 20 products, width 8 the first 8.
+    (z,) = score_chunks(5, VARIANCE, (20, 8), 300)
+    q, k = np.concatenate(
+        [rng_for(5, VARIANCE, 0, b).standard_normal((2, 300, BLOCK)) for b in range(2)], axis=-1
+    )  # each (300, 32)
+    np.testing.assert_allclose(z[0], (q[:, :20] * k[:, :20]).sum(axis=1), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(z[1], (q[:, :8] * k[:, :8]).sum(axis=1), rtol=0, atol=1e-12)
 
 
 def test_progress_reaches_the_total():
     seen = []
-    variance_scaling(widths=(8, 16), draws=1_000, progress=lambda done, total: seen.append(done))
-    assert seen[-1] == 2_000
+    variance_scaling(widths=(8, 16), draws=40_000, progress=lambda done, total: seen.append(done))
+    assert seen[-1] == 40_000 and len(seen) == 3  # one call per chunk of 16,384 pairs
     assert seen == sorted(seen)
 
 

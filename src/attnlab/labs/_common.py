@@ -1,28 +1,22 @@
-"""What every lab shares: seeded streams, chunked score draws, validation, JSON-ready results.
-
-Shape legend (the chapter's letters): d_k query/key width; one "draw" is one pair (q, k) of
-d_k-vectors with i.i.d. N(0, 1) entries and its raw score z = q·k (§6.3).
+"""What every lab shares: seeded streams, validation, JSON-ready results, column titles.
 
 Randomness: every lab draws from ``numpy.random.default_rng([seed, lab, *key])``. Keying the
 stream by the lab and the row (a width, a chunk index) makes each row reproducible on its own:
 the d_k = 64 row of a lab is the same whether or not other widths were asked for, and a chunked
-draw gives the same numbers whatever the number of worker threads.
+draw gives the same numbers whatever the number of worker threads (see ``_scores``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import os
-from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from attnlab.errors import AttnlabError
 
-__all__ = ["COLUMN_TITLES", "LabResult", "Progress", "rng_for", "score_chunks"]
+__all__ = ["COLUMN_TITLES", "LabResult", "Progress", "rng_for"]
 
 #: progress(done, total): called as a lab advances, so a front end can draw a progress bar.
 Progress = Callable[[int, int], None]
@@ -30,55 +24,14 @@ Progress = Callable[[int, int], None]
 # Stream tags: one per lab, so two labs never share draws at the same seed.
 VARIANCE, SATURATION, HISTOGRAM, PERMUTATION, COST = range(1, 6)
 
-# Entries of q per chunk (4 MiB of float64; q and k together 8 MiB). With at most 2 chunks in
-# flight per worker, a lab holds a few tens of MB however many draws it makes.
+# Entries per chunk of a lab's own draws (4 MiB of float64), so memory stays bounded.
 CHUNK_ELEMENTS = 1 << 19
-MAX_WIDTH = 1 << 16  # a sanity bound: one draw at this width is 1 MiB
+MAX_WIDTH = 1 << 16  # a sanity bound on d_k
 
 
 def rng_for(seed: int, *key: int) -> np.random.Generator:
     """numpy's default generator, seeded by the lab's seed and the row's key."""
     return np.random.default_rng([seed, *key])
-
-
-def default_workers() -> int:
-    """Threads for chunked draws: numpy's samplers release the GIL, so threads use every core."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS and Windows have no affinity call
-        cores = os.cpu_count() or 1
-    return max(1, min(cores, 8))
-
-
-def score_chunks(
-    seed: int, tag: int, d_k: int, draws: int, *, workers: int | None = None
-) -> Iterator[np.ndarray]:
-    """Yield the raw scores z = q·k of ``draws`` fresh (q, k) pairs, chunk by chunk, in order.
-
-    Chunk j comes from ``rng_for(seed, tag, d_k, j)``, so the numbers depend on the seed and
-    the chunk size (fixed by d_k) only, never on ``workers``.
-    """
-    per = max(1, CHUNK_ELEMENTS // d_k)  # draws per chunk
-    count = -(-draws // per)
-
-    def chunk(j: int) -> np.ndarray:
-        rng = rng_for(seed, tag, d_k, j)
-        qk = rng.standard_normal((2, min(per, draws - j * per), d_k))  # (2, m, d_k): q, k
-        return np.einsum("md,md->m", qk[0], qk[1])  # (m,) raw scores
-
-    workers = default_workers() if workers is None else workers
-    if workers == 1 or count == 1:
-        yield from map(chunk, range(count))
-        return
-    # A sliding window of futures keeps memory bounded whatever ``draws`` is.
-    with ThreadPoolExecutor(workers) as pool:
-        pending: deque = deque()
-        for j in range(count):
-            pending.append(pool.submit(chunk, j))
-            if len(pending) >= 2 * workers:
-                yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
 
 
 # -- validation: once, at the public boundary, worded "expected ..., but got ... instead" -------

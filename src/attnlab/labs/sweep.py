@@ -23,8 +23,8 @@ from attnlab.labs._common import (
     check_open_unit,
     check_positive,
     check_seed,
-    score_chunks,
 )
+from attnlab.labs._scores import score_chunks
 from attnlab.labs.saturation import saturation
 
 __all__ = ["ScoreHistogram", "SweepResult", "SweepRow", "score_histogram", "width_sweep"]
@@ -55,7 +55,7 @@ def _histograms(d_k, draws, bins, seed, limits, workers=None) -> tuple[ScoreHist
     edges = [np.linspace(-lim, lim, bins + 1) for lim in limits]
     counts = [np.zeros(bins, dtype=np.int64) for _ in limits]
     sums = np.zeros((2, 2))  # per case: Σz, Σz²
-    for z in score_chunks(seed, HISTOGRAM, d_k, draws, workers=workers):
+    for (z,) in score_chunks(seed, HISTOGRAM, (d_k,), draws, workers=workers):  # z (m,)
         for case, values in enumerate((z, z * scale)):
             counts[case] += np.histogram(values, bins=edges[case])[0]
             sums[case] += values.sum(), (values * values).sum()

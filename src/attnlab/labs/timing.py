@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnlab.errors import AttnlabError
-from attnlab.labs._common import LabResult, Progress, check_int, default_workers
+from attnlab.labs._common import LabResult, Progress, check_int
+from attnlab.labs._scores import default_workers
 
 __all__ = ["LabTiming", "TimingResult", "time_labs"]
 

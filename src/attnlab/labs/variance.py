@@ -22,8 +22,8 @@ from attnlab.labs._common import (
     check_ints,
     check_seed,
     check_workers,
-    score_chunks,
 )
+from attnlab.labs._scores import score_chunks
 
 __all__ = ["VarianceResult", "VarianceRow", "variance_scaling"]
 
@@ -67,9 +67,10 @@ class VarianceResult(LabResult):
 
 
 def _power_sums(z: np.ndarray) -> np.ndarray:
-    """[n, Σz, Σz², Σz³, Σz⁴]: enough to merge chunks and get the variance and its SE."""
+    """z (W, m) -> (W, 5): [n, Σz, Σz², Σz³, Σz⁴] per row, enough to merge chunks."""
     z2 = z * z
-    return np.array([z.size, z.sum(), z2.sum(), (z2 * z).sum(), (z2 * z2).sum()])
+    sums = (z.sum(axis=1), z2.sum(axis=1), (z2 * z).sum(axis=1), (z2 * z2).sum(axis=1))
+    return np.stack([np.full(len(z), z.shape[1]), *sums], axis=1)
 
 
 def _variance_and_se(sums: np.ndarray) -> tuple[float, float]:
@@ -96,9 +97,12 @@ def variance_scaling(
 ) -> VarianceResult:
     """Measure Var(q·k)/d_k and Var(q·k/√d_k) over ``draws`` random pairs per width (§6.3).
 
-    Draws are made in chunks of a few MiB spread over ``workers`` threads (default: the usable
-    cores), so memory stays bounded for any ``draws`` and the numbers never depend on
-    ``workers``. Each width draws from its own stream (see ``_common``).
+    The widths share their draws (see ``_scores``): the d_k = 32 score of a pair is the sum
+    of its first 32 products and the d_k = 256 score continues it, so each row is an exact
+    experiment on ``draws`` pairs and all rows together cost what the widest one does. Rows
+    are therefore correlated with one another, never with other widths asked for. Chunks of a
+    few MiB are spread over ``workers`` threads (default: the usable cores), so memory stays
+    bounded for any ``draws`` and the numbers never depend on ``workers``.
 
     Args:
         widths: the d_k values, each from 1 to 65536.
@@ -115,18 +119,19 @@ def variance_scaling(
     draws = check_int("draws", draws, low=2)
     seed = check_seed(seed)
     workers = check_workers(workers)
-    rows, done, total = [], 0, draws * len(widths)
-    for d_k in widths:
-        scale = 1.0 / math.sqrt(d_k)  # §6.3: the factor attention applies by default
-        raw, scaled = np.zeros(5), np.zeros(5)
-        for z in score_chunks(seed, VARIANCE, d_k, draws, workers=workers):
-            raw += _power_sums(z)
-            scaled += _power_sums(z * scale)  # the scaled scores themselves, measured
-            done += z.size
-            if progress is not None:
-                progress(done, total)
-        raw_var, raw_se = _variance_and_se(raw)
-        scaled_var, scaled_se = _variance_and_se(scaled)
+    scales = np.array([1.0 / math.sqrt(d_k) for d_k in widths])[:, None]  # §6.3, (W, 1)
+    raw, scaled = np.zeros((len(widths), 5)), np.zeros((len(widths), 5))
+    done = 0
+    for z in score_chunks(seed, VARIANCE, widths, draws, workers=workers):  # z (W, m)
+        raw += _power_sums(z)
+        scaled += _power_sums(z * scales)  # the scaled scores themselves, measured
+        done += z.shape[1]
+        if progress is not None:
+            progress(done, draws)
+    rows = []
+    for d_k, raw_sums, scaled_sums in zip(widths, raw, scaled, strict=True):
+        raw_var, raw_se = _variance_and_se(raw_sums)
+        scaled_var, scaled_se = _variance_and_se(scaled_sums)
         rows.append(
             VarianceRow(
                 width=d_k,
