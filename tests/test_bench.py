@@ -98,8 +98,8 @@ def test_targets_from_measured_numbers():
     report.settings.update(d=64, repeats=5, isolated=True)
     report.targets = list(by_name.values())
     text = report.format()
-    assert "PASS  blockwise >= 0.8x torch SDPA, N=2048, no mask: 1.10x" in text
-    assert "FAIL  blockwise >= 0.8x torch SDPA, N=2048, causal: 0.70x" in text
+    assert "PASS  blockwise >= 0.8x torch SDPA, N=2048, no mask: 1.100x" in text
+    assert "FAIL  blockwise >= 0.8x torch SDPA, N=2048, causal: 0.700x" in text
     assert "PASS  peak memory < 512 MiB, blockwise N=65536, h=1: 40 MiB" in text
 
 

@@ -90,7 +90,7 @@ def format_report(report) -> str:
     lines += ["", "targets:"]
     for t in report.targets:
         verdict = {True: "PASS", False: "FAIL", None: "----"}[t.passed]
-        value = "not run" if t.value is None else f"{t.value:.2f}{t.unit}"
+        value = "not run" if t.value is None else f"{t.value:.3f}{t.unit}"
         if t.unit == "MiB" and t.value is not None:
             value = f"{t.value:.0f} MiB"
         detail = f"  ({t.detail})" if t.detail else ""
