@@ -42,7 +42,7 @@ class Config:
     mask: str = "none"  # "none" | "causal" | "window"
     window: int | None = None
     dtype: str = "float32"
-    repeats: int = 5  # timed runs after the first (which also measures memory)
+    repeats: int = 7  # timed runs after the first (which also measures memory)
     budget_s: float = 20.0  # stop timing after this long, once 3 runs are done
     seed: int = 0
 

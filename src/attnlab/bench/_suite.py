@@ -136,7 +136,8 @@ def attention(
         heads, d: h and d_k = d_v; B = 1, float32.
         masks: any of "none", "causal", "window" (a sliding window of ``window`` keys).
         quick: small sizes and 3 timed runs: a fast look, not the targets.
-        repeats: timed runs per configuration after the first (default 5, 3 with quick).
+        repeats: timed runs per configuration after the first (default 7, 3 with quick);
+            a configuration stops after 20 s once it has 3.
         use_torch: include torch.nn.functional.scaled_dot_product_attention when importable.
         isolate: measure each configuration in its own subprocess (default; needed for peak
             memory to belong to one configuration). False runs them here, for tests.
@@ -153,7 +154,7 @@ def attention(
             raise ValueError(f"expected masks among 'none', 'causal', 'window', but got {mask!r}")
     full = ns is None and not quick
     ns = tuple(ns or (QUICK_NS if quick else DEFAULT_NS))
-    repeats = repeats or (3 if quick else 5)
+    repeats = repeats or (3 if quick else 7)
     checks = full if checks is None else checks
     with_torch = use_torch and _torch_available()
     run = measure_isolated if isolate else measure

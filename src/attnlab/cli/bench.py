@@ -59,7 +59,7 @@ def attention_command(
         bool, typer.Option(help="N = 512 to 2048, 3 runs each: about a minute.")
     ] = False,
     repeats: Annotated[
-        int | None, typer.Option(min=1, help="Timed runs per row (default 5).")
+        int | None, typer.Option(min=1, help="Timed runs per row (default 7; 3 with --quick).")
     ] = None,
     torch: Annotated[bool, typer.Option(help="Time PyTorch's SDPA beside attnlab.")] = True,
     isolate: Annotated[

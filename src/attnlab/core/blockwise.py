@@ -380,10 +380,23 @@ def run(x, bq: int = DEFAULT_BLOCK_Q, bk: int = DEFAULT_BLOCK_K, threads: int = 
     c = dtype.type(x.scale * _LOG2E)
 
     kT = np.empty(k.shape[:-2] + (dk + 1, m), dtype)  # (..., d_k + 1, M), contiguous keys
+    # Each lead element's keys are transposed by the first work item that needs them, so the
+    # copy runs on the pool, overlapped with other items, instead of before all of them.
+    ready = {i: threading.Lock() for i in np.ndindex(k.shape[:-2])}
 
-    def transpose(idx) -> None:  # one lead element's keys; the pool does them side by side
-        kT[idx][:dk] = k[idx].T  # (d_k, M)
-        kT[idx][dk] = 1.0  # meets q's -base column: the matmul returns score - base
+    def keys(idx) -> np.ndarray:
+        own = tuple(
+            i if s != 1 else 0
+            for i, s in zip(idx[len(idx) - (k.ndim - 2) :], k.shape[:-2], strict=True)
+        )
+        gate = ready.get(own)
+        if gate is not None:
+            with gate:  # whoever holds it is transposing these keys
+                if own in ready:
+                    kT[own][:dk] = k[own].T  # (d_k, M)
+                    kT[own][dk] = 1.0  # meets q's -base column: matmul returns score - base
+                    del ready[own]
+        return kT[own]  # (d_k + 1, M)
 
     v = np.ascontiguousarray(v)  # (..., M, d_v): BLAS reads tiles of it in place
     out = np.empty(lead + (n, dv), dtype)  # (..., N, d_v)
@@ -427,11 +440,11 @@ def run(x, bq: int = DEFAULT_BLOCK_Q, bk: int = DEFAULT_BLOCK_K, threads: int = 
                 rendered = render(rows)  # outside the lock; a race renders twice, harmlessly
                 with lock:
                     rendered = masks.setdefault(rows, rendered)
-            bufs = _Buffers(dtype, dv, bk)
+            bufs = _buffers(dtype, dv, bk)
             for idx in group:
                 acc, l = _solve(
                     _pick(q, idx)[rows[0] : rows[1]],
-                    _pick(kT, idx),
+                    keys(idx),
                     _pick(v, idx),
                     plans[rows],
                     rendered,
@@ -451,7 +464,6 @@ def run(x, bq: int = DEFAULT_BLOCK_Q, bk: int = DEFAULT_BLOCK_K, threads: int = 
                 masks.pop(rows, None)
 
     with _pool(threads, len(items)) as pool:
-        list(pool(transpose, list(np.ndindex(k.shape[:-2]))))
         list(pool(work, items))
     if empty:
         _raise_empty(x, np.array(sorted(_table_rows(empty, table_lead(x)))))
@@ -469,10 +481,22 @@ def _table_rows(rows, table_lead: tuple[int, ...]) -> set[tuple[int, ...]]:
     return out
 
 
-class _Buffers:
-    """Tiles reused across a work item, one set per step shape (strips and ragged edges vary).
+_local = threading.local()
 
-    Fresh 1 MiB arrays per tile would each be a new mmap and page-faults on every first touch."""
+
+def _buffers(dtype, dv: int, bk: int) -> _Buffers:
+    """This thread's tile buffers, kept between work items and calls: a fresh 1 MiB array is a
+    new mmap whose pages fault on first touch (~0.25 ms per tile, 5% of a 2048-token call)."""
+    key = (np.dtype(dtype), dv, bk)
+    cache = getattr(_local, "buffers", None)
+    if cache is None or cache.key != key:
+        cache = _local.buffers = _Buffers(dtype, dv, bk)
+        cache.key = key
+    return cache
+
+
+class _Buffers:
+    """Tiles reused across work items, one set per step shape (strips and ragged edges vary)."""
 
     def __init__(self, dtype, dv: int, bk: int):
         self.dtype, self.dv, self.cache = dtype, dv, {}
@@ -481,6 +505,8 @@ class _Buffers:
     def __call__(self, rows: int, cols: int):
         key = (rows, cols)
         if key not in self.cache:
+            if len(self.cache) >= 16:  # ragged edges of many different calls: start afresh
+                self.cache.clear()
             self.cache[key] = (
                 np.empty((rows, cols), self.dtype),  # (rows, cols) scores, then weights
                 np.empty((rows, self.dv), self.dtype),  # (rows, d_v) Σ p v
