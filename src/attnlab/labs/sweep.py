@@ -25,7 +25,7 @@ from attnlab.labs._common import (
     check_seed,
 )
 from attnlab.labs._scores import score_chunks
-from attnlab.labs.saturation import saturation
+from attnlab.labs.saturation import MAX_KEYS, saturation
 
 __all__ = ["ScoreHistogram", "SweepResult", "SweepRow", "score_histogram", "width_sweep"]
 
@@ -46,35 +46,41 @@ class ScoreHistogram:
     outside: int  # draws beyond ±limit (not in any bin)
 
 
-def _histograms(d_k, draws, bins, seed, limits, workers=None) -> tuple[ScoreHistogram, ...]:
-    """Bin one set of draws twice: unscaled (limits[0]) and scaled (limits[1]).
+def _histograms(widths, draws, bins, seed, limits) -> list[tuple[ScoreHistogram, ...]]:
+    """Per width, bin one set of draws twice: unscaled (±limits[0]) and scaled (±limits[1]).
 
-    Both histograms of a width come from the same draws, so they differ by the scaling only.
+    Both histograms of a width come from the same draws, so they differ by the scaling only;
+    the widths share their draws (see ``_scores``), so a sweep costs what its widest width does.
     """
-    scale = 1.0 / math.sqrt(d_k)  # §6.3
+    scales = 1.0 / np.sqrt(np.array(widths, dtype=float))[:, None]  # §6.3, (W, 1)
     edges = [np.linspace(-lim, lim, bins + 1) for lim in limits]
-    counts = [np.zeros(bins, dtype=np.int64) for _ in limits]
-    sums = np.zeros((2, 2))  # per case: Σz, Σz²
-    for (z,) in score_chunks(seed, HISTOGRAM, (d_k,), draws, workers=workers):  # z (m,)
-        for case, values in enumerate((z, z * scale)):
-            counts[case] += np.histogram(values, bins=edges[case])[0]
-            sums[case] += values.sum(), (values * values).sum()
+    counts = np.zeros((2, len(widths), bins), dtype=np.int64)  # (case, W, B)
+    sums = np.zeros((2, len(widths), 2))  # (case, W, [Σz, Σz²])
+    for z in score_chunks(seed, HISTOGRAM, widths, draws):  # z (W, m)
+        for case, values in enumerate((z, z * scales)):
+            for i, row in enumerate(values):
+                counts[case, i] += np.histogram(row, bins=edges[case])[0]
+            sums[case, :, 0] += values.sum(axis=1)
+            sums[case, :, 1] += (values * values).sum(axis=1)
     out = []
-    for case in range(2):
-        mean, mean_sq = sums[case] / draws
-        var = max(mean_sq - mean**2, 0.0) * draws / (draws - 1)
-        out.append(
-            ScoreHistogram(
-                d_k=d_k,
-                scaled=bool(case),
-                edges=tuple(edges[case].tolist()),
-                counts=tuple(counts[case].tolist()),
-                std=math.sqrt(var),
-                draws=draws,
-                outside=int(draws - counts[case].sum()),
+    for i, d_k in enumerate(widths):
+        pair = []
+        for case in range(2):
+            mean, mean_sq = sums[case, i] / draws
+            var = max(mean_sq - mean**2, 0.0) * draws / (draws - 1)
+            pair.append(
+                ScoreHistogram(
+                    d_k=d_k,
+                    scaled=bool(case),
+                    edges=tuple(edges[case].tolist()),
+                    counts=tuple(counts[case, i].tolist()),
+                    std=math.sqrt(var),
+                    draws=draws,
+                    outside=int(draws - counts[case, i].sum()),
+                )
             )
-        )
-    return tuple(out)
+        out.append(tuple(pair))
+    return out
 
 
 def score_histogram(
@@ -103,7 +109,7 @@ def score_histogram(
     seed = check_seed(seed)
     limit = None if limit is None else check_positive("limit", limit)
     lim = SPAN * (1.0 if scaled else math.sqrt(d_k)) if limit is None else limit
-    return _histograms(d_k, draws, bins, seed, (lim, lim))[int(bool(scaled))]
+    return _histograms((d_k,), draws, bins, seed, (lim, lim))[0][int(bool(scaled))]
 
 
 @dataclass(frozen=True)
@@ -183,11 +189,13 @@ def width_sweep(
     bins = check_int("bins", bins, high=MAX_BINS)
     seed = check_seed(seed)
     threshold = check_open_unit("threshold", threshold)
+    keys = check_int("keys", keys, low=2, high=MAX_KEYS)  # here, before any work is done
+    trials = check_int("trials", trials)
     limits = (SPAN * math.sqrt(max(widths)), SPAN)
+    histograms = _histograms(widths, draws, bins, seed, limits)
     rows = []
-    for i, d_k in enumerate(widths):
+    for i, (d_k, (unscaled, scaled)) in enumerate(zip(widths, histograms, strict=True)):
         sat = saturation(d_k=d_k, keys=keys, trials=trials, threshold=threshold, seed=seed)
-        unscaled, scaled = _histograms(d_k, draws, bins, seed, limits)
         rows.append(
             SweepRow(
                 width=d_k,
