@@ -176,7 +176,7 @@ def dense_table_bytes(lead: tuple[int, ...], n: int, m: int, dtype) -> int:
 # -- planning -----------------------------------------------------------------------------------
 
 
-def _plan(mask: Mask | None, rows: tuple[int, int], n: int, m: int, bk: int):
+def _plan(mask: Mask | None, rows: tuple[int, int], n: int, m: int, bk: int, lead_ndim: int = 0):
     """The steps of one query block: (row strip a:b within the block, cols, needs_mask).
 
     Tiles the mask BLOCKED are left out; an OPEN tile of an allow/forbid mask needs no mask
@@ -191,10 +191,11 @@ def _plan(mask: Mask | None, rows: tuple[int, int], n: int, m: int, bk: int):
     steps = []
     for c0 in range(0, m, bk):
         cols = (c0, min(m, c0 + bk))
-        state = mask.tile_state(rows, cols, n, m)
+        state = mask.tile_state(rows, cols, n, m, lead_ndim)
         if state is TileState.BLOCKED:
             continue
-        strips = _strips(mask, rows, cols, n, m) if state is TileState.PARTIAL else None
+        partial = state is TileState.PARTIAL
+        strips = _strips(mask, rows, cols, n, m, lead_ndim) if partial else None
         if strips is None:
             steps.append((0, height, cols, state is TileState.PARTIAL or not mask.boolean))
         else:
@@ -202,7 +203,7 @@ def _plan(mask: Mask | None, rows: tuple[int, int], n: int, m: int, bk: int):
     return steps
 
 
-def _strips(mask: Mask, rows, cols, n: int, m: int):
+def _strips(mask: Mask, rows, cols, n: int, m: int, lead_ndim: int):
     sub = max(32, (rows[1] - rows[0]) // _STRIPS)
     width = cols[1] - cols[0]
     chunk = max(32, width // _STRIPS)
@@ -212,7 +213,8 @@ def _strips(mask: Mask, rows, cols, n: int, m: int):
         live = [
             (c0, min(cols[1], c0 + chunk))
             for c0 in range(cols[0], cols[1], chunk)
-            if mask.tile_state(strip, (c0, min(cols[1], c0 + chunk)), n, m) is not TileState.BLOCKED
+            if mask.tile_state(strip, (c0, min(cols[1], c0 + chunk)), n, m, lead_ndim)
+            is not TileState.BLOCKED
         ]
         if live:
             span = (live[0][0], live[-1][1])
@@ -252,22 +254,48 @@ class _TileMask:
 # -- the kernel ---------------------------------------------------------------------------------
 
 
+def _fast(q_rows, kT, v, steps, idx, c):
+    """One query block of one lead element, every base left at 0: two matmuls, an exp2 and a
+    row sum per step, nothing else. Returns (acc (Bq, d_v), l (Bq,)), to be checked by _solve.
+
+    ``steps`` holds, per step: rows (a slice of the block), columns, and the tile buffers.
+    Few numpy calls per step matter with threads: each call takes the GIL, and a thread that
+    finds it held waits for a wake-up (measured ~175 waits per 35 ms causal call at N = 2048).
+    """
+    qs = q_rows * c  # (Bq, d_k): scale · log2 e, folded into q once
+    acc = np.zeros((qs.shape[0], v.shape[-1]), qs.dtype)  # (Bq, d_v): Σ exp2(score) v
+    l = np.zeros(qs.shape[0], qs.dtype)  # (Bq,): Σ exp2(score)
+    keys = kT[:-1]  # (d_k, M): the ones row is for the exact steps only
+    for sl, c0, c1, s, r, ls, ones, tm in steps:
+        np.matmul(qs[sl], keys[:, c0:c1], out=s)  # (rows, cols): score, in log2 units
+        if tm is None:
+            np.exp2(s, out=s)
+        else:
+            if tm.bias is not None:
+                s += _pick(tm.bias, idx)
+            np.exp2(s, out=s)
+            s *= _pick(tm.keep, idx)  # blocked pairs weigh exactly 0
+        # Row sums by a matrix-vector product: 16 us for a 512 x 512 tile, where np.sum takes
+        # 60 and a column of ones in v slows the p v matmul by 35 (its width 65 is awkward).
+        np.matmul(s, ones, out=ls)  # (rows,): Σ p
+        np.matmul(s, v[c0:c1], out=r)  # (rows, d_v): Σ p v
+        acc[sl] += r
+        l[sl] += ls
+    return acc, l
+
+
 class _Block:
-    """One query block of one lead element: its q (with the -base column) and running sums."""
+    """The exact pass's state for one query block: q with a -base column, and running sums."""
 
     def __init__(self, q_rows: np.ndarray, c: np.floating, dv: int):
         rows, dk = q_rows.shape
         dtype = q_rows.dtype
         self.qa = np.empty((rows, dk + 1), dtype)  # (Bq, d_k + 1)
         np.multiply(q_rows, c, out=self.qa[:, :dk])  # scale · log2 e, folded into q once
-        self.qa[:, dk] = 0.0  # -base; base starts at 0, an integer like every later base
-        self.base = np.zeros(rows, dtype)  # (Bq,)
+        self.qa[:, dk] = 0.0  # -base, meeting kᵀ's row of ones: the matmul gives score - base
+        self.base = np.zeros(rows, dtype)  # (Bq,) integers
         self.acc = np.zeros((rows, dv), dtype)  # (Bq, d_v): Σ exp2(score - base) v
         self.l = np.zeros(rows, dtype)  # (Bq,): Σ exp2(score - base)
-        # Once a base has moved, scores far below it would underflow exp2, which numpy
-        # computes on a slow path (measured 20-150x); they are clamped at 2^floor instead
-        # (see run): at most M · 2^floor added to a sum the final check finds >= tiny.
-        self.shifted = False
 
     def rescale(self, rows: slice, e: np.ndarray) -> None:
         """Move the base of ``rows`` up by the integers e: acc and l shrink by 2^-e, exactly."""
@@ -276,86 +304,50 @@ class _Block:
         base = self.base[rows] + e
         self.base[rows] = base
         self.qa[rows, -1] = -base
-        self.shifted = True
 
 
-def _exact_step(blk: _Block, sl: slice, kt, vt, tm, idx, buf, floor) -> None:
-    """The textbook online-softmax update for one step: move the base to the row maximum."""
-    s, r, ls, ones = buf
-    np.matmul(blk.qa[sl], kt, out=s)  # (rows, cols): score - base, in log2 units
-    if tm is not None and tm.bias is not None:
-        s += _pick(tm.bias, idx)
-    if tm is None:
-        top = s.max(axis=1)  # (rows,)
-    else:  # the maximum over allowed pairs only; -inf where the step allows the row nothing
-        where = np.broadcast_to(_pick(tm.allowed, idx), s.shape)
-        top = np.max(s, axis=1, where=where, initial=-np.inf)  # (rows,)
-    # The new base must also keep the sum so far in range (it may be far from the old base).
-    l = blk.l[sl]
-    top = np.fmax(top, np.log2(l, where=l > 0, out=np.full_like(l, -np.inf)))
-    # An integer shift, so rescaling by 2^-shift is exact; 0 for a row with nothing allowed
-    # yet. NaN or +inf (only with check_finite=False) stays NaN, as in the dense path.
-    shift = np.where(np.isfinite(top), np.ceil(top), np.where(np.isneginf(top), 0.0, np.nan))
-    s -= shift[:, None].astype(s.dtype)
-    np.clip(s, floor, 0.0, out=s)  # allowed scores are <= 0 now; blocked ones stay finite
-    np.exp2(s, out=s)  # (rows, cols) weights before normalising, each <= 1
-    if tm is not None:
-        s *= _pick(tm.keep, idx)  # blocked pairs weigh exactly 0
-    np.matmul(s, vt, out=r)  # (rows, d_v)
-    np.matmul(s, ones, out=ls)  # (rows,)
-    blk.rescale(sl, np.nan_to_num(shift).astype(np.int64))
-    blk.acc[sl] += r
-    blk.l[sl] += ls
-
-
-def _row_block(q_rows, kT, v, steps, rendered, idx, c, strict, lim, bufs):
-    """Attention for one query block of one lead element; returns (acc (Bq, d_v), l (Bq,))."""
-    limit, floor, _ = lim
+def _exact(q_rows, kT, v, steps, idx, c, floor):
+    """The textbook online softmax: at every step, move each row's base to its maximum so far
+    and rescale what was summed. Safe for any scores; the fallback when _fast is not."""
     blk = _Block(q_rows, c, v.shape[-1])
-    for a, b, (c0, c1), masked in steps:
-        sl = slice(a, b)
-        buf = bufs(b - a, c1 - c0)
-        s, r, ls, ones = buf
-        kt, vt = kT[:, c0:c1], v[c0:c1]  # (d_k + 1, cols), (cols, d_v)
-        tm = rendered[a, c0] if masked else None
-        if strict:
-            _exact_step(blk, sl, kt, vt, tm, idx, buf, floor)
-            continue
-        if blk.shifted:
-            np.matmul(blk.qa[sl], kt, out=s)  # (rows, cols): score - base, in log2 units
-        else:  # every base is still 0: leave out the -base column (an inner width of 64,
-            # not 65, runs the matmul ~4% faster)
-            np.matmul(blk.qa[sl, :-1], kt[:-1], out=s)  # (rows, cols): score, in log2 units
+    for sl, c0, c1, s, r, ls, ones, tm in steps:
+        np.matmul(blk.qa[sl], kT[:, c0:c1], out=s)  # (rows, cols): score - base, log2 units
         if tm is not None and tm.bias is not None:
             s += _pick(tm.bias, idx)
-        if blk.shifted:
-            np.maximum(s, floor, out=s)
-        np.exp2(s, out=s)
+        if tm is None:
+            top = s.max(axis=1)  # (rows,)
+        else:  # the maximum over allowed pairs only; -inf where the step allows nothing
+            where = np.broadcast_to(_pick(tm.allowed, idx), s.shape)
+            top = np.max(s, axis=1, where=where, initial=-np.inf)  # (rows,)
+        # The new base must also keep the sum so far in range (it may be far from the old one).
+        l = blk.l[sl]
+        top = np.fmax(top, np.log2(l, where=l > 0, out=np.full_like(l, -np.inf)))
+        # An integer shift, so rescaling by 2^-shift is exact; 0 for a row with nothing allowed
+        # yet. NaN or +inf (only with check_finite=False) stays NaN, as in the dense path.
+        shift = np.where(np.isfinite(top), np.ceil(top), np.where(np.isneginf(top), 0.0, np.nan))
+        s -= shift[:, None].astype(s.dtype)
+        # Allowed scores are <= 0 now. Far below, exp2 would underflow on numpy's slow path
+        # (20-150x): clamp at 2^floor, adding at most M · 2^floor to a sum >= 1/2.
+        np.clip(s, floor, 0.0, out=s)
+        np.exp2(s, out=s)  # (rows, cols) weights before normalising, each <= 1
         if tm is not None:
             s *= _pick(tm.keep, idx)  # blocked pairs weigh exactly 0
-        # Row sums by a matrix-vector product: 16 us for a 512 x 512 tile, where np.sum takes
-        # 60 and a column of ones in v slows the p v matmul by 35 (its width 65 is awkward).
-        np.matmul(s, ones, out=ls)  # (rows,): Σ p
-        # An exponential out of range shows in the row sums (inf, or NaN from inf * 0 at a
-        # blocked pair; NaN fails the comparison): redo the step with the careful update.
-        # A non-finite Σ p v with finite sums needs |v| > 2^(maxexp/2): the final check sees it.
-        if not ls.max() <= limit:
-            _exact_step(blk, sl, kt, vt, tm, idx, buf, floor)
-            continue
-        np.matmul(s, vt, out=r)  # (rows, d_v): Σ p v
-        # Each step adds at most 2^(maxexp/4) to a row's sum: no rescaling is needed to stay
-        # in range for any feasible number of steps (2^(3·maxexp/4)).
+        np.matmul(s, v[c0:c1], out=r)  # (rows, d_v)
+        np.matmul(s, ones, out=ls)  # (rows,)
+        blk.rescale(sl, np.nan_to_num(shift).astype(np.int64))
         blk.acc[sl] += r
         blk.l[sl] += ls
     return blk.acc, blk.l
 
 
-def _solve(q_rows, kT, v, steps, rendered, idx, c, lim, bufs):
-    acc, l = _row_block(q_rows, kT, v, steps, rendered, idx, c, False, lim, bufs)
-    if not ((l >= lim[2]).all() and np.isfinite(acc).all()):
-        # A row's sum is tiny (every score far below the base, or no allowed key) or not finite:
-        # redo the block with the exact update at every step, the textbook online softmax.
-        acc, l = _row_block(q_rows, kT, v, steps, rendered, idx, c, True, lim, bufs)
+def _solve(q_rows, kT, v, steps, idx, c, floor, tiny):
+    acc, l = _fast(q_rows, kT, v, steps, idx, c)
+    # Against a base of 0, exp2 overflows once scores pass 2^maxexp (f32: 128 in log2 units,
+    # 89 in natural ones) and underflows far below: inf, NaN (inf · 0 at a blocked pair) or a
+    # sum too small to trust (< 2^-(maxexp/2)) sends the block to the exact pass. Rows that
+    # allow no key at all also come here, and leave with l = 0.
+    if not ((l >= tiny).all() and np.isfinite(acc).all()):
+        acc, l = _exact(q_rows, kT, v, steps, idx, c, floor)
     return acc, l
 
 
@@ -367,16 +359,10 @@ def run(x, bq: int = DEFAULT_BLOCK_Q, bk: int = DEFAULT_BLOCK_K, threads: int = 
     dtype = q.dtype
     dk, dv = q.shape[-1], v.shape[-1]
     finfo = np.finfo(dtype)
-    # A step whose row sums pass 2^(maxexp/4) (f32: 2^32) is redone exactly, so Σ p v stays far
-    # from overflow; a final sum below 2^-(maxexp/2) may have lost digits to underflow, so that
-    # block is redone exactly (in practice: only rows with no allowed key, which then raise).
-    limit = dtype.type(2.0 ** (finfo.maxexp // 4))
-    tiny = dtype.type(2.0 ** -(finfo.maxexp // 2))
-    # Clamped exponentials are 2^floor (f32: 2^-120, f64: 2^-1016), the smallest that numpy's
-    # exp2 still computes on its fast path; M of them add M · 2^(floor + maxexp/2) relative to
-    # any sum that passes the tiny check (f32: 2^-56 · M), below rounding for any M < 2^32.
+    tiny = dtype.type(2.0 ** -(finfo.maxexp // 2))  # f32: 2^-64 (see _solve)
+    # 2^floor (f32: 2^-120, f64: 2^-1016) is the smallest exp2 that numpy still computes on
+    # its fast path; M of them are invisible beside a row sum >= 1/2 for any M < 2^90.
     floor = dtype.type(finfo.minexp + 6)
-    lim = (limit, floor, tiny)
     c = dtype.type(x.scale * _LOG2E)
 
     kT = np.empty(k.shape[:-2] + (dk + 1, m), dtype)  # (..., d_k + 1, M), contiguous keys
@@ -403,7 +389,7 @@ def run(x, bq: int = DEFAULT_BLOCK_Q, bk: int = DEFAULT_BLOCK_K, threads: int = 
 
     lead_idx = list(np.ndindex(lead)) if lead else [()]
     blocks = [(r0, min(n, r0 + bq)) for r0 in range(0, n, bq)]
-    plans = {rows: _plan(x.mask, rows, n, m, bk) for rows in blocks}
+    plans = {rows: _plan(x.mask, rows, n, m, bk, len(lead)) for rows in blocks}
     # Work items: a query block for a group of lead elements, small enough to give every thread
     # eight or more, so uneven blocks (causal: later rows see more keys) and a core slowed by
     # another process even out. A block's masked tiles are rendered once, by whichever of its
@@ -441,18 +427,13 @@ def run(x, bq: int = DEFAULT_BLOCK_Q, bk: int = DEFAULT_BLOCK_K, threads: int = 
                 with lock:
                     rendered = masks.setdefault(rows, rendered)
             bufs = _buffers(dtype, dv, bk)
+            steps = [  # per step: the loop's arguments, looked up once for the whole group
+                (slice(a, b), c0, c1, *bufs(b - a, c1 - c0), rendered[a, c0] if masked else None)
+                for a, b, (c0, c1), masked in plans[rows]
+            ]
             for idx in group:
-                acc, l = _solve(
-                    _pick(q, idx)[rows[0] : rows[1]],
-                    keys(idx),
-                    _pick(v, idx),
-                    plans[rows],
-                    rendered,
-                    idx,
-                    c,
-                    lim,
-                    bufs,
-                )
+                q_rows = _pick(q, idx)[rows[0] : rows[1]]  # (Bq, d_k)
+                acc, l = _solve(q_rows, keys(idx), _pick(v, idx), steps, idx, c, floor, tiny)
                 hollow = np.flatnonzero(l == 0)  # rows that allowed no key at all
                 if hollow.size:
                     with lock:

@@ -98,9 +98,16 @@ class Mask:
         return np.broadcast_shapes((n, m), *(s + (1, 1) for s in shapes))
 
     # -- tiles (used by the blockwise path) -----------------------------------------------------
-    def tile_state(self, rows: Span, cols: Span, n: int, m: int) -> TileState:
-        """Whether a tile is wholly blocked, wholly open, or mixed. Exact for the built-in masks."""
-        lead_ndim = 1 if self.batched else 0
+    def tile_state(
+        self, rows: Span, cols: Span, n: int, m: int, lead_ndim: int | None = None
+    ) -> TileState:
+        """Whether a tile is wholly blocked, wholly open, or mixed, for every batch element.
+
+        Exact for the built-in masks. ``lead_ndim`` (q's leading axes) places the axes of masks
+        that vary by batch element; it matters only when such parts are combined.
+        """
+        if lead_ndim is None:
+            lead_ndim = 1 if self.batched else 0
         block = self._block(rows, cols, n, m, lead_ndim)
         if not block.any():
             return TileState.BLOCKED
@@ -185,7 +192,7 @@ class _Banded(Mask):
             return j <= hi  # (rows, cols)
         return (j <= hi) & (j > hi - self.size)  # (rows, cols)
 
-    def tile_state(self, rows, cols, n, m):
+    def tile_state(self, rows, cols, n, m, lead_ndim=None):
         off = self._offset(n, m)
         hi_first, hi_last = rows[0] + off, rows[1] - 1 + off
         first_col, last_col = cols[0], cols[1] - 1
@@ -280,7 +287,7 @@ class Padding(Mask):
         lengths = self.lengths.reshape((-1,) + (1,) * (lead_ndim - 1) + (1, 1))  # (B, ..., 1, 1)
         return _cols(cols) < lengths  # (B, ..., 1, cols)
 
-    def tile_state(self, rows, cols, n, m):
+    def tile_state(self, rows, cols, n, m, lead_ndim=None):
         if cols[0] >= self.lengths.max():
             return TileState.BLOCKED
         if cols[1] <= self.lengths.min():
@@ -348,7 +355,7 @@ class Dense(Mask):
             return np.where(tile, 0.0, -np.inf)
         return tile
 
-    def tile_state(self, rows, cols, n, m):
+    def tile_state(self, rows, cols, n, m, lead_ndim=None):
         tile = self._slice(rows, cols, n, m)  # a view: no copy of the table
         allowed = tile if self.boolean else ~np.isneginf(tile)
         if not allowed.any():
@@ -382,8 +389,8 @@ class Combined(Mask):
             out = out + p._bias(rows, cols, n, m, lead_ndim)
         return out
 
-    def tile_state(self, rows, cols, n, m):
-        states = [p.tile_state(rows, cols, n, m) for p in self._parts]
+    def tile_state(self, rows, cols, n, m, lead_ndim=None):
+        states = [p.tile_state(rows, cols, n, m, lead_ndim) for p in self._parts]
         if TileState.BLOCKED in states:
             return TileState.BLOCKED
         partial = sum(s is TileState.PARTIAL for s in states)
@@ -391,8 +398,14 @@ class Combined(Mask):
             return TileState.OPEN
         if partial == 1:  # the other parts allow the whole tile: the sum is that one part
             return TileState.PARTIAL
-        # Two partial parts may still leave nothing allowed between them: look at the tile.
-        return Mask.tile_state(self, rows, cols, n, m)
+        # Two partial parts may still leave nothing allowed between them: look at the tile,
+        # with each part's leading axes where q's put them (Padding's batch axis first).
+        if lead_ndim is None:
+            lead_ndim = (
+                max(np.ndim(p._block(rows, (cols[0], cols[0] + 1), n, m, 1)) for p in self._parts)
+                - 2
+            )
+        return Mask.tile_state(self, rows, cols, n, m, lead_ndim)
 
 
 def as_mask(mask) -> Mask | None:
