@@ -151,3 +151,22 @@ def test_blame_renders_one_row_only():
     with pytest.raises(al.FullyMaskedRowError, match="query row 0, 1"):
         al.attention(q, k, v, spy, method="blockwise", block_size=8)
     assert max(spy.sizes) <= 8 * 8
+
+
+def test_combined_tile_state_places_the_batch_axis_where_q_has_it():
+    # q of shape (B=2, h=3, N, d): Padding's lengths index B, the Dense table's axes are (1, h).
+    n = m = 6
+    table = np.ones((1, 3, n, m), bool)
+    table[0, 1, :, :3] = False  # head 1 may not see keys 0-2
+    mask = Padding([2, 6]) + Dense(table)
+    full = mask.allowed(n, m, lead_ndim=2)  # (2, 3, N, M)
+    for cols in [(0, 2), (0, 3), (2, 6), (4, 6)]:
+        tile = full[..., :, cols[0] : cols[1]]
+        expected = (
+            TileState.BLOCKED
+            if not tile.any()
+            else TileState.OPEN
+            if tile.all()
+            else TileState.PARTIAL
+        )
+        assert mask.tile_state((0, n), cols, n, m, lead_ndim=2) is expected
