@@ -218,6 +218,12 @@ BAD_INPUTS = {
     "d_k": lambda: (np.ones((3, 4)), np.ones((3, 5)), np.ones((3, 2)), None),
     "rows": lambda: (np.ones((3, 4)), np.ones((3, 4)), np.ones((2, 2)), None),
     "finite": lambda: (np.full((3, 4), np.nan), np.ones((3, 4)), np.ones((3, 2)), None),
+    "finite before mask": lambda: (
+        np.ones((3, 4)),
+        np.full((3, 4), np.inf),
+        np.ones((3, 2)),
+        np.ones((2, 3), bool),
+    ),
     "mask shape": lambda: (
         np.ones((3, 4)),
         np.ones((3, 4)),

@@ -123,6 +123,31 @@ def validate(q, k, v, mask=None, *, scale=None, check_finite=True) -> Inputs:
     return Inputs(q, k, v, mask, scale, tuple(lead), n, m)
 
 
+def validate_later(q, k, v, mask=None, *, scale=None, check_finite=True):
+    """``validate`` with the finite-input check handed back as a function, to run when (and
+    where) the caller likes: the blockwise path runs it on its thread pool beside the first
+    tiles. Errors stay those of ``validate``, in its order: when another check fails, the
+    finite check runs first, as ``validate`` would have.
+
+    Returns:
+        (Inputs, a function raising NonFiniteInputError, or None when check_finite is False).
+    """
+    try:
+        x = validate(q, k, v, mask, scale=scale, check_finite=False)
+    except AttnlabError:
+        if check_finite:
+            validate(q, k, v, mask, scale=scale)  # raises the error validate raises first
+        raise
+    if not check_finite:
+        return x, None
+
+    def finite() -> None:
+        for name, arr in (("q", x.q), ("k", x.k), ("v", x.v)):
+            _check_finite(name, arr)
+
+    return x, finite
+
+
 def _check_mask_shape(mask: Mask, n: int, m: int, lead: tuple[int, ...]) -> None:
     table = lead + (n, m)
     try:
@@ -331,7 +356,7 @@ def attention(
     block = blockwise.check_block_size(block_size)
     n_threads = blockwise.check_threads(threads)
     budget = _check_budget(memory_budget)
-    x = validate(q, k, v, mask, scale=scale, check_finite=check_finite)
+    x, finite = validate_later(q, k, v, mask, scale=scale, check_finite=check_finite)
     if method == "auto":
         table = blockwise.dense_table_bytes(x.lead, x.n, x.m, x.q.dtype)
         if table <= budget:
@@ -347,7 +372,9 @@ def attention(
     if method == "blockwise":
         if return_weights:
             blockwise.raise_no_weights()
-        return blockwise.run(x, *block, n_threads)
+        return blockwise.run(x, *block, n_threads, check=finite)
+    if finite is not None:
+        finite()
     return _attend(x, want="weights" if return_weights else "output", threads=n_threads)
 
 

@@ -125,14 +125,14 @@ def blockwise_attention(
     array([[ 0.   , -1.   ],
            [ 0.804,  1.413]])
     """
-    from attnlab.core.attention import validate
+    from attnlab.core.attention import validate_later
 
     if return_weights:
         raise_no_weights()
     bq, bk = check_block_size(block_size)
     n_threads = check_threads(threads)
-    x = validate(q, k, v, mask, scale=scale, check_finite=check_finite)
-    return run(x, bq, bk, n_threads)
+    x, finite = validate_later(q, k, v, mask, scale=scale, check_finite=check_finite)
+    return run(x, bq, bk, n_threads, check=finite)
 
 
 def raise_no_weights() -> None:
@@ -263,10 +263,10 @@ def _fast(q_rows, kT, v, steps, idx, c):
     finds it held waits for a wake-up (measured ~175 waits per 35 ms causal call at N = 2048).
     """
     qs = q_rows * c  # (Bq, d_k): scale · log2 e, folded into q once
-    acc = np.zeros((qs.shape[0], v.shape[-1]), qs.dtype)  # (Bq, d_v): Σ exp2(score) v
-    l = np.zeros(qs.shape[0], qs.dtype)  # (Bq,): Σ exp2(score)
+    dv = v.shape[-1]
+    acc = np.zeros((qs.shape[0], dv + 1), qs.dtype)  # (Bq, d_v + 1): Σ exp2(score) v | Σ exp2
     keys = kT[:-1]  # (d_k, M): the ones row is for the exact steps only
-    for sl, c0, c1, s, r, ls, ones, tm in steps:
+    for sl, c0, c1, s, r, ls, rl, ones, tm in steps:
         np.matmul(qs[sl], keys[:, c0:c1], out=s)  # (rows, cols): score, in log2 units
         if tm is None:
             np.exp2(s, out=s)
@@ -277,11 +277,10 @@ def _fast(q_rows, kT, v, steps, idx, c):
             s *= _pick(tm.keep, idx)  # blocked pairs weigh exactly 0
         # Row sums by a matrix-vector product: 16 us for a 512 x 512 tile, where np.sum takes
         # 60 and a column of ones in v slows the p v matmul by 35 (its width 65 is awkward).
-        np.matmul(s, ones, out=ls)  # (rows,): Σ p
-        np.matmul(s, v[c0:c1], out=r)  # (rows, d_v): Σ p v
-        acc[sl] += r
-        l[sl] += ls
-    return acc, l
+        np.matmul(s, ones, out=ls)  # (rows,): Σ p, the last column of rl
+        np.matmul(s, v[c0:c1], out=r)  # (rows, d_v): Σ p v, the rest of rl
+        acc[sl] += rl  # one add for both: each numpy call is a chance to wait for the GIL
+    return acc[:, :dv], acc[:, dv]
 
 
 class _Block:
@@ -294,13 +293,13 @@ class _Block:
         np.multiply(q_rows, c, out=self.qa[:, :dk])  # scale · log2 e, folded into q once
         self.qa[:, dk] = 0.0  # -base, meeting kᵀ's row of ones: the matmul gives score - base
         self.base = np.zeros(rows, dtype)  # (Bq,) integers
-        self.acc = np.zeros((rows, dv), dtype)  # (Bq, d_v): Σ exp2(score - base) v
-        self.l = np.zeros(rows, dtype)  # (Bq,): Σ exp2(score - base)
+        # (Bq, d_v + 1): Σ exp2(score - base) v, and in the last column l = Σ exp2(score - base)
+        self.acc = np.zeros((rows, dv + 1), dtype)
+        self.l = self.acc[:, dv]  # (Bq,), a view
 
     def rescale(self, rows: slice, e: np.ndarray) -> None:
         """Move the base of ``rows`` up by the integers e: acc and l shrink by 2^-e, exactly."""
         self.acc[rows] = np.ldexp(self.acc[rows], -e[:, None])
-        self.l[rows] = np.ldexp(self.l[rows], -e)
         base = self.base[rows] + e
         self.base[rows] = base
         self.qa[rows, -1] = -base
@@ -310,7 +309,7 @@ def _exact(q_rows, kT, v, steps, idx, c, floor):
     """The textbook online softmax: at every step, move each row's base to its maximum so far
     and rescale what was summed. Safe for any scores; the fallback when _fast is not."""
     blk = _Block(q_rows, c, v.shape[-1])
-    for sl, c0, c1, s, r, ls, ones, tm in steps:
+    for sl, c0, c1, s, r, ls, rl, ones, tm in steps:
         np.matmul(blk.qa[sl], kT[:, c0:c1], out=s)  # (rows, cols): score - base, log2 units
         if tm is not None and tm.bias is not None:
             s += _pick(tm.bias, idx)
@@ -335,9 +334,8 @@ def _exact(q_rows, kT, v, steps, idx, c, floor):
         np.matmul(s, v[c0:c1], out=r)  # (rows, d_v)
         np.matmul(s, ones, out=ls)  # (rows,)
         blk.rescale(sl, np.nan_to_num(shift).astype(np.int64))
-        blk.acc[sl] += r
-        blk.l[sl] += ls
-    return blk.acc, blk.l
+        blk.acc[sl] += rl
+    return blk.acc[:, :-1], blk.l
 
 
 def _solve(q_rows, kT, v, steps, idx, c, floor, tiny):
@@ -351,8 +349,15 @@ def _solve(q_rows, kT, v, steps, idx, c, floor, tiny):
     return acc, l
 
 
-def run(x, bq: int = DEFAULT_BLOCK_Q, bk: int = DEFAULT_BLOCK_K, threads: int = 1) -> np.ndarray:
-    """Blockwise attention on validated inputs (``attention.Inputs``); returns (..., N, d_v)."""
+def run(
+    x, bq: int = DEFAULT_BLOCK_Q, bk: int = DEFAULT_BLOCK_K, threads: int = 1, check=None
+) -> np.ndarray:
+    """Blockwise attention on validated inputs (``attention.Inputs``); returns (..., N, d_v).
+
+    ``check``, if given, is validate's finite-input check: it runs on the pool beside the first
+    tiles (at N = 2048, 5% of the time was this check alone, before any tile could start) and
+    its error, if any, is raised before any other.
+    """
     from attnlab.core.attention import _raise_empty, table_lead
 
     q, k, v, n, m, lead = x.q, x.k, x.v, x.n, x.m, x.lead
@@ -417,7 +422,15 @@ def run(x, bq: int = DEFAULT_BLOCK_Q, bk: int = DEFAULT_BLOCK_K, threads: int = 
             if masked
         }
 
+    refused: list[Exception] = []
+
     def work(item) -> None:
+        if item is None:  # the finite-input check
+            try:
+                check()
+            except AttnlabError as exc:
+                refused.append(exc)
+            return
         rows, group = item
         with np.errstate(all="ignore"):  # overflow is detected and redone; errstate is per thread
             with lock:
@@ -444,8 +457,12 @@ def run(x, bq: int = DEFAULT_BLOCK_Q, bk: int = DEFAULT_BLOCK_K, threads: int = 
             if pending[rows] == 0:
                 masks.pop(rows, None)
 
+    if check is not None:
+        items.insert(0, None)
     with _pool(threads, len(items)) as pool:
         list(pool(work, items))
+    if refused:
+        raise refused[0]
     if empty:
         _raise_empty(x, np.array(sorted(_table_rows(empty, table_lead(x)))))
     return out
@@ -488,10 +505,12 @@ class _Buffers:
         if key not in self.cache:
             if len(self.cache) >= 16:  # ragged edges of many different calls: start afresh
                 self.cache.clear()
+            rl = np.empty((rows, self.dv + 1), self.dtype)  # (rows, d_v + 1): Σ p v | Σ p
             self.cache[key] = (
                 np.empty((rows, cols), self.dtype),  # (rows, cols) scores, then weights
-                np.empty((rows, self.dv), self.dtype),  # (rows, d_v) Σ p v
-                np.empty(rows, self.dtype),  # (rows,) Σ p
+                rl[:, :-1],  # (rows, d_v) Σ p v
+                rl[:, -1],  # (rows,) Σ p
+                rl,
                 self.ones[:cols],  # (cols,)
             )
         return self.cache[key]
