@@ -64,6 +64,11 @@ def test_same_seed_same_numbers_other_seed_other_numbers_in_range(default):
     _in_chapter_range(other)
 
 
+def test_more_trials_extend_fewer(default):
+    # Trial t uses the t-th block of the stream, whatever the trial count or chunking.
+    assert saturation(trials=40).unscaled_p_max == default.unscaled_p_max[:40]
+
+
 def test_no_saturated_trial_gives_none_not_nan():
     r = saturation(d_k=1, keys=64, trials=20)
     assert r.unscaled_saturated == 0

@@ -81,6 +81,12 @@ def test_score_chunks_are_lazy_and_small():
     assert first.shape == (1, CHUNK_DRAWS)
 
 
+def test_more_draws_extend_fewer():
+    few = next(score_chunks(0, VARIANCE, (32,), 20_000))
+    many = next(score_chunks(0, VARIANCE, (32,), 40_000))
+    assert np.array_equal(few, many)  # the first 16,384 pairs do not depend on draws
+
+
 def test_scores_are_sums_of_products_of_seeded_normals():
     # Widths share draws: the width-20 score is the first 20 products, width 8 the first 8.
     (z,) = score_chunks(5, VARIANCE, (20, 8), 300)

@@ -86,9 +86,9 @@ class SaturationResult(LabResult):
 
     def summary(self) -> list[str]:
         lines = [
-            f"At d_k = {self.d_k} with {self.keys} keys, {self.unscaled_share:.1%} of "
-            f"{self.trials} unscaled trials push p_max above {self.threshold} "
-            f"(± {self.unscaled_share_se:.1%}); scaled, {self.scaled_share:.1%} do."
+            f"Without scaling, {self.unscaled_share:.1%} (± {self.unscaled_share_se:.1%}) of "
+            f"{self.trials} trials at d_k = {self.d_k}, {self.keys} keys, have a largest "
+            f"weight over {self.threshold}; with scaling, {self.scaled_share:.1%}."
         ]
         if self.gradient_term is not None and self.jacobian_saturated is not None:
             lines.append(

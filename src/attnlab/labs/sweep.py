@@ -1,7 +1,7 @@
 """Lab: score histograms and saturation across head widths, the data of `sqrt-dk-histogram`.
 
-§6.3's figure: unscaled, the score histogram widens like √d_k and the saturated share climbs;
-scaled, the histogram keeps one width and saturation all but disappears.
+§6.3's figure: without scaling the scores spread in proportion to √d_k and more and more trials
+saturate; with it the spread is 1 at every width and saturation is gone.
 
 Shape legend: d_k the query/key width (one row per width); B histogram bins.
 """
