@@ -95,8 +95,10 @@ def build_histogram(d_k: int = 64, *, scaled: bool = False, seed: int = 0) -> Hi
         seed: seed of both labs; the same seed gives the same figure.
 
     >>> wide, narrow = build_histogram(256), build_histogram(16)
-    >>> round(wide.std / narrow.std, 1), build_histogram(256, scaled=True).scaled_share
-    (4.0, 0.0)
+    >>> bool(abs(wide.std / narrow.std - 4.0) < 0.2)  # √(256/16) = 4, within sampling error
+    True
+    >>> build_histogram(256, scaled=True).scaled_share
+    0.0
     """
     if isinstance(d_k, bool) or not isinstance(d_k, int) or not D_K_MIN <= d_k <= D_K_MAX:
         raise AttnlabError(
