@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import attnlab as al
-from attnlab.core import blockwise
+from attnlab.core import _tiles, blockwise
 from attnlab.core.masks import Causal, Dense, Padding, SlidingWindow, as_mask
 from tolerances import BLOCKWISE_F32, BLOCKWISE_F64
 
@@ -382,7 +382,7 @@ def test_blas_threads_are_restored():
 
 def _area(mask, n, block):
     steps = [
-        (r0, blockwise._plan(mask, (r0, r0 + block), n, n, block)) for r0 in range(0, n, block)
+        (r0, _tiles.plan(mask, (r0, r0 + block), n, n, block)) for r0 in range(0, n, block)
     ]
     area = sum((b - a) * (c1 - c0) for _, plan in steps for a, b, (c0, c1), _ in plan)
     return area, steps

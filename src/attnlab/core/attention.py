@@ -260,7 +260,7 @@ def _attend(x: Inputs, *, want: str = "output", empty_rows: str = "raise", threa
 def _each(fn, starts, threads: int, size: int) -> None:
     """fn(start) for each band, on the thread pool when there is enough work to share."""
     if threads > 1 and len(starts) > 1 and size >= _THREADED_BYTES:
-        from attnlab.core.blockwise import on_threads
+        from attnlab.core._threads import on_threads
 
         on_threads(fn, starts, threads)
     else:

@@ -46,18 +46,14 @@ diagonal tile). Query blocks run on a thread pool: numpy's matmul and exp2 relea
 
 from __future__ import annotations
 
-import ctypes
-import glob
 import math
 import os
 import threading
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 
 import numpy as np
 
-from attnlab.core.masks import Mask, TileState
+from attnlab.core._threads import _pool, blas_info
+from attnlab.core._tiles import LOG2E, TileMask, buffers, plan
 from attnlab.core.masks import tile_at as _pick
 from attnlab.errors import AttnlabError
 
@@ -84,9 +80,9 @@ DEFAULT_MEMORY_BUDGET = 256 * 2**20
 DEFAULT_BLOCK_Q = 512
 DEFAULT_BLOCK_K = 512
 
-_LOG2E = 1.4426950408889634
+# At least this many work items per thread, so uneven items (causal) and a core shared with
+# another process even out; measured flat from 2 to 8 at N = 2048, slower at 16 (more renders).
 _ITEMS_PER_THREAD = 4
-_STRIPS = 4
 
 
 # -- the public entry point ---------------------------------------------------------------------
@@ -115,7 +111,8 @@ def blockwise_attention(
         threads: how many query blocks run at once (default: os.cpu_count()). numpy's matmul
             and exp2 release the GIL, so threads use every core. While more than one runs,
             OpenBLAS is pinned to one thread of its own (two BLAS threads under each of two
-            pool threads oversubscribe the cores: measured at about half the speed).
+            pool threads oversubscribe the cores: at N = 2048, h = 8 measured 116 GFLOP/s
+            against 162 with BLAS pinned, and 122 with one pool thread and BLAS on both cores).
         return_weights: refused: the weights are the N x M table this path exists to avoid.
 
     >>> import numpy as np
@@ -173,84 +170,6 @@ def dense_table_bytes(lead: tuple[int, ...], n: int, m: int, dtype) -> int:
     return math.prod(lead) * n * m * np.dtype(dtype).itemsize
 
 
-# -- planning -----------------------------------------------------------------------------------
-
-
-def _plan(mask: Mask | None, rows: tuple[int, int], n: int, m: int, bk: int, lead_ndim: int = 0):
-    """The steps of one query block: (row strip a:b within the block, cols, needs_mask).
-
-    Tiles the mask BLOCKED are left out; an OPEN tile of an allow/forbid mask needs no mask
-    arithmetic (a float mask's biases are added to every tile it does not block). A PARTIAL
-    tile is cut into strips of a quarter of its rows, each trimmed to the columns it needs,
-    when that saves a third of the tile or more: on the diagonal of a causal mask it computes
-    5/8 of the tile instead of all of it (at N = 2048 with 512-row blocks, 15% of the work).
-    """
-    height = rows[1] - rows[0]
-    if mask is None:
-        return [(0, height, (c0, min(m, c0 + bk)), False) for c0 in range(0, m, bk)]
-    steps = []
-    for c0 in range(0, m, bk):
-        cols = (c0, min(m, c0 + bk))
-        state = mask.tile_state(rows, cols, n, m, lead_ndim)
-        if state is TileState.BLOCKED:
-            continue
-        partial = state is TileState.PARTIAL
-        strips = _strips(mask, rows, cols, n, m, lead_ndim) if partial else None
-        if strips is None:
-            steps.append((0, height, cols, state is TileState.PARTIAL or not mask.boolean))
-        else:
-            steps.extend(strips)
-    return steps
-
-
-def _strips(mask: Mask, rows, cols, n: int, m: int, lead_ndim: int):
-    sub = max(32, (rows[1] - rows[0]) // _STRIPS)
-    width = cols[1] - cols[0]
-    chunk = max(32, width // _STRIPS)
-    out, area = [], 0
-    for a in range(rows[0], rows[1], sub):
-        strip = (a, min(rows[1], a + sub))
-        live = [
-            (c0, min(cols[1], c0 + chunk))
-            for c0 in range(cols[0], cols[1], chunk)
-            if mask.tile_state(strip, (c0, min(cols[1], c0 + chunk)), n, m, lead_ndim)
-            is not TileState.BLOCKED
-        ]
-        if live:
-            span = (live[0][0], live[-1][1])
-            out.append((strip[0] - rows[0], strip[1] - rows[0], span, True))
-            area += (strip[1] - strip[0]) * (span[1] - span[0])
-    if area > (2 / 3) * (rows[1] - rows[0]) * width:
-        return None  # not worth the smaller matmuls
-    return out
-
-
-class _TileMask:
-    """A tile's mask, rendered once and shared by every lead element.
-
-    Each array broadcasts to (..., Bq, Bk). The fast step adds ``bias`` and multiplies the
-    exponentials by ``keep`` (1 allowed, 0 blocked) instead of writing -inf: numpy's float32
-    exp2 takes a slow path (measured 5-9x) for any input whose result is 0 or subnormal, -inf
-    included, while a multiply by 0 costs one quick pass. The exact step takes each row's
-    maximum over ``allowed`` pairs only.
-    """
-
-    def __init__(self, mask: Mask, rows, cols, n: int, m: int, lead_ndim: int, dtype):
-        allowed, bias = None, None
-        for part in mask.parts():
-            if part.boolean:
-                ok = part._block(rows, cols, n, m, lead_ndim)
-            else:
-                b = np.asarray(part._bias(rows, cols, n, m, lead_ndim))
-                ok = ~np.isneginf(b)
-                b = np.where(ok, b * _LOG2E, 0.0).astype(dtype)  # §6.4 additive mask, base 2
-                bias = b if bias is None else bias + b
-            allowed = ok if allowed is None else allowed & ok
-        self.bias = bias
-        self.keep = allowed.astype(dtype)
-        self.allowed = allowed
-
-
 # -- the kernel ---------------------------------------------------------------------------------
 
 
@@ -260,7 +179,8 @@ def _fast(q_rows, kT, v, steps, idx, c):
 
     ``steps`` holds, per step: rows (a slice of the block), columns, and the tile buffers.
     Few numpy calls per step matter with threads: each call takes the GIL, and a thread that
-    finds it held waits for a wake-up (measured ~175 waits per 35 ms causal call at N = 2048).
+    finds it held sleeps until woken (at N = 2048, causal: ~150 such waits in a 33 ms call
+    with separate adds for Σ p v and Σ p, ~110 with one).
     """
     qs = q_rows * c  # (Bq, d_k): scale · log2 e, folded into q once
     dv = v.shape[-1]
@@ -340,10 +260,10 @@ def _exact(q_rows, kT, v, steps, idx, c, floor):
 
 def _solve(q_rows, kT, v, steps, idx, c, floor, tiny):
     acc, l = _fast(q_rows, kT, v, steps, idx, c)
-    # Against a base of 0, exp2 overflows once scores pass 2^maxexp (f32: 128 in log2 units,
-    # 89 in natural ones) and underflows far below: inf, NaN (inf · 0 at a blocked pair) or a
-    # sum too small to trust (< 2^-(maxexp/2)) sends the block to the exact pass. Rows that
-    # allow no key at all also come here, and leave with l = 0.
+    # Against a base of 0, exp2 overflows once a scaled score passes maxexp (f32: 128 in log2
+    # units, 89 in natural ones) and underflows far below: inf, NaN (inf · 0 at a blocked pair)
+    # or a sum too small to trust (< 2^-(maxexp/2)) sends the block to the exact pass. Rows
+    # that allow no key at all also come here, and leave with l = 0.
     if not ((l >= tiny).all() and np.isfinite(acc).all()):
         acc, l = _exact(q_rows, kT, v, steps, idx, c, floor)
     return acc, l
@@ -368,7 +288,7 @@ def run(
     # 2^floor (f32: 2^-120, f64: 2^-1016) is the smallest exp2 that numpy still computes on
     # its fast path; M of them are invisible beside a row sum >= 1/2 for any M < 2^90.
     floor = dtype.type(finfo.minexp + 6)
-    c = dtype.type(x.scale * _LOG2E)
+    c = dtype.type(x.scale * LOG2E)
 
     kT = np.empty(k.shape[:-2] + (dk + 1, m), dtype)  # (..., d_k + 1, M), contiguous keys
     # Each lead element's keys are transposed by the first work item that needs them, so the
@@ -394,10 +314,10 @@ def run(
 
     lead_idx = list(np.ndindex(lead)) if lead else [()]
     blocks = [(r0, min(n, r0 + bq)) for r0 in range(0, n, bq)]
-    plans = {rows: _plan(x.mask, rows, n, m, bk, len(lead)) for rows in blocks}
+    plans = {rows: plan(x.mask, rows, n, m, bk, len(lead)) for rows in blocks}
     # Work items: a query block for a group of lead elements, small enough to give every thread
-    # eight or more, so uneven blocks (causal: later rows see more keys) and a core slowed by
-    # another process even out. A block's masked tiles are rendered once, by whichever of its
+    # _ITEMS_PER_THREAD or more, so uneven blocks (causal: later rows see more keys) and a core
+    # slowed by another process even out. A block's masked tiles are rendered once, by whichever of its
     # items comes first, and dropped when its last item is done.
     per_item = max(
         1, min(len(lead_idx), (len(blocks) * len(lead_idx)) // (_ITEMS_PER_THREAD * threads))
@@ -417,7 +337,7 @@ def run(
     def render(rows) -> dict:
         r0 = rows[0]
         return {
-            (a, c0): _TileMask(x.mask, (r0 + a, r0 + b), (c0, c1), n, m, len(lead), dtype)
+            (a, c0): TileMask(x.mask, (r0 + a, r0 + b), (c0, c1), n, m, len(lead), dtype)
             for a, b, (c0, c1), masked in plans[rows]
             if masked
         }
@@ -439,7 +359,7 @@ def run(
                 rendered = render(rows)  # outside the lock; a race renders twice, harmlessly
                 with lock:
                     rendered = masks.setdefault(rows, rendered)
-            bufs = _buffers(dtype, dv, bk)
+            bufs = buffers(dtype, dv, bk)
             steps = [  # per step: the loop's arguments, looked up once for the whole group
                 (slice(a, b), c0, c1, *bufs(b - a, c1 - c0), rendered[a, c0] if masked else None)
                 for a, b, (c0, c1), masked in plans[rows]
@@ -477,177 +397,3 @@ def _table_rows(rows, table_lead: tuple[int, ...]) -> set[tuple[int, ...]]:
         lead = r[:-1][len(r) - 1 - keep :] if keep else ()
         out.add(tuple(i if s != 1 else 0 for i, s in zip(lead, table_lead, strict=True)) + r[-1:])
     return out
-
-
-_local = threading.local()
-
-
-def _buffers(dtype, dv: int, bk: int) -> _Buffers:
-    """This thread's tile buffers, kept between work items and calls: a fresh 1 MiB array is a
-    new mmap whose pages fault on first touch (~0.25 ms per tile, 5% of a 2048-token call)."""
-    key = (np.dtype(dtype), dv, bk)
-    cache = getattr(_local, "buffers", None)
-    if cache is None or cache.key != key:
-        cache = _local.buffers = _Buffers(dtype, dv, bk)
-        cache.key = key
-    return cache
-
-
-class _Buffers:
-    """Tiles reused across work items, one set per step shape (strips and ragged edges vary)."""
-
-    def __init__(self, dtype, dv: int, bk: int):
-        self.dtype, self.dv, self.cache = dtype, dv, {}
-        self.ones = np.ones(bk, dtype)  # (Bk,) for the row sums
-
-    def __call__(self, rows: int, cols: int):
-        key = (rows, cols)
-        if key not in self.cache:
-            if len(self.cache) >= 16:  # ragged edges of many different calls: start afresh
-                self.cache.clear()
-            rl = np.empty((rows, self.dv + 1), self.dtype)  # (rows, d_v + 1): Σ p v | Σ p
-            self.cache[key] = (
-                np.empty((rows, cols), self.dtype),  # (rows, cols) scores, then weights
-                rl[:, :-1],  # (rows, d_v) Σ p v
-                rl[:, -1],  # (rows,) Σ p
-                rl,
-                self.ones[:cols],  # (cols,)
-            )
-        return self.cache[key]
-
-
-# -- threads ------------------------------------------------------------------------------------
-
-
-def on_threads(fn, items, threads: int) -> None:
-    """Call fn on every item, ``threads`` at a time; errors re-raised here. numpy's errstate
-    belongs to each thread, so the caller's is carried over to the workers."""
-    state = np.geterr()
-
-    def call(item):
-        with np.errstate(**state):
-            fn(item)
-
-    with _pool(threads, len(items)) as pool:
-        list(pool(call, items))
-
-
-_pools: dict[int, ThreadPoolExecutor] = {}
-_pools_lock = threading.Lock()
-
-
-@contextmanager
-def _pool(threads: int, items: int) -> Iterator:
-    """A map over the items: inline for one thread or one item, else on a shared thread pool."""
-    threads = min(threads, items)
-    if threads <= 1:
-        yield map
-        return
-    with _pools_lock:
-        pool = _pools.get(threads)
-        if pool is None:
-            pool = _pools[threads] = ThreadPoolExecutor(threads, thread_name_prefix="attnlab")
-    with _one_blas_thread():
-        yield pool.map
-
-
-# OpenBLAS threads. numpy's wheels bundle OpenBLAS, which runs its own thread per core inside
-# every matmul; under a pool that already keeps each core busy that doubles the threads, and
-# measured here it halves the throughput (2048 tokens, 8 heads: 151 -> 66 GFLOP/s). threadpoolctl
-# would set it; attnlab does not depend on it, so the library's own setter is called via ctypes.
-_BLAS_NAMES = (
-    ("scipy_openblas_set_num_threads64_", "scipy_openblas_get_num_threads64_"),
-    ("scipy_openblas_set_num_threads", "scipy_openblas_get_num_threads"),
-    ("openblas_set_num_threads64_", "openblas_get_num_threads64_"),
-    ("openblas_set_num_threads", "openblas_get_num_threads"),
-)
-_CONFIGS = ("scipy_openblas_get_config64_", "scipy_openblas_get_config", "openblas_get_config")
-_CORENAMES = (
-    "scipy_openblas_get_corename64_",
-    "scipy_openblas_get_corename",
-    "openblas_get_corename",
-)
-_blas_lock = threading.Lock()
-_blas_users = 0
-_blas_saved = 0
-_blas_api = None
-
-
-def _find_openblas():
-    """(set, get, corename) for the OpenBLAS numpy uses, or None when it cannot be found."""
-    global _blas_api
-    if _blas_api is not None:
-        return _blas_api or None
-    here = os.path.dirname(np.__file__)
-    paths = glob.glob(here + ".libs/*openblas*") + glob.glob(
-        os.path.join(here, ".dylibs", "*openblas*")
-    )
-    try:  # Linux: whatever OpenBLAS is loaded into this process (system numpy, conda, ...)
-        with open("/proc/self/maps") as maps:
-            paths += sorted(
-                {ln.split()[-1] for ln in maps if "openblas" in ln.lower() and "/" in ln}
-            )
-    except OSError:
-        pass
-    for path in paths:
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError:
-            continue
-        for set_name, get_name in _BLAS_NAMES:
-            if hasattr(lib, set_name) and hasattr(lib, get_name):
-                setter, getter = getattr(lib, set_name), getattr(lib, get_name)
-                setter.argtypes, setter.restype = [ctypes.c_int], None
-                getter.argtypes, getter.restype = [], ctypes.c_int
-                corename = next((getattr(lib, c) for c in _CORENAMES if hasattr(lib, c)), None)
-                if corename is not None:
-                    corename.argtypes, corename.restype = [], ctypes.c_char_p
-                _blas_api = (setter, getter, corename, path)
-                return _blas_api
-    _blas_api = ()
-    return None
-
-
-@contextmanager
-def _one_blas_thread():
-    """Pin OpenBLAS to one thread while any blockwise pool runs (reference-counted)."""
-    global _blas_users, _blas_saved
-    api = _find_openblas()
-    if api is None:
-        yield
-        return
-    setter, getter = api[0], api[1]
-    with _blas_lock:
-        if _blas_users == 0:
-            _blas_saved = getter()
-            setter(1)
-        _blas_users += 1
-    try:
-        yield
-    finally:
-        with _blas_lock:
-            _blas_users -= 1
-            if _blas_users == 0:
-                setter(_blas_saved)
-
-
-def blas_info() -> dict:
-    """Which BLAS numpy runs here: library, kernel (OpenBLAS core type) and thread count."""
-    api = _find_openblas()
-    if api is None:
-        return {"library": "unknown (not OpenBLAS)", "kernel": None, "threads": None}
-    _, getter, corename, path = api
-    kernel = corename().decode() if corename is not None else None
-    lib = ctypes.CDLL(path)
-    config = next((getattr(lib, c) for c in _CONFIGS if hasattr(lib, c)), None)
-    release = None
-    if config is not None:
-        config.argtypes, config.restype = [], ctypes.c_char_p
-        release = " ".join(config().decode().split()[:2])  # "OpenBLAS 0.3.31..."
-    return {
-        "library": os.path.basename(path),
-        "version": release,
-        "kernel": kernel,
-        "threads": getter(),
-        "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE"),
-    }
