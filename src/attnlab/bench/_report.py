@@ -77,7 +77,8 @@ def format_report(report) -> str:
         f"{blas.get('version') or blas['library']} "
         f"({kernel} kernel{', OPENBLAS_CORETYPE=' + coretype if coretype else ''}); "
         f"torch {m['torch'] or 'not installed'}",
-        f"GEMM ceiling: numpy float32 matmul 2048 x 2048 x 2048 at {report.gemm_gflops:.0f} GFLOP/s",
+        f"GEMM ceiling: numpy float32 matmul 2048 x 2048 x 2048, best of 10: "
+        f"{report.gemm_gflops:.0f} GFLOP/s",
         "GFLOP/s = useful work 4·B·h·N·M·d / time (halved for causal; N·window pairs for a "
         "window); peak = resident-memory growth during the first call, less the output",
         "",
