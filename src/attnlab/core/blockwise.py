@@ -264,7 +264,8 @@ def _solve(q_rows, kT, v, steps, idx, c, floor, tiny):
     # units, 89 in natural ones) and underflows far below: inf, NaN (inf · 0 at a blocked pair)
     # or a sum too small to trust (< 2^-(maxexp/2)) sends the block to the exact pass. Rows
     # that allow no key at all also come here, and leave with l = 0.
-    if not ((l >= tiny).all() and np.isfinite(acc).all()):
+    # (A NaN or inf anywhere makes the sum non-finite; a min of NaN fails the comparison.)
+    if not (l.min() >= tiny and np.isfinite(acc.sum())):
         acc, l = _exact(q_rows, kT, v, steps, idx, c, floor)
     return acc, l
 
