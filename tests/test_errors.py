@@ -321,11 +321,6 @@ def test_many_rows_are_summarised():
 # -- known bugs in files owned elsewhere (strict xfails: they start passing when fixed) ---------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Mask.blame broadcasts a batched mask to a leading shape cut at the failing "
-    "row's batch index, so an empty row in an early batch element raises numpy's ValueError",
-)
 @pytest.mark.parametrize(
     ("make", "batch"),
     [
@@ -336,6 +331,7 @@ def test_many_rows_are_summarised():
     ids=["padding-first", "padding-middle", "dense"],
 )
 def test_empty_row_in_an_early_batch_element(make, batch):
+    # Mask.blame once broadcast a batched mask to a leading shape cut at the failing row.
     q = ones((batch, 3, 2))
     with pytest.raises(FullyMaskedRowError, match="no key"):
         al.attention(q, q, q, make())
