@@ -4,7 +4,7 @@
     >>> report = bench.attention(quick=True)      # doctest: +SKIP
     >>> print(report.format())                    # doctest: +SKIP
 
-The CLI runs the same function: ``attnlab bench attention`` (full suite, about 5 minutes on two
+The CLI runs the same function: ``attnlab bench attention`` (full suite, about 3 minutes on two
 cores) or ``attnlab bench attention --quick``. torch is imported only inside the processes that
 time it, never by attnlab itself.
 """

@@ -56,7 +56,7 @@ def attention_command(
         int | None, typer.Option(min=1, help="Also time a sliding window of this many keys.")
     ] = None,
     quick: Annotated[
-        bool, typer.Option(help="N = 512 to 2048, 3 runs each: about a minute.")
+        bool, typer.Option(help="N = 512 to 2048, 3 runs each: about 20 s on 2 cores.")
     ] = False,
     repeats: Annotated[
         int | None, typer.Option(min=1, help="Timed runs per row (default 7; 3 with --quick).")
