@@ -381,9 +381,7 @@ def test_blas_threads_are_restored():
 
 
 def _area(mask, n, block):
-    steps = [
-        (r0, _tiles.plan(mask, (r0, r0 + block), n, n, block)) for r0 in range(0, n, block)
-    ]
+    steps = [(r0, _tiles.plan(mask, (r0, r0 + block), n, n, block)) for r0 in range(0, n, block)]
     area = sum((b - a) * (c1 - c0) for _, plan in steps for a, b, (c0, c1), _ in plan)
     return area, steps
 
