@@ -132,7 +132,7 @@ BAD = {
     "k and v rows differ": (CHAPTER_Q, CHAPTER_K, "[[1,2]]", "rows M"),
     "NaN": ("[[NaN,1],[1,1]]", CHAPTER_K, CHAPTER_V, "finite"),
     # Scores that overflow leave a row with no finite entry: the one way to empty a row here.
-    "row with no finite score": ("[[1e300,1e300]]", "[[-1e300,-1e300]]", "[[1]]", "too large"),
+    "row with no finite score": ("[[1e300,1e300]]", "[[-1e300,-1e300]]", "[[1]]", "overflowed"),
 }
 
 

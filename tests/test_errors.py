@@ -343,11 +343,6 @@ def _early_empty_dense() -> Dense:
     return Dense(table)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: bad mask and option arguments raise a bare ValueError/TypeError, not an "
-    "AttnlabError, so callers catching AttnlabError (the CLI, the web API) miss them",
-)
 @pytest.mark.parametrize(
     "call",
     [
@@ -355,22 +350,19 @@ def _early_empty_dense() -> Dense:
         lambda: SlidingWindow(0),
         lambda: Causal("top_right"),
         lambda: Dense([[0.0, np.nan]]),
+        lambda: Dense([[1, 0], [1, 1]]),  # integers: ambiguous between bool and additive
+        lambda: Dense([["a", "b"]]),
         lambda: al.scaled_dot_product_attention(
             ones((2, 2)), ones((2, 2)), ones((2, 2)), fully_masked="nan"
         ),
     ],
-    ids=["padding", "window", "align", "dense", "fully_masked"],
+    ids=["padding", "window", "align", "dense", "dense-int", "dense-str", "fully_masked"],
 )
 def test_argument_errors_are_attnlab_errors(call):
     with pytest.raises(AttnlabError):
         call()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: Padding's own message (q needs a batch axis) is swallowed by the mask-shape "
-    "check, which reports 'shape ?' instead",
-)
 def test_padding_without_a_batch_axis_says_so():
     with pytest.raises(ShapeError, match="batch axis"):
         al.attention(ones((3, 2)), ones((3, 2)), ones((3, 2)), Padding([2]))

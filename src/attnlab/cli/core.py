@@ -9,7 +9,7 @@ import numpy as np
 import typer
 from rich.table import Table
 
-from attnlab.cli._app import app, console, fail, friendly_errors, parse_matrix
+from attnlab.cli._app import app, console, friendly_errors, parse_matrix
 from attnlab.core.attention import AttentionTrace, _fmt, trace_attention
 from attnlab.core.cost import breakdown, crossover_length, score_memory_bytes
 from attnlab.core.example import EXAMPLE_K, EXAMPLE_Q, EXAMPLE_V
@@ -92,14 +92,10 @@ def attention(
 ) -> None:
     """Trace attention on any small case, showing every table."""
     qm, km, vm = parse_matrix("q", q), parse_matrix("k", k), parse_matrix("v", v)
-    try:
-        # Finite entries can still overflow q·k (and then give -inf or inf - inf = NaN rows).
-        with np.errstate(over="raise", invalid="raise"):
-            trace = trace_attention(
-                qm, km, vm, mask=Causal() if causal else None, scale=1.0 if no_scale else None
-            )
-    except FloatingPointError as exc:
-        raise fail(f"the numbers are too large for float64 ({exc}); use smaller entries") from None
+    # Scores that overflow (finite entries, huge products) are refused by the library itself.
+    trace = trace_attention(
+        qm, km, vm, mask=Causal() if causal else None, scale=1.0 if no_scale else None
+    )
     if as_json:
         typer.echo(_trace_json(trace))
     else:

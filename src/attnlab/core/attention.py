@@ -13,7 +13,7 @@ as a batch axis, and the blockwise path is tested equal to it.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -35,6 +35,7 @@ class Inputs:
     lead: tuple[int, ...]  # the broadcast leading shape
     n: int
     m: int
+    check_finite: bool = True  # also refuse scores that overflow to inf
 
 
 def _as_real(name: str, x) -> np.ndarray:
@@ -120,7 +121,7 @@ def validate(q, k, v, mask=None, *, scale=None, check_finite=True) -> Inputs:
     mask = as_mask(mask)
     if mask is not None:
         _check_mask_shape(mask, n, m, lead)
-    return Inputs(q, k, v, mask, scale, tuple(lead), n, m)
+    return Inputs(q, k, v, mask, scale, tuple(lead), n, m, check_finite)
 
 
 def validate_later(q, k, v, mask=None, *, scale=None, check_finite=True):
@@ -140,6 +141,7 @@ def validate_later(q, k, v, mask=None, *, scale=None, check_finite=True):
         raise
     if not check_finite:
         return x, None
+    x = replace(x, check_finite=True)  # the kernels still refuse scores that overflow
 
     def finite() -> None:
         for name, arr in (("q", x.q), ("k", x.k), ("v", x.v)):
@@ -152,13 +154,21 @@ def _check_mask_shape(mask: Mask, n: int, m: int, lead: tuple[int, ...]) -> None
     table = lead + (n, m)
     try:
         shape = mask._shape(n, m, len(lead))
+    except ShapeError:
+        raise  # a part's own message (e.g. Padding needs a batch axis) says what is wrong
+    except ValueError:
+        raise ShapeError(
+            f"expected the parts of {mask!r} to broadcast together over the batch axes, "
+            f"but they do not (score table (..., N, M) = {table})"
+        ) from None
+    try:
         fits = np.broadcast_shapes(table, shape) == table
     except ValueError:
         fits = False
     if not fits:
         raise ShapeError(
             f"expected the mask to broadcast to the score table (..., N, M) = {table}, "
-            f"but got {mask!r} of shape {shape if 'shape' in locals() else '?'} instead"
+            f"but got {mask!r} of shape {shape} instead"
         )
 
 
@@ -189,15 +199,20 @@ def _attend(x: Inputs, *, want: str = "output", empty_rows: str = "raise", threa
     row_max = np.empty(lead + (n, 1), x.q.dtype)  # (..., N, 1)
     total = np.empty_like(row_max)  # (..., N, 1)
     kT = np.swapaxes(x.k, -1, -2)  # (..., d_k, M), a view
+    risky = may_overflow(x)
 
     def scores_of(rows) -> np.ndarray:
-        s = x.q[..., rows[0] : rows[1], :] @ kT  # (..., rows, M)
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow is checked at the max
+            s = x.q[..., rows[0] : rows[1], :] @ kT  # (..., rows, M)
         if s.shape[:-2] != lead:  # the mask varies along an axis only v (or it) carries
             s = np.array(np.broadcast_to(s, lead + s.shape[-2:]))  # (..., rows, M)
         return s
 
     def softmax_rows(s: np.ndarray, rows) -> None:  # s: (..., rows, M), in place
-        s *= s.dtype.type(x.scale)
+        with np.errstate(over="ignore"):  # overflow is checked just below
+            s *= s.dtype.type(x.scale)
+        if risky:
+            check_overflow(x, s, rows)
         if want == "trace":
             tables["scaled"] = s.copy()
         if x.mask is not None:
@@ -255,6 +270,33 @@ def _attend(x: Inputs, *, want: str = "output", empty_rows: str = "raise", threa
     if want == "weights":
         return out, scores
     return out, scores, tables
+
+
+def may_overflow(x: Inputs) -> bool:
+    """Whether q·kᵀ·scale could overflow: a cheap bound, max|q|·max|k|·d_k·|scale|.
+
+    Finite q and k can still give scores of ±inf (or -inf where inf - inf cancels inside a
+    dot product, which would pass for a masked key). The bound costs one pass over q and k;
+    only when it fails does each table of scores get checked entry by entry.
+    """
+    if not x.check_finite:
+        return False
+    with np.errstate(over="ignore"):
+        bound = np.abs(x.q).max() * np.abs(x.k).max() * x.q.shape[-1] * abs(x.scale)
+    return not bound < np.finfo(x.q.dtype).max
+
+
+def check_overflow(x: Inputs, scaled: np.ndarray, rows) -> None:
+    """Refuse scaled scores (..., rows, M) that overflowed: finite inputs, non-finite scores."""
+    bad = ~np.isfinite(scaled)
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        row = where[:-2] + (where[-2] + rows[0],)
+        raise NonFiniteInputError(
+            f"expected finite scores, but q·kᵀ·scale overflowed to {scaled[where]} in query "
+            f"row {row}, key {where[-1]} (q and k are finite, but {x.q.dtype} tops out near "
+            f"{np.finfo(x.q.dtype).max:.3g}); rescale q or k"
+        )
 
 
 def _each(fn, starts, threads: int, size: int) -> None:
@@ -548,7 +590,7 @@ def scaled_dot_product_attention(
             attnlab raises by default because a silent zero hides a bug in the mask.
     """
     if fully_masked not in ("raise", "zero"):
-        raise ValueError(f"expected fully_masked 'raise' or 'zero', but got {fully_masked!r}")
+        raise AttnlabError(f"expected fully_masked 'raise' or 'zero', but got {fully_masked!r}")
     if is_causal and attn_mask is not None:
         raise AttnlabError("expected either attn_mask or is_causal=True, but got both")
     if not 0.0 <= float(dropout_p) < 1.0:

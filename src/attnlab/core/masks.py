@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from attnlab.errors import FullyMaskedRowError, ShapeError
+from attnlab.errors import AttnlabError, FullyMaskedRowError, ShapeError
 
 __all__ = [
     "Causal",
@@ -168,7 +168,7 @@ _ALIGNS = ("top_left", "bottom_right")
 
 def _check_align(align: str) -> str:
     if align not in _ALIGNS:
-        raise ValueError(f"expected align to be one of {_ALIGNS}, but got {align!r} instead")
+        raise AttnlabError(f"expected align to be one of {_ALIGNS}, but got {align!r} instead")
     return align
 
 
@@ -238,7 +238,7 @@ class SlidingWindow(_Banded):
 
     def __init__(self, size: int, align: str = "top_left"):
         if isinstance(size, bool) or not isinstance(size, int | np.integer) or size < 1:
-            raise ValueError(f"expected size to be an integer >= 1, but got {size!r} instead")
+            raise AttnlabError(f"expected size to be an integer >= 1, but got {size!r} instead")
         self.size = int(size)
         self.align = _check_align(align)
 
@@ -269,9 +269,9 @@ class Padding(Mask):
         if arr.dtype.kind not in "iu" and not (
             arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr))
         ):
-            raise ValueError(f"expected integer lengths, but got {arr.tolist()!r} instead")
+            raise AttnlabError(f"expected integer lengths, but got {arr.tolist()!r} instead")
         if (arr < 0).any():
-            raise ValueError(f"expected lengths >= 0, but got {arr.tolist()!r} instead")
+            raise AttnlabError(f"expected lengths >= 0, but got {arr.tolist()!r} instead")
         self.lengths = arr.astype(np.int64)
 
     def __repr__(self) -> str:
@@ -280,9 +280,9 @@ class Padding(Mask):
     def _block(self, rows, cols, n, m, lead_ndim):
         if lead_ndim < 1:
             raise ShapeError(
-                "Padding(lengths) indexes the first leading (batch) axis of q, "
-                "but got q with no leading axis; give q a batch axis of size "
-                f"{len(self.lengths)}"
+                f"expected q with a batch axis for {self!r}, whose lengths index the first "
+                "leading (batch) axis of q, but got q with no leading axis; give q a batch axis "
+                f"of size {len(self.lengths)}"
             )
         lengths = self.lengths.reshape((-1,) + (1,) * (lead_ndim - 1) + (1, 1))  # (B, ..., 1, 1)
         return _cols(cols) < lengths  # (B, ..., 1, cols)
@@ -316,14 +316,18 @@ class Dense(Mask):
             )
         if arr.dtype.kind == "b":
             self.boolean = True
-        elif arr.dtype.kind in "fiu":
+        elif arr.dtype.kind == "f":
             if np.isnan(arr).any() or np.isposinf(arr).any():
-                raise ValueError(
+                raise AttnlabError(
                     "expected an additive mask of finite values and -inf, but it holds NaN or +inf"
                 )
             self.boolean = False
         else:
-            raise TypeError(f"expected a bool or float mask, but got dtype {arr.dtype} instead")
+            # Integers are refused, as PyTorch refuses them: is 1 "may attend" or "add 1"?
+            raise AttnlabError(
+                f"expected a bool or float mask (bool: True = may attend; float: added to the "
+                f"scores), but got dtype {arr.dtype} instead; use mask.astype(bool) for 0/1"
+            )
         self.array = arr
 
     def __repr__(self) -> str:
@@ -334,7 +338,7 @@ class Dense(Mask):
         rows, cols = self.array.shape[-2:]
         if rows not in (1, n) or cols not in (1, m):
             raise ShapeError(
-                f"expected a mask broadcastable to (..., {n}, {m}), "
+                f"expected a mask broadcastable to the score table (N, M) = ({n}, {m}), "
                 f"but got shape {self.array.shape} instead"
             )
 
