@@ -31,6 +31,7 @@ test: lint
 	$(PY) -m pytest
 
 bench: $(VENV)/.dev
+	$(VENV)/bin/attnlab bench labs
 	$(VENV)/bin/attnlab bench attention
 
 clean:

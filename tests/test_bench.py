@@ -117,3 +117,25 @@ def test_the_textbook_baseline_computes_attention():
     np.testing.assert_allclose(
         bench.textbook_attention(q, k, v, mask), al.attention(q, k, v, Causal()), **F32
     )
+
+
+def test_bench_labs_reports_each_lab_against_its_target(monkeypatch):
+    # Stand-in labs keep this a test of the plumbing, not of the machine's speed.
+    from attnlab import labs
+
+    calls = []
+    monkeypatch.setitem(labs.LABS, "variance", lambda: calls.append("variance"))
+    monkeypatch.setitem(labs.LABS, "saturation", lambda: calls.append("saturation"))
+    result = runner.invoke(app, ["bench", "labs", "--repeats", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert calls == ["variance"] * 2 + ["saturation"] * 2
+    rows = {r["lab"]: r for r in data["rows"]}
+    assert rows["variance"]["target_s"] == 2.0 and rows["variance"]["meets_target"] is True
+    assert rows["saturation"]["target_s"] is None and rows["saturation"]["runs"] == 2
+
+
+def test_bench_labs_refuses_an_unknown_lab():
+    result = runner.invoke(app, ["bench", "labs", "--lab", "nope"])
+    assert result.exit_code == 2
+    assert "expected lab names" in result.stderr

@@ -104,3 +104,25 @@ def attention_command(
     if json_path is not None:
         json_path.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
         console.print(f"wrote {json_path}", highlight=False)
+
+
+@bench_app.command("labs")
+@friendly_errors
+def labs_command(
+    repeats: Annotated[int, typer.Option(min=1, max=100, help="Runs per lab.")] = 3,
+    lab: Annotated[
+        list[str] | None,
+        typer.Option("--lab", help="Labs to time (default: variance and saturation)."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    as_csv: Annotated[bool, typer.Option("--csv", help="Print the table as CSV.")] = False,
+) -> None:
+    """Median wall time of the labs at their defaults, against issue 3's 2 s target."""
+    from functools import partial
+
+    from attnlab.cli.labs import _present
+    from attnlab.labs.timing import time_labs
+
+    labs = tuple(lab) if lab else ("variance", "saturation")
+    run = partial(time_labs, repeats, labs)
+    _present(run, f"Lab wall time, median of {repeats}", as_json, as_csv, None)
