@@ -302,7 +302,27 @@ def test_check_finite_false_lets_nan_through():
     ],
     ids=["inf", "nan"],
 )
-def test_overflowing_scores_are_refused_not_nan(q, k):
+@pytest.mark.parametrize("method", ["dense", "blockwise"])
+def test_overflowing_scores_are_refused_not_nan(q, k, method):
     v = [[1.0], [2.0]]
     with pytest.raises(al.NonFiniteInputError, match=r"overflowed .* query row \(0,\)"):
-        al.attention(q, k, v)
+        al.attention(q, k, v, method=method)
+
+
+def test_blockwise_names_the_overflowing_row_in_a_later_band():
+    rng = np.random.default_rng(0)
+    q, k, v = rng.normal(size=(3, 40, 4)), rng.normal(size=(3, 30, 4)), rng.normal(size=(3, 30, 2))
+    q[2, 37, 0], k[2, 5, 0] = 1e200, 1e200
+    for method in ("dense", "blockwise"):
+        with pytest.raises(al.NonFiniteInputError, match=r"query row \(2, 37\), key 5"):
+            al.attention(q, k, v, method=method, block_size=8)
+
+
+def test_large_but_safe_inputs_pass_the_overflow_bound():
+    # max|q|·max|k|·d_k·scale exceeds float32's range, but no score actually overflows.
+    q = np.array([[1e30, 0.0], [0.0, 1.0]], np.float32)
+    k = np.array([[0.0, 1e30], [1.0, 0.0]], np.float32)
+    v = np.eye(2, dtype=np.float32)
+    for method in ("dense", "blockwise"):
+        out = al.attention(q, k, v, method=method)
+        assert np.isfinite(out).all()

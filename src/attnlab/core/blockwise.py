@@ -279,8 +279,13 @@ def run(
     tiles (at N = 2048, 5% of the time was this check alone, before any tile could start) and
     its error, if any, is raised before any other.
     """
-    from attnlab.core.attention import _raise_empty, table_lead
+    from attnlab.core.attention import _raise_empty, may_overflow, table_lead
 
+    if may_overflow(x):  # rare: huge q or k. Check first, in order, as the dense path does.
+        if check is not None:
+            check()
+            check = None
+        _check_scores(x)
     q, k, v, n, m, lead = x.q, x.k, x.v, x.n, x.m, x.lead
     dtype = q.dtype
     dk, dv = q.shape[-1], v.shape[-1]
@@ -387,6 +392,23 @@ def run(
     if empty:
         _raise_empty(x, np.array(sorted(_table_rows(empty, table_lead(x)))))
     return out
+
+
+def _check_scores(x) -> None:
+    """Refuse scores that overflow, a band of rows at a time (never the N x M table): the
+    kernels would turn them into NaN, or into -inf that passes for a blocked key."""
+    from attnlab.core.attention import check_overflow
+
+    kT = np.swapaxes(x.k, -1, -2)  # (..., d_k, M)
+    rows = max(1, _CHECK_BYTES // (max(1, math.prod(x.lead)) * x.m * x.q.dtype.itemsize))
+    for r0 in range(0, x.n, rows):
+        with np.errstate(over="ignore", invalid="ignore"):
+            s = x.q[..., r0 : r0 + rows, :] @ kT  # (..., rows, M)
+            s *= s.dtype.type(x.scale)
+        check_overflow(x, s, (r0, r0 + rows))
+
+
+_CHECK_BYTES = 2**26  # 64 MiB of scores per band of the overflow check
 
 
 def _table_rows(rows, table_lead: tuple[int, ...]) -> set[tuple[int, ...]]:
