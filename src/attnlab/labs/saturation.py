@@ -101,9 +101,15 @@ class SaturationResult(LabResult):
 
 
 def _trial_stats(p: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """p (T, M) weights -> p_max (T,) and the Frobenius norm of diag(p) - p pᵀ (T,)."""
-    jac = p[:, :, None] * np.eye(p.shape[-1]) - p[:, :, None] * p[:, None, :]  # (T, M, M)
-    return p.max(axis=-1), np.linalg.norm(jac, axis=(-2, -1))
+    """p (T, M) weights -> p_max (T,) and the Frobenius norm of diag(p) - p pᵀ (T,).
+
+    With J_ij = δ_ij p_i - p_i p_j, ||J||² = Σ p_i² - 2 Σ p_i³ + (Σ p_i²)²: O(M) per trial
+    instead of building the M x M matrix (the explorer runs this on every new slider width).
+    """
+    p2 = np.sum(p * p, axis=-1)  # (T,)
+    p3 = np.sum(p * p * p, axis=-1)  # (T,)
+    fro2 = np.maximum(p2 - 2.0 * p3 + p2 * p2, 0.0)  # rounding can dip below 0 when p is one-hot
+    return p.max(axis=-1), np.sqrt(fro2)
 
 
 def saturation(
