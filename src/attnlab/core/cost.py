@@ -11,15 +11,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from attnlab.core._checks import positive_int
 from attnlab.errors import AttnlabError
 
 __all__ = ["CostBreakdown", "breakdown", "crossover_length", "mha_flops", "score_memory_bytes"]
-
-
-def _positive(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise AttnlabError(f"expected {name} to be a positive integer, but got {value!r} instead")
-    return int(value)
 
 
 def _factor(count: str) -> int:
@@ -77,7 +72,7 @@ class CostBreakdown:
 
 def breakdown(n: int, d_model: int, *, count: str = "madds") -> CostBreakdown:
     """Per-term cost of one multi-head attention layer over N tokens (h·d_k = d_model)."""
-    n, d, f = _positive("n", n), _positive("d_model", d_model), _factor(count)
+    n, d, f = positive_int("n", n), positive_int("d_model", d_model), _factor(count)
     return CostBreakdown(
         n=n,
         d_model=d,
@@ -104,7 +99,7 @@ def crossover_length(d_model: int) -> int:
     >>> crossover_length(4096)
     8192
     """
-    return 2 * _positive("d_model", d_model)
+    return 2 * positive_int("d_model", d_model)
 
 
 def score_memory_bytes(
@@ -113,9 +108,9 @@ def score_memory_bytes(
     """Bytes to hold the (batch, heads, N, M) score table at once, as the dense path does."""
     m = n if m is None else m
     cells = (
-        _positive("n", n)
-        * _positive("m", m)
-        * _positive("heads", heads)
-        * _positive("batch", batch)
+        positive_int("n", n)
+        * positive_int("m", m)
+        * positive_int("heads", heads)
+        * positive_int("batch", batch)
     )
     return cells * np.dtype(dtype).itemsize

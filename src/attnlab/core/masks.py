@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from attnlab.core._checks import positive_int
 from attnlab.errors import AttnlabError, FullyMaskedRowError, ShapeError
 
 __all__ = [
@@ -151,12 +152,10 @@ def tile_at(block: np.ndarray, lead: tuple[int, ...]) -> np.ndarray:
 
 def _sizes(n: int, m: int | None, lead_ndim: int | None, mask: Mask) -> tuple[int, int, int]:
     m = n if m is None else m
-    for name, value in (("n", n), ("m", m)):
-        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-            raise ShapeError(f"expected {name} to be a positive integer, but got {value!r} instead")
+    n, m = positive_int("n", n, ShapeError), positive_int("m", m, ShapeError)
     if lead_ndim is None:
         lead_ndim = 1 if mask.batched else 0
-    return int(n), int(m), int(lead_ndim)
+    return n, m, int(lead_ndim)
 
 
 def _cols(cols: Span) -> np.ndarray:

@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 
+from attnlab.core._checks import positive_int
 from attnlab.core.attention import _as_real, _attend, _compute_dtype, validate
 from attnlab.core.masks import Mask
 from attnlab.errors import AttnlabError, ShapeError
@@ -141,12 +142,6 @@ def _check_weights(query, key, value, w_q, w_k, w_v, w_o) -> None:
             )
 
 
-def _positive(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-        raise AttnlabError(f"expected {name} to be a positive integer, but got {value!r} instead")
-    return int(value)
-
-
 class MultiHeadAttention:
     """Multi-head attention with per-head projections and the output projection W^O (§6.6).
 
@@ -172,16 +167,16 @@ class MultiHeadAttention:
     def __init__(
         self, d_model, num_heads, *, d_k=None, d_v=None, kdim=None, vdim=None, bias=True, seed=None
     ):
-        d_model, h = _positive("d_model", d_model), _positive("num_heads", num_heads)
+        d_model, h = positive_int("d_model", d_model), positive_int("num_heads", num_heads)
         if (d_k is None or d_v is None) and d_model % h:
             raise AttnlabError(
                 f"expected num_heads to divide d_model when d_k or d_v is not given, "
                 f"but got d_model={d_model} and num_heads={h}"
             )
-        d_k = _positive("d_k", d_model // h if d_k is None else d_k)
-        d_v = _positive("d_v", d_model // h if d_v is None else d_v)
-        kdim = _positive("kdim", d_model if kdim is None else kdim)
-        vdim = _positive("vdim", d_model if vdim is None else vdim)
+        d_k = positive_int("d_k", d_model // h if d_k is None else d_k)
+        d_v = positive_int("d_v", d_model // h if d_v is None else d_v)
+        kdim = positive_int("kdim", d_model if kdim is None else kdim)
+        vdim = positive_int("vdim", d_model if vdim is None else vdim)
         rng = np.random.default_rng(seed)
 
         def xavier(fan_in, fan_out, shape):

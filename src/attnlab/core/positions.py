@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from attnlab.core._checks import positive_int
 from attnlab.errors import AttnlabError
 
 __all__ = ["sinusoidal"]
@@ -24,11 +25,7 @@ def sinusoidal(n: int, d_model: int, *, base: float = 10000.0) -> np.ndarray:
     array([[0.    , 1.    , 0.    , 1.    ],
            [0.8415, 0.5403, 0.01  , 1.    ]])
     """
-    for name, value in (("n", n), ("d_model", d_model)):
-        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-            raise AttnlabError(
-                f"expected {name} to be a positive integer, but got {value!r} instead"
-            )
+    n, d_model = positive_int("n", n), positive_int("d_model", d_model)
     if not (isinstance(base, int | float | np.number) and base > 0 and np.isfinite(base)):
         raise AttnlabError(f"expected base to be a finite number > 0, but got {base!r} instead")
     pos = np.arange(n, dtype=np.float64)[:, None]  # (n, 1)
