@@ -7,7 +7,7 @@ import pytest
 
 import attnlab as al
 from attnlab.masks import Causal, Padding
-from test_attention import loop_batched
+from reference import loop_batched
 from tolerances import F64, for_dtype
 
 B, N, M, E, H = 2, 3, 4, 8, 2
