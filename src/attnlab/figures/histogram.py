@@ -79,8 +79,11 @@ def _saturation(d_k: int, seed: int):
     return labs.saturation(d_k=d_k, keys=KEYS, trials=TRIALS, threshold=THRESHOLD, seed=seed)
 
 
-def warm(widths=range(D_K_MIN, D_K_MAX + 1, 16), seed: int = 0) -> None:
-    """Compute the figure ahead for the given widths (the page's slider steps by 16)."""
+def warm(widths=None, seed: int = 0) -> None:
+    """Compute the figure ahead for the given widths (default: every slider step of 16, the
+    page's starting width of 64 first, so the first view is served from the cache)."""
+    if widths is None:
+        widths = [64, *(w for w in range(D_K_MIN, D_K_MAX + 1, 16) if w != 64)]
     for d_k in widths:
         for scaled in (False, True):
             build_histogram(d_k, scaled=scaled, seed=seed)
