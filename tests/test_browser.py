@@ -294,7 +294,7 @@ def test_equation_symbols_explain_themselves_and_link_to_the_stepper(page):
     page.keyboard.press("Enter")
     assert "Mask added" in page.locator("#stepper-title").inner_text()
     page.locator(".sym[data-symbol='sqrt-dk']").hover()  # and by mouse
-    assert "square root" in info.inner_text()
+    assert "the width shared by queries and keys" in info.inner_text()
     shot(page, "equation")
 
 

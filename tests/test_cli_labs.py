@@ -140,3 +140,18 @@ def test_exercises_check_exit_codes(args, code, text):
 def test_exercises_check_json():
     data = json.loads(run("exercises", "check", "2", "1.96", "--json").stdout)
     assert data["correct"] is True and data["number"] == 2 and data["tolerance"] == 0.01
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["lab", "permutation", "--plot"], ["bench", "attention", "--n", "8", "--no-torch", "--json"]],
+)
+def test_an_unwritable_output_path_fails_before_any_work(args, tmp_path):
+    from typer.testing import CliRunner
+
+    from attnlab.cli import app
+
+    target = str(tmp_path / "no-such-folder" / ("out.html" if "--plot" in args else "out.json"))
+    result = CliRunner().invoke(app, [*args, target])
+    assert result.exit_code == 2, result.output
+    assert "existing folder" in result.stderr and "Traceback" not in result.output

@@ -373,3 +373,19 @@ def test_from_torch_refuses_extra_key_bias(torch):
     module = torch.nn.MultiheadAttention(4, 2, add_bias_kv=True)
     with pytest.raises(AttnlabError, match="add_bias_kv"):
         al.MultiHeadAttention.from_torch(module)
+
+
+@pytest.mark.parametrize(
+    ("call", "words"),
+    [
+        (lambda: al.attention(np.zeros((3, 0)), np.zeros((3, 0)), ones((3, 2))), "d_k >= 1"),
+        (lambda: al.attention(np.zeros((0, 4)), ones((3, 4)), ones((3, 2))), "one query row"),
+        (lambda: al.trace_attention(np.zeros((0, 4)), ones((3, 4)), ones((3, 2))), "query row"),
+        (lambda: al.softmax(np.zeros((2, 0))), "at least one entry"),
+        (lambda: al.softmax(np.float64(1.0)), "at least one entry"),
+    ],
+    ids=["d_k=0", "N=0", "trace N=0", "softmax empty row", "softmax scalar"],
+)
+def test_empty_axes_are_shape_errors(call, words):
+    with pytest.raises(ShapeError, match=words):
+        call()

@@ -109,13 +109,16 @@ def _exercise_7() -> str:
     order = rng.permutation(6)  # P·X = X[order]
     gap = float(np.abs(attention(x[order], x[order], x[order]) - attention(x, x, x)[order]).max())
     return (
-        "Write X' = PX. Its queries, keys and values are PQ, PK and PV, so its score table is "
-        "PQ(PK)ᵀ = P(QKᵀ)Pᵀ: the old table with rows and columns shuffled the same way. "
-        "Softmax acts on each row separately and a row's weights do not care where its "
-        "entries sit, so softmax(P S Pᵀ) = P softmax(S) Pᵀ. Multiplying by PV gives "
-        "P softmax(S) Pᵀ P V = P softmax(S) V, because PᵀP = I: the old output with its rows "
-        f"reordered by P. (attnlab on random 6 x 4 data: max |Attention(PX) - P·Attention(X)| "
-        f"= {gap:.1e}, rounding only.)"
+        "Let π be the reordering, so row i of the shuffled input is row π(i) of X. The "
+        "projections act row by row, so the shuffled queries, keys and values are the old ones "
+        "with their rows moved by π. Then score (i, j) of the shuffled table is q_π(i)·k_π(j), "
+        "the old score (π(i), π(j)). Row i of the new table therefore holds the same numbers as "
+        "old row π(i), merely listed in another column order, and softmax does not care about "
+        "order within a row: weight (i, j) is the old weight (π(i), π(j)). The new output row i "
+        "sums weight (i, j) times value row π(j) over j, which runs over every key exactly once, "
+        "so it equals the old output row π(i). In matrix form: Attention(PX) = P·Attention(X). "
+        f"(attnlab on random 6 x 4 data: max |Attention(PX) - P·Attention(X)| = {gap:.1e}, "
+        "rounding only.)"
     )
 
 

@@ -47,6 +47,23 @@ def friendly_errors(fn):
     return wrapper
 
 
+def writable(option: str, path) -> None:
+    """Fail before any work if ``path`` cannot be written (a lab or benchmark may take minutes)."""
+    if path is None:
+        return
+    from pathlib import Path
+
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir() or not folder.is_dir():
+        raise fail(f"{option}: expected a file in an existing folder, but got {str(path)!r}")
+    try:
+        with path.open("a"):
+            pass
+    except OSError as exc:
+        raise fail(f"{option}: cannot write {str(path)!r} ({exc.strerror})") from None
+
+
 def parse_matrix(name: str, text: str) -> list[list[float]]:
     """Parse '[[3,-3],[1,1]]' into a rectangular list of rows of numbers, or fail clearly."""
     try:

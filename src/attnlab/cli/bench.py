@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from attnlab.cli._app import app, console, err_console, fail, friendly_errors
+from attnlab.cli._app import app, console, err_console, fail, friendly_errors, writable
 
 bench_app = typer.Typer(
     help="Side-by-side benchmarks: attnlab beside PyTorch and the machine's GEMM ceiling.",
@@ -73,6 +73,7 @@ def attention_command(
     """Time attnlab dense and blockwise attention beside torch SDPA, and check issue 5's targets."""
     from attnlab import bench
 
+    writable("--json", json_path)
     masks = ["causal"] if causal else ["none", "causal"]
     if window is not None:
         masks.append("window")

@@ -20,7 +20,7 @@ import typer
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from attnlab.cli._app import app, console, err_console, fail, friendly_errors
+from attnlab.cli._app import app, console, err_console, fail, friendly_errors, writable
 from attnlab.labs import COLUMN_TITLES
 
 try:  # Typer >= 0.2x vendors click; its usage errors are that copy's, not click's
@@ -95,6 +95,7 @@ def _present(
         raise fail("expected at most one of --json and --csv, but got both")
     if plot is not None and plot.suffix.lower() not in (".html", ".htm"):
         raise fail(f"expected --plot to name an .html file, but got {str(plot)!r} instead")
+    writable("--plot", plot)
     if not progress:  # instant labs: no bar
         result = run()
     else:

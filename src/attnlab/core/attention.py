@@ -94,6 +94,10 @@ def validate(q, k, v, mask=None, *, scale=None, check_finite=True) -> Inputs:
         )
     if k.shape[-2] == 0:
         raise ShapeError(f"expected at least one key, but got k.shape={k.shape}")
+    if q.shape[-2] == 0:
+        raise ShapeError(f"expected at least one query row, but got q.shape={q.shape}")
+    if q.shape[-1] == 0:
+        raise ShapeError(f"expected d_k >= 1, but got q.shape={q.shape} and k.shape={k.shape}")
     try:
         lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     except ValueError:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnlab.errors import FullyMaskedRowError, NonFiniteInputError
+from attnlab.errors import FullyMaskedRowError, NonFiniteInputError, ShapeError
 
 __all__ = ["logsumexp", "softmax"]
 
@@ -64,6 +64,10 @@ def softmax(x: np.ndarray | list, axis: int = -1) -> np.ndarray:
     array([0.787 , 0.1065, 0.1065])
     """
     x = _as_float(x)
+    if x.ndim == 0 or x.shape[axis] == 0:
+        raise ShapeError(
+            f"expected at least one entry along axis {axis}, but got shape {x.shape} instead"
+        )
     # Subtracting the row max leaves the result unchanged (it cancels in the ratio) but keeps
     # every exponent <= 0, so exp never overflows, and the largest entry contributes exactly 1,
     # so the sum never underflows to 0 for a row with any finite entry.

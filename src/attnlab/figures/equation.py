@@ -58,8 +58,8 @@ SYMBOLS: tuple[Symbol, ...] = (
         "kt",
         "Kᵀ",
         "keys, transposed",
-        "One row per token that can be looked at, describing what it offers; transposing turns "
-        "the rows into columns so that Q Kᵀ dots every query with every key.",
+        "Each key row advertises its token to the queries; flipping K on its side puts one key "
+        "in each column, so a single product Q Kᵀ pairs every query with every key.",
         "K is M × d_k, so Kᵀ is d_k × M",
         "figure-attention-stepper",
         "scores",
@@ -67,7 +67,7 @@ SYMBOLS: tuple[Symbol, ...] = (
     Symbol(
         "sqrt-dk",
         "√d_k",
-        "the square root of the key width",
+        "√ of d_k, the width shared by queries and keys",
         "Dividing by it brings the spread of the scores back to about 1, whatever the width: "
         "a raw score's variance grows in step with d_k.",
         "a single number (d_k = width of a query or key)",

@@ -1,7 +1,7 @@
 """Figure ``sqrt-dk-histogram``: why scores are divided by √d_k (§6.3).
 
 Two panels, both computed by lab 2b in ``attnlab.labs``:
-  * a histogram of random query-key scores q·k (entries N(0, 1)) at one width d_k, raw or
+  * the distribution of q·k for random q and k (entries N(0, 1)) at one width d_k, raw or
     scaled by 1/√d_k (``labs.score_histogram``);
   * softmax trials over 64 keys: the share of trials whose largest weight exceeds 0.99, and the
     mean gradient term p_max(1 - p_max) in the saturated unscaled trials (``labs.saturation``).

@@ -105,8 +105,9 @@ def _steps(scale: float, scaled: bool, masked: bool) -> list[Step]:
             "inputs",
             "Queries, keys and values",
             "Q (N×d_k), K (M×d_k), V (M×d_v)",
-            "One row per token. A query row describes what its token is searching for, a key row "
-            "what its token offers, and a value row what its token hands over when chosen.",
+            "Each token owns a row in all three. Its query row is the question it asks of the "
+            "others, its key row is how others recognise it, and its value row is the content it "
+            "passes on to whoever attends to it.",
             ["q", "k", "v"],
             "",
             "",
@@ -115,8 +116,9 @@ def _steps(scale: float, scaled: bool, masked: bool) -> list[Step]:
             "scores",
             "Scores",
             "S = Q Kᵀ",
-            "Entry (i, j) is query i dotted with key j: multiply matching entries and add them. "
-            "A big score means the query and the key point the same way.",
+            "Cell (i, j) holds the dot product of row i of Q with row j of K: multiply the "
+            "entries pairwise and add. The more the two vectors agree in direction, the bigger "
+            "the score.",
             ["q", "k"],
             "scores",
             "qk",

@@ -46,7 +46,7 @@ function render(fig) {
       label === "with scaling" ? "—" : grad === null ? "no trial saturated" : fmt(grad, 4))));
   $("#hist-saturation tbody").replaceChildren(...rows);
   $("#hist-saturation caption").textContent =
-    `${fig.trials} softmax trials over ${fig.keys} keys at d_k = ${fig.d_k}: how often the largest weight exceeds ${fig.threshold}`;
+    `${fig.trials} softmax trials over ${fig.keys} keys at d_k = ${fig.d_k}: share where one weight tops ${fig.threshold}`;
   $("#hist-summary").textContent = fig.scaled
     ? `Scaled: spread ${fmt(fig.std, 2)}, and ${pct(fig.scaled_share)} of trials saturate.`
     : `Unscaled: spread ${fmt(fig.std, 2)}, and ${pct(fig.unscaled_share)} of trials saturate.`;
