@@ -389,3 +389,15 @@ def test_from_torch_refuses_extra_key_bias(torch):
 def test_empty_axes_are_shape_errors(call, words):
     with pytest.raises(ShapeError, match=words):
         call()
+
+
+def test_multi_head_names_the_non_finite_weight():
+    mha = al.MultiHeadAttention(4, 2, seed=0)
+    mha.w_k[1, 2, 0] = np.nan
+    with pytest.raises(al.NonFiniteInputError, match=r"w_k, but got nan at index \(1, 2, 0\)"):
+        mha(ones((3, 4)))
+
+
+def test_score_memory_refuses_an_unknown_dtype():
+    with pytest.raises(AttnlabError, match="numpy dtype"):
+        al.cost.score_memory_bytes(4, dtype="no-such-type")

@@ -312,6 +312,13 @@ def test_refusals_name_the_field(client, method, url, body, field):
     refused(client.request(method, url, json=body), field)
 
 
+@pytest.mark.parametrize("entry", ["true", '"1"', "null"])
+def test_matrix_entries_must_be_json_numbers(client, entry):
+    body = '{"q": [[ENTRY, 1], [1, 1]]}'.replace("ENTRY", entry)
+    headers = {"content-type": "application/json"}
+    refused(client.post("/api/trace", content=body, headers=headers), "q[0][0]")
+
+
 @pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity"])
 def test_non_finite_numbers_are_refused(client, number):
     body = '{"q": [[NUMBER, 1], [1, 1]]}'.replace("NUMBER", number)

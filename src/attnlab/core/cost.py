@@ -113,4 +113,8 @@ def score_memory_bytes(
         * positive_int("heads", heads)
         * positive_int("batch", batch)
     )
-    return cells * np.dtype(dtype).itemsize
+    try:
+        itemsize = np.dtype(dtype).itemsize
+    except TypeError:
+        raise AttnlabError(f"expected a numpy dtype such as 'float32', but got {dtype!r}") from None
+    return cells * itemsize

@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from attnlab.core._checks import positive_int
-from attnlab.core.attention import _as_real, _attend, _compute_dtype, validate
+from attnlab.core.attention import _as_real, _attend, _check_finite, _compute_dtype, validate
 from attnlab.core.masks import Mask
 from attnlab.errors import AttnlabError, ShapeError
 
@@ -70,6 +70,10 @@ def multi_head_attention(
         _as_real(n, w) for n, w in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v), ("w_o", w_o))
     )
     _check_weights(query, key, value, w_q, w_k, w_v, w_o)
+    if check_finite:  # name the array the user passed, not the projected heads built from it
+        for name, arr in (("query", query), ("key", key), ("value", value), ("w_q", w_q),
+                          ("w_k", w_k), ("w_v", w_v), ("w_o", w_o)):  # fmt: skip
+            _check_finite(name, arr)
     h, d_k, d_v = w_q.shape[0], w_q.shape[2], w_v.shape[2]
     for name, b, shape in (
         ("b_q", b_q, (h, d_k)),

@@ -25,7 +25,10 @@ class FieldError(ValueError):
 
 SEED_MAX = 2**32 - 1
 
-Number = Annotated[float, Field(allow_inf_nan=False, ge=-stepper.MAX_ABS, le=stepper.MAX_ABS)]
+# strict: a JSON number only (true or "1" is refused, not quietly read as 1).
+Number = Annotated[
+    float, Field(strict=True, allow_inf_nan=False, ge=-stepper.MAX_ABS, le=stepper.MAX_ABS)
+]
 Row = Annotated[list[Number], Field(min_length=1, max_length=stepper.MAX_WIDTH)]
 MatrixIn = Annotated[list[Row], Field(min_length=1, max_length=stepper.MAX_TOKENS)]
 Index = Annotated[int, Field(ge=0, lt=stepper.MAX_TOKENS)]
