@@ -7,6 +7,8 @@ slicing the table that ``allowed`` / ``additive`` render whole.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -77,8 +79,8 @@ def test_a_rendered_tile_is_the_slice_of_the_full_table(case):
     for part in mask.parts():
         full_allowed = part.allowed(n, m, lead_ndim=lead)
         full_added = part.additive(n, m, lead_ndim=lead)
-        block = part._block(rows, cols, n, m, lead)
-        bias = part._bias(rows, cols, n, m, lead)
+        block = part.block(rows, cols, n, m, lead)
+        bias = part.bias(rows, cols, n, m, lead)
         window = (..., slice(*rows), slice(*cols))
         np.testing.assert_array_equal(
             np.broadcast_to(block, tile_shape), np.broadcast_to(full_allowed[window], tile_shape)
@@ -113,16 +115,15 @@ def test_two_partial_parts_that_allow_nothing_together_are_blocked():
     assert (left + right).tile_state((0, 2), (0, 2), 2, 2) is TileState.BLOCKED
 
 
+@dataclass(frozen=True, eq=False)
 class _Spy(Causal):
     """A causal mask that records the size of every tile it is asked to render."""
 
-    def __init__(self):
-        super().__init__()
-        self.sizes = []
+    sizes: list = field(default_factory=list)
 
-    def _block(self, rows, cols, n, m, lead_ndim):
+    def block(self, rows, cols, n, m, lead_ndim):
         self.sizes.append((rows[1] - rows[0]) * (cols[1] - cols[0]))
-        return super()._block(rows, cols, n, m, lead_ndim)
+        return super().block(rows, cols, n, m, lead_ndim)
 
 
 def test_blockwise_renders_tiles_never_the_table():
@@ -144,8 +145,7 @@ def test_checking_a_mask_shape_renders_one_cell():
 
 
 def test_blame_renders_one_row_only():
-    spy = _Spy()
-    spy.align = "bottom_right"  # with N > M the first N - M rows see no key
+    spy = _Spy(align="bottom_right")  # with N > M the first N - M rows see no key
     rng = np.random.default_rng(0)
     q, k, v = rng.normal(size=(40, 2)), rng.normal(size=(30, 2)), rng.normal(size=(30, 1))
     with pytest.raises(al.FullyMaskedRowError, match="query row 0, 1"):

@@ -193,3 +193,31 @@ def test_output_and_weights_keep_the_input_dtype(dtype):
     assert out.dtype == dtype and weights.dtype == dtype
     ref = mha(x.astype(np.float64))
     np.testing.assert_allclose(out, ref, **for_dtype(dtype))
+
+
+def test_long_input_goes_blockwise_and_never_holds_the_head_table():
+    # issue 8: mha(x) used to build (h, N, M) weights even when only the output was wanted.
+    import tracemalloc
+
+    n, d_model, h = 4096, 64, 8
+    mha = al.MultiHeadAttention(d_model, h, seed=0)
+    x = np.random.default_rng(0).standard_normal((n, d_model))
+    table = h * n * n * 8  # bytes of the (h, N, M) float64 table: 1 GiB
+    tracemalloc.start()
+    try:
+        out = mha(x, mask=al.masks.Causal(), memory_budget=8 * 2**20)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < table / 16, f"peak {peak / 2**20:.0f} MiB against a {table / 2**20:.0f} MiB table"
+    dense = mha(x, mask=al.masks.Causal(), method="dense")
+    np.testing.assert_allclose(out, dense, rtol=1e-12, atol=1e-13)
+
+
+def test_mha_weights_over_the_budget_are_refused_not_computed():
+    mha = al.MultiHeadAttention(8, 2, seed=0)
+    x = np.ones((64, 8))
+    with pytest.raises(al.AttnlabError, match="memory budget"):
+        mha(x, return_weights=True, memory_budget=1024)
+    _, w = mha(x, return_weights=True, method="dense", memory_budget=1024)
+    assert w.shape == (2, 64, 64)

@@ -10,10 +10,11 @@ import typer
 from rich.table import Table
 
 from attnlab.cli._app import app, console, friendly_errors, parse_matrix
-from attnlab.core.attention import AttentionTrace, _fmt, trace_attention
+from attnlab.core.attention import AttentionTrace, trace_attention
 from attnlab.core.cost import breakdown, crossover_length, score_memory_bytes
 from attnlab.core.example import EXAMPLE_K, EXAMPLE_Q, EXAMPLE_V
 from attnlab.core.masks import Causal
+from attnlab.core.trace import format_number as _fmt
 
 _EXPLAIN = {
     "scores": "Each query dotted with each key: entry (i, j) is q_i · k_j.",

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-__all__ = ["blas_info", "on_threads"]
+__all__ = ["POOL_CAP", "blas_info", "on_threads", "pool_map"]
 
 
 def on_threads(fn, items, threads: int) -> None:
@@ -37,27 +37,82 @@ def on_threads(fn, items, threads: int) -> None:
         with np.errstate(**state):
             fn(item)
 
-    with _pool(threads, len(items)) as pool:
-        list(pool(call, items))
+    with pool_map(threads, len(items)) as each:
+        each(call, items)
 
 
-_pools: dict[int, ThreadPoolExecutor] = {}
-_pools_lock = threading.Lock()
+#: The most threads the shared pool ever holds, whatever ``threads=`` asks: more than the
+#: cores only adds switching, and every distinct request used to leave a pool of its own alive
+#: (63 values of threads= left 607 threads). A call asking for more runs this many at a time.
+POOL_CAP = max(32, 2 * (os.cpu_count() or 1))
+
+_pool: ThreadPoolExecutor | None = None
+_pool_size = 0
+_pool_lock = threading.Lock()
+
+
+def _shared_pool(threads: int) -> ThreadPoolExecutor:
+    """The one pool, grown (never shrunk) to ``threads`` workers, up to POOL_CAP."""
+    global _pool, _pool_size
+    with _pool_lock:
+        if _pool is None or _pool_size < threads:
+            old = _pool
+            _pool, _pool_size = ThreadPoolExecutor(threads, thread_name_prefix="attnlab"), threads
+            if old is not None:
+                old.shutdown(wait=False)  # its idle threads exit; queued work still runs
+        return _pool
+
+
+def _after_fork_in_child() -> None:
+    # A forked child inherits the pool object but none of its threads: work submitted to it
+    # would wait forever (a fork-method multiprocessing pool hung so). Start afresh, and drop
+    # locks a parent thread may have held at the fork.
+    global _pool, _pool_size, _pool_lock, _blas_lock, _blas_users
+    _pool, _pool_size, _pool_lock = None, 0, threading.Lock()
+    _blas_lock, _blas_users = threading.Lock(), 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @contextmanager
-def _pool(threads: int, items: int) -> Iterator:
-    """A map over the items: inline for one thread or one item, else on a shared thread pool."""
-    threads = min(threads, items)
+def pool_map(threads: int, items: int) -> Iterator:
+    """A function each(fn, items) -> list of results, running at most ``threads`` calls at once
+    on the shared pool (inline for one thread or one item). The first error is re-raised once
+    every running call has returned; no new item starts after it."""
+    threads = min(threads, items, POOL_CAP)
     if threads <= 1:
-        yield map
+        yield lambda fn, seq: [fn(item) for item in seq]
         return
-    with _pools_lock:
-        pool = _pools.get(threads)
-        if pool is None:
-            pool = _pools[threads] = ThreadPoolExecutor(threads, thread_name_prefix="attnlab")
+    pool = _shared_pool(threads)
+
+    def each(fn, seq) -> list:
+        seq = list(seq)
+        results: list = [None] * len(seq)
+        todo = iter(range(len(seq)))
+        lock = threading.Lock()
+        failed: list[BaseException] = []
+
+        def worker() -> None:
+            while not failed:
+                with lock:
+                    i = next(todo, None)
+                if i is None:
+                    return
+                try:
+                    results[i] = fn(seq[i])
+                except BaseException as exc:
+                    failed.append(exc)
+
+        for future in [pool.submit(worker) for _ in range(threads)]:
+            future.result()
+        if failed:
+            raise failed[0]
+        return results
+
     with _one_blas_thread():
-        yield pool.map
+        yield each
 
 
 _BLAS_NAMES = (

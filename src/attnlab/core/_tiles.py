@@ -11,12 +11,38 @@ the tiles a mask cuts through are rendered, once, for every lead element.
 from __future__ import annotations
 
 import threading
+from typing import NamedTuple
 
 import numpy as np
 
 from attnlab.core.masks import Mask, TileState
 
 LOG2E = 1.4426950408889634  # exp(x) = exp2(x · log2 e)
+
+
+class Step(NamedTuple):
+    """One tile of a query block, as the kernel's loop needs it (unpacked by position there).
+
+    rows: the block's rows this step covers (a slice; strips cover part of the block).
+    c0, c1: the keys [c0, c1) of the tile.
+    scores: (rows, cols) buffer for score - base, then the weights.
+    pv: (rows, d_v) buffer for Σ p v;  psum: (rows,) buffer for Σ p;  both: the two side by side,
+        (rows, d_v + 1), added to the running sums in one call.
+    ones: (cols,) ones, for the row sums as a matrix-vector product.
+    mask: the tile's TileMask, or None when the mask allows the whole tile.
+    """
+
+    rows: slice
+    c0: int
+    c1: int
+    scores: np.ndarray
+    pv: np.ndarray
+    psum: np.ndarray
+    both: np.ndarray
+    ones: np.ndarray
+    mask: TileMask | None
+
+
 # A partial tile is cut into this many row strips (measured: 2 and 4 alike, 8 slower).
 _STRIPS = 4
 
@@ -82,14 +108,17 @@ class TileMask:
     """
 
     def __init__(self, mask: Mask, rows, cols, n: int, m: int, lead_ndim: int, dtype):
+        dtype = np.dtype(dtype)
         allowed, bias = None, None
         for part in mask.parts():
             if part.boolean:
-                ok = part._block(rows, cols, n, m, lead_ndim)
+                ok = part.block(rows, cols, n, m, lead_ndim)
             else:
-                b = np.asarray(part._bias(rows, cols, n, m, lead_ndim))
+                # In the compute dtype before any arithmetic: a float32 mask on float64 inputs
+                # keeps float64 accuracy (§6.4's additive mask, in base 2 here).
+                b = np.asarray(part.bias(rows, cols, n, m, lead_ndim), dtype=dtype)
                 ok = ~np.isneginf(b)
-                b = np.where(ok, b * LOG2E, 0.0).astype(dtype)  # §6.4 additive mask, base 2
+                b = np.where(ok, b * dtype.type(LOG2E), dtype.type(0.0))
                 bias = b if bias is None else bias + b
             allowed = ok if allowed is None else allowed & ok
         self.bias = bias

@@ -47,13 +47,21 @@ diagonal tile). Query blocks run on a thread pool: numpy's matmul and exp2 relea
 from __future__ import annotations
 
 import math
-import os
 import threading
 
 import numpy as np
 
-from attnlab.core._threads import _pool, blas_info
-from attnlab.core._tiles import LOG2E, TileMask, buffers, plan
+from attnlab.core._threads import blas_info, pool_map
+from attnlab.core._tiles import LOG2E, Step, TileMask, buffers, plan
+from attnlab.core._validate import (
+    Inputs,
+    check_block_size,
+    check_scores_in_bands,
+    check_threads,
+    may_overflow,
+    raise_empty_rows,
+    validate_later,
+)
 from attnlab.core.masks import tile_at as _pick
 from attnlab.errors import AttnlabError
 
@@ -122,11 +130,9 @@ def blockwise_attention(
     array([[ 0.   , -1.   ],
            [ 0.804,  1.413]])
     """
-    from attnlab.core.attention import validate_later
-
     if return_weights:
         raise_no_weights()
-    bq, bk = check_block_size(block_size)
+    bq, bk = check_block_size(block_size, (DEFAULT_BLOCK_Q, DEFAULT_BLOCK_K))
     n_threads = check_threads(threads)
     x, finite = validate_later(q, k, v, mask, scale=scale, check_finite=check_finite)
     return run(x, bq, bk, n_threads, check=finite)
@@ -138,31 +144,6 @@ def raise_no_weights() -> None:
         "the weights are the N x M table that blockwise attention never stores. Use "
         "method='dense' (or trace_attention) to get them, on inputs small enough to hold it"
     )
-
-
-def check_block_size(block_size) -> tuple[int, int]:
-    """(Bq, Bk) from None | int | (int, int), or a clear error."""
-    if block_size is None:
-        return DEFAULT_BLOCK_Q, DEFAULT_BLOCK_K
-    pair = block_size if isinstance(block_size, tuple | list) else (block_size, block_size)
-    if len(pair) != 2 or not all(_is_count(b) for b in pair):
-        raise AttnlabError(
-            "expected block_size to be a positive integer or a pair (query rows, keys), "
-            f"but got {block_size!r} instead"
-        )
-    return int(pair[0]), int(pair[1])
-
-
-def check_threads(threads) -> int:
-    if threads is None:
-        return os.cpu_count() or 1
-    if not _is_count(threads):
-        raise AttnlabError(f"expected threads to be an integer >= 1, but got {threads!r} instead")
-    return int(threads)
-
-
-def _is_count(x) -> bool:
-    return not isinstance(x, bool) and isinstance(x, int | np.integer) and x >= 1
 
 
 def dense_table_bytes(lead: tuple[int, ...], n: int, m: int, dtype) -> int:
@@ -177,7 +158,8 @@ def _fast(q_rows, kT, v, steps, idx, c):
     """One query block of one lead element, every base left at 0: two matmuls, an exp2 and a
     row sum per step, nothing else. Returns (acc (Bq, d_v), l (Bq,)), to be checked by _solve.
 
-    ``steps`` holds, per step: rows (a slice of the block), columns, and the tile buffers.
+    ``steps`` holds a ``Step`` per tile (see ``_tiles.Step``), unpacked by position: the loop
+    runs once per tile and attribute look-ups would cost a GIL-holding call each.
     Few numpy calls per step matter with threads: each call takes the GIL, and a thread that
     finds it held sleeps until woken (at N = 2048, causal: ~150 such waits in a 33 ms call
     with separate adds for Σ p v and Σ p, ~110 with one).
@@ -218,8 +200,14 @@ class _Block:
         self.l = self.acc[:, dv]  # (Bq,), a view
 
     def rescale(self, rows: slice, e: np.ndarray) -> None:
-        """Move the base of ``rows`` up by the integers e: acc and l shrink by 2^-e, exactly."""
-        self.acc[rows] = np.ldexp(self.acc[rows], -e[:, None])
+        """Move the base of ``rows`` up by the whole numbers e: acc and l shrink by 2^-e, exactly.
+
+        e is a float: a huge additive bias (-1e300 fits float64) moves a base far beyond int64.
+        Past 2^30 the shrink is to exactly 0 anyway (and e < -1100 cannot happen while l > 0:
+        the base stays at or above log2 l), so the exponent handed to ldexp is clipped there.
+        """
+        shrink = np.clip(e, -(2**30), 2**30).astype(np.int64)
+        self.acc[rows] = np.ldexp(self.acc[rows], -shrink[:, None])
         base = self.base[rows] + e
         self.base[rows] = base
         self.qa[rows, -1] = -base
@@ -253,7 +241,7 @@ def _exact(q_rows, kT, v, steps, idx, c, floor):
             s *= _pick(tm.keep, idx)  # blocked pairs weigh exactly 0
         np.matmul(s, v[c0:c1], out=r)  # (rows, d_v)
         np.matmul(s, ones, out=ls)  # (rows,)
-        blk.rescale(sl, np.nan_to_num(shift).astype(np.int64))
+        blk.rescale(sl, np.nan_to_num(shift))
         blk.acc[sl] += rl
     return blk.acc[:, :-1], blk.l
 
@@ -271,21 +259,19 @@ def _solve(q_rows, kT, v, steps, idx, c, floor, tiny):
 
 
 def run(
-    x, bq: int = DEFAULT_BLOCK_Q, bk: int = DEFAULT_BLOCK_K, threads: int = 1, check=None
+    x: Inputs, bq: int = DEFAULT_BLOCK_Q, bk: int = DEFAULT_BLOCK_K, threads: int = 1, check=None
 ) -> np.ndarray:
-    """Blockwise attention on validated inputs (``attention.Inputs``); returns (..., N, d_v).
+    """Blockwise attention on validated inputs (``_validate.Inputs``); returns (..., N, d_v).
 
     ``check``, if given, is validate's finite-input check: it runs on the pool beside the first
     tiles (at N = 2048, 5% of the time was this check alone, before any tile could start) and
     its error, if any, is raised before any other.
     """
-    from attnlab.core.attention import _raise_empty, may_overflow, table_lead
-
     if may_overflow(x):  # rare: huge q or k. Check first, in order, as the dense path does.
         if check is not None:
             check()
             check = None
-        _check_scores(x)
+        check_scores_in_bands(x)
     q, k, v, n, m, lead = x.q, x.k, x.v, x.n, x.m, x.lead
     dtype = q.dtype
     dk, dv = q.shape[-1], v.shape[-1]
@@ -367,7 +353,9 @@ def run(
                     rendered = masks.setdefault(rows, rendered)
             bufs = buffers(dtype, dv, bk)
             steps = [  # per step: the loop's arguments, looked up once for the whole group
-                (slice(a, b), c0, c1, *bufs(b - a, c1 - c0), rendered[a, c0] if masked else None)
+                Step(
+                    slice(a, b), c0, c1, *bufs(b - a, c1 - c0), rendered[a, c0] if masked else None
+                )
                 for a, b, (c0, c1), masked in plans[rows]
             ]
             for idx in group:
@@ -385,30 +373,13 @@ def run(
 
     if check is not None:
         items.insert(0, None)
-    with _pool(threads, len(items)) as pool:
-        list(pool(work, items))
+    with pool_map(threads, len(items)) as each:
+        list(each(work, items))
     if refused:
         raise refused[0]
     if empty:
-        _raise_empty(x, np.array(sorted(_table_rows(empty, table_lead(x)))))
+        raise_empty_rows(x, sorted(_table_rows(empty, x.table_lead())))
     return out
-
-
-def _check_scores(x) -> None:
-    """Refuse scores that overflow, a band of rows at a time (never the N x M table): the
-    kernels would turn them into NaN, or into -inf that passes for a blocked key."""
-    from attnlab.core.attention import check_overflow
-
-    kT = np.swapaxes(x.k, -1, -2)  # (..., d_k, M)
-    rows = max(1, _CHECK_BYTES // (max(1, math.prod(x.lead)) * x.m * x.q.dtype.itemsize))
-    for r0 in range(0, x.n, rows):
-        with np.errstate(over="ignore", invalid="ignore"):
-            s = x.q[..., r0 : r0 + rows, :] @ kT  # (..., rows, M)
-            s *= s.dtype.type(x.scale)
-        check_overflow(x, s, (r0, r0 + rows))
-
-
-_CHECK_BYTES = 2**26  # 64 MiB of scores per band of the overflow check
 
 
 def _table_rows(rows, table_lead: tuple[int, ...]) -> set[tuple[int, ...]]:

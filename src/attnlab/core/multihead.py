@@ -17,7 +17,8 @@ import math
 import numpy as np
 
 from attnlab.core._checks import positive_int
-from attnlab.core.attention import _as_real, _attend, _check_finite, _compute_dtype, validate
+from attnlab.core._validate import as_real, compute_dtype, refuse_non_finite
+from attnlab.core.attention import attention
 from attnlab.core.masks import Mask
 from attnlab.errors import AttnlabError, ShapeError
 
@@ -51,6 +52,10 @@ def multi_head_attention(
     scale=None,
     return_weights=False,
     check_finite=True,
+    method="auto",
+    memory_budget=None,
+    block_size=None,
+    threads=None,
 ):
     """Functional multi-head attention.
 
@@ -61,19 +66,23 @@ def multi_head_attention(
         mask: as for ``attention``; an array of shape (..., N, M) applies to every head,
             (..., h, N, M) to each head separately. A ``Padding`` mask indexes the batch axis.
         scale: None for 1/sqrt(d_k).
+        method, memory_budget, block_size, threads: as for ``attention``, which every head goes
+            through: "auto" switches to the blockwise path when the (..., h, N, M) table would
+            exceed the budget, and no (..., h, N, M) table is built unless the weights are asked
+            for.
 
     Returns:
         out (..., N, d_model_out), or (out, weights (..., h, N, M)).
     """
-    query, key, value = _as_real("query", query), _as_real("key", key), _as_real("value", value)
+    query, key, value = as_real("query", query), as_real("key", key), as_real("value", value)
     w_q, w_k, w_v, w_o = (
-        _as_real(n, w) for n, w in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v), ("w_o", w_o))
+        as_real(n, w) for n, w in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v), ("w_o", w_o))
     )
     _check_weights(query, key, value, w_q, w_k, w_v, w_o)
     if check_finite:  # name the array the user passed, not the projected heads built from it
         for name, arr in (("query", query), ("key", key), ("value", value), ("w_q", w_q),
                           ("w_k", w_k), ("w_v", w_v), ("w_o", w_o)):  # fmt: skip
-            _check_finite(name, arr)
+            refuse_non_finite(name, arr)
     h, d_k, d_v = w_q.shape[0], w_q.shape[2], w_v.shape[2]
     for name, b, shape in (
         ("b_q", b_q, (h, d_k)),
@@ -93,7 +102,7 @@ def multi_head_attention(
         )
 
     # dtype in = dtype out: the inputs set the compute dtype, the weights follow them.
-    dtype = _compute_dtype(query, key, value)
+    dtype = compute_dtype(query, key, value)
     query, key, value, w_q, w_k, w_v, w_o = (
         a.astype(dtype, copy=False) for a in (query, key, value, w_q, w_k, w_v, w_o)
     )
@@ -109,9 +118,21 @@ def multi_head_attention(
     if b_v is not None:
         v += np.asarray(b_v, dtype=dtype)[:, None, :]
 
-    # 2) attend: the single-head implementation, heads batched
-    x = validate(q, k, v, _head_mask(mask, query.ndim), scale=scale, check_finite=check_finite)
-    heads, weights = _attend(x, want="weights")  # (..., h, N, d_v), (..., h, N, M)
+    # 2) attend: the single-head dispatcher, heads as a batch axis
+    attended = attention(
+        q,
+        k,
+        v,
+        _head_mask(mask, query.ndim),
+        scale=scale,
+        return_weights=return_weights,
+        check_finite=check_finite,
+        method=method,
+        block_size=block_size,
+        threads=threads,
+        memory_budget=memory_budget,
+    )
+    heads, weights = attended if return_weights else (attended, None)  # (..., h, N, d_v)
 
     # 3) concat [head_1; ...; head_h] along features, then mix with W^O
     joined = np.swapaxes(heads, -2, -3)  # (..., N, h, d_v)
@@ -206,9 +227,23 @@ class MultiHeadAttention:
         )
 
     def __call__(
-        self, query, key=None, value=None, mask=None, return_weights=False, *, check_finite=True
+        self,
+        query,
+        key=None,
+        value=None,
+        mask=None,
+        return_weights=False,
+        *,
+        check_finite=True,
+        method="auto",
+        memory_budget=None,
+        block_size=None,
+        threads=None,
     ):
         """query (..., N, d_model); key (..., M, kdim) defaults to query; value defaults to key.
+
+        ``method``, ``memory_budget``, ``block_size`` and ``threads`` are ``attention``'s: a
+        long input switches to the blockwise path instead of running out of memory.
 
         Returns out (..., N, d_model), or (out, weights (..., h, N, M)).
         """
@@ -229,6 +264,10 @@ class MultiHeadAttention:
             mask=mask,
             return_weights=return_weights,
             check_finite=check_finite,
+            method=method,
+            memory_budget=memory_budget,
+            block_size=block_size,
+            threads=threads,
         )
 
     @classmethod

@@ -7,17 +7,29 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnlab.errors import FullyMaskedRowError, NonFiniteInputError, ShapeError
+from attnlab.errors import AttnlabError, FullyMaskedRowError, NonFiniteInputError, ShapeError
 
 __all__ = ["logsumexp", "softmax"]
 
 
-def _as_float(x: np.ndarray | list) -> np.ndarray:
-    x = np.asarray(x)
+def _as_float(x: np.ndarray | list, axis) -> np.ndarray:
+    try:
+        x = np.asarray(x)
+    except ValueError as exc:  # ragged nested lists
+        raise ShapeError(f"expected x to be a rectangular array, but got {exc}") from None
+    if x.dtype.kind not in "biuf":
+        raise AttnlabError(f"expected x to hold real numbers, but got dtype {x.dtype} instead")
+    if (
+        isinstance(axis, bool)
+        or not isinstance(axis, int | np.integer)
+        or not -max(x.ndim, 1) <= axis < max(x.ndim, 1)
+    ):
+        raise AttnlabError(
+            f"expected axis to be an integer from {-max(x.ndim, 1)} to {max(x.ndim, 1) - 1} "
+            f"for x.shape={x.shape}, but got {axis!r} instead"
+        )
     if x.dtype.kind in "biu":
         return x.astype(np.float64)
-    if x.dtype.kind != "f":
-        raise TypeError(f"softmax expects a real-valued array, but got dtype {x.dtype} instead")
     # -inf is a masked-out entry and welcome; NaN and +inf have no weight to give (inf - inf is
     # NaN after the max shift), so refuse them rather than return NaN.
     bad = np.isnan(x) | np.isposinf(x)
@@ -63,7 +75,7 @@ def softmax(x: np.ndarray | list, axis: int = -1) -> np.ndarray:
     >>> softmax([2.0, 0.0, 0.0]).round(4)
     array([0.787 , 0.1065, 0.1065])
     """
-    x = _as_float(x)
+    x = _as_float(x, axis)
     if x.ndim == 0 or x.shape[axis] == 0:
         raise ShapeError(
             f"expected at least one entry along axis {axis}, but got shape {x.shape} instead"
@@ -84,7 +96,11 @@ def logsumexp(x: np.ndarray | list, axis: int = -1) -> np.ndarray:
 
     A row of all -inf gives -inf, the log of an empty sum.
     """
-    x = _as_float(x)
+    x = _as_float(x, axis)
+    if x.ndim == 0 or x.shape[axis] == 0:
+        raise ShapeError(
+            f"expected at least one entry along axis {axis}, but got shape {x.shape} instead"
+        )
     row_max = np.max(x, axis=axis, keepdims=True)
     shift = np.where(np.isneginf(row_max), 0.0, row_max)
     with np.errstate(divide="ignore"):

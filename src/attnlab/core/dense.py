@@ -1,0 +1,164 @@
+"""The dense kernel: softmax(q kᵀ · scale + mask) v with the whole (..., N, M) table, as §6.2 draws it.
+
+Shape legend (the chapter's letters):
+    ...  leading batch axes, broadcast between q, k and v (for example (B,) or (B, h))
+    N    query rows            M    key rows
+    d_k  query and key width   d_v  value width
+
+Three plainly named entry points share one computation, scores -> scaled -> masked -> weights
+-> output: ``dense_output`` keeps the output only, ``dense_weights`` the output and the
+weights, ``dense_tables`` a copy of every table. They take ``Inputs`` already validated by
+``core/_validate.py`` (the public functions in ``core/attention.py`` call them) and never
+validate again. ``core/blockwise.py`` is the only other implementation, tested equal to this one.
+
+Rows are independent, so the table is computed a band of rows at a time, each step in place:
+a band stays in cache through its five passes instead of the whole table streaming from memory
+five times. When only the output is wanted, each band goes all the way to its output rows and
+the N x M table is never allocated (a fresh 128 MiB table costs more in page faults than the
+q kᵀ matmul that fills it); the weights and the trace keep it whole.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from attnlab.core._threads import on_threads
+from attnlab.core._validate import Inputs, check_overflow, may_overflow, raise_empty_rows
+from attnlab.core.masks import Mask
+
+__all__ = ["apply_mask", "dense_output", "dense_tables", "dense_weights"]
+
+_BAND_BYTES = 2**20  # rows per band of the softmax: about 1 MiB of scores (half the L2)
+_OUT_BAND_BYTES = 2**24  # output-only bands: 16 MiB of scores (measured best of 2-32 MiB, N = 2048)
+_THREADED_BYTES = 2**23  # below 8 MiB of scores the pool's start-up costs more than it saves
+
+
+def apply_mask(scores: np.ndarray, mask: Mask, rows, cols, n: int, m: int, lead_ndim: int) -> None:
+    """Add ``mask`` to a tile of scaled scores in place; masks combine by adding (§6.4)."""
+    for part in mask.parts():
+        if part.boolean:
+            np.copyto(scores, -np.inf, where=~part.block(rows, cols, n, m, lead_ndim))
+        else:
+            scores += part.bias(rows, cols, n, m, lead_ndim)
+
+
+class _Rows:
+    """The shared steps for one call: scores of a band of rows, and their softmax in place."""
+
+    def __init__(self, x: Inputs, keep: dict | None = None):
+        self.x, self.keep = x, keep  # keep: where the trace copies each table, or None
+        self.lead = x.table_lead()
+        self.row_max = np.empty(self.lead + (x.n, 1), x.q.dtype)  # (..., N, 1)
+        self.total = np.empty_like(self.row_max)  # (..., N, 1): each row's Σ exp
+        self.kT = np.swapaxes(x.k, -1, -2)  # (..., d_k, M), a view
+        self.risky = may_overflow(x)
+
+    def scores(self, rows) -> np.ndarray:
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow is checked at the max
+            s = self.x.q[..., rows[0] : rows[1], :] @ self.kT  # (..., rows, M)
+        if s.shape[:-2] != self.lead:  # the mask varies along an axis only v (or it) carries
+            s = np.array(np.broadcast_to(s, self.lead + s.shape[-2:]))  # (..., rows, M)
+        return s
+
+    def softmax(self, s: np.ndarray, rows) -> None:
+        """Scale, mask and exponentiate s (..., rows, M) in place; fill the rows' max and sum."""
+        x = self.x
+        with np.errstate(over="ignore"):  # overflow is checked just below
+            s *= s.dtype.type(x.scale)
+        if self.risky:
+            check_overflow(x, s, rows)
+        if self.keep is not None:
+            self.keep["scaled"] = s.copy()
+        if x.mask is not None:
+            apply_mask(s, x.mask, rows, (0, x.m), x.n, x.m, s.ndim - 2)
+        if self.keep is not None:
+            self.keep["masked"] = s.copy()
+        # Safe softmax (see core/softmax.py), fused in place: shift by the row max and
+        # exponentiate; a row with no allowed key is shifted by 0 (all its weights are 0).
+        top = np.max(s, axis=-1, keepdims=True, out=self.row_max[..., rows[0] : rows[1], :])
+        top[np.isneginf(top)] = 0.0
+        s -= top
+        np.exp(s, out=s)  # now the unnormalised weights
+        np.sum(s, axis=-1, keepdims=True, out=self.total[..., rows[0] : rows[1], :])
+
+    def check_empty(self, empty_rows: str) -> None:
+        empty = self.total == 0.0  # (..., N, 1): rows with no allowed key
+        if empty_rows == "raise" and empty.any():
+            raise_empty_rows(self.x, np.argwhere(empty[..., 0]))
+
+    def row_bytes(self) -> int:
+        return math.prod(self.lead) * self.x.m * self.x.q.dtype.itemsize
+
+
+def _each(fn, starts, threads: int, size: int) -> None:
+    """fn(start) for each band, on the thread pool when there is enough work to share."""
+    if threads > 1 and len(starts) > 1 and size >= _THREADED_BYTES:
+        on_threads(fn, starts, threads)
+    else:
+        for r0 in starts:
+            fn(r0)
+
+
+def dense_output(x: Inputs, *, empty_rows: str = "raise", threads: int = 1) -> np.ndarray:
+    """The output (..., N, d_v) alone, a band of rows at a time: no N x M table is kept.
+
+    empty_rows: "raise" (FullyMaskedRowError) or "zero" (output 0 there, as PyTorch does).
+    threads: bands of rows computed at once (numpy's matmul and ufuncs release the GIL).
+    """
+    r = _Rows(x)
+    n = x.n
+    out = np.empty(np.broadcast_shapes(r.lead, x.v.shape[:-2]) + (n, x.v.shape[-1]), x.q.dtype)
+    band = max(1, _OUT_BAND_BYTES // r.row_bytes())
+    sub = max(1, _BAND_BYTES // r.row_bytes())
+
+    def band_rows(r0: int) -> None:
+        rows = (r0, min(n, r0 + band))
+        s = r.scores(rows)  # (..., band, M)
+        for a in range(0, rows[1] - rows[0], sub):  # softmax in cache-sized pieces
+            b = min(rows[1] - rows[0], a + sub)
+            r.softmax(s[..., a:b, :], (rows[0] + a, rows[0] + b))
+        part = s @ x.v  # (..., band, d_v)
+        # Divide the small output, not the table; rows with no key: 0, not 0/0.
+        t = r.total[..., rows[0] : rows[1], :]
+        part /= np.where(t == 0.0, 1.0, t).astype(part.dtype, copy=False)
+        out[..., rows[0] : rows[1], :] = part
+
+    _each(band_rows, range(0, n, band), threads, r.row_max.size * x.m * x.q.dtype.itemsize)
+    r.check_empty(empty_rows)
+    return out
+
+
+def dense_weights(
+    x: Inputs, *, empty_rows: str = "raise", threads: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
+    """(output (..., N, d_v), weights (..., N, M)): the table is the answer, so it is kept."""
+    r = _Rows(x)
+    scores = r.scores((0, x.n))  # (..., N, M)
+    band = max(1, _BAND_BYTES // r.row_bytes())
+    _each(
+        lambda r0: r.softmax(scores[..., r0 : r0 + band, :], (r0, min(x.n, r0 + band))),
+        range(0, x.n, band),
+        threads,
+        scores.nbytes,
+    )
+    return _normalise(r, scores, empty_rows)
+
+
+def dense_tables(x: Inputs) -> dict[str, np.ndarray]:
+    """Every table of §6.2's diagram: scores, scaled, masked, weights and output."""
+    tables: dict[str, np.ndarray] = {}
+    r = _Rows(x, keep=tables)
+    scores = r.scores((0, x.n))  # (..., N, M)
+    tables["scores"] = scores.copy()
+    r.softmax(scores, (0, x.n))  # the trace keeps every table: one band
+    tables["output"], tables["weights"] = _normalise(r, scores, "raise")
+    return tables
+
+
+def _normalise(r: _Rows, e: np.ndarray, empty_rows: str) -> tuple[np.ndarray, np.ndarray]:
+    r.check_empty(empty_rows)
+    r.total[r.total == 0.0] = 1.0  # rows with no allowed key are all zeros: 0, not 0/0
+    e /= r.total  # (..., N, M) weights, rows sum to 1
+    return e @ r.x.v, e  # (..., N, d_v), (..., N, M)

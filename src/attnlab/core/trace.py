@@ -1,0 +1,105 @@
+"""The trace of one attention call: every table of §6.2's diagram, as data, text and HTML.
+
+Shape legend (the chapter's letters): ... batch axes, N query rows, M key rows, d_v value width.
+
+``trace_attention`` (in ``core/attention.py``) fills an ``AttentionTrace``; this module only
+holds and renders it: ``str(trace)`` aligns the tables as text, ``trace._repr_html_()`` draws
+them as HTML tables for Jupyter, and ``format_number`` is the one way a cell is written, shared
+by the CLI.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from html import escape
+
+import numpy as np
+
+from attnlab.core.masks import Mask
+
+__all__ = ["AttentionTrace", "format_number", "format_table"]
+
+_STAGES = ("scores", "scaled", "masked", "weights", "output")
+_CAPTIONS = {
+    "scores": "1. scores  Q Kᵀ  (N x M)",
+    "scaled": "2. scaled  Q Kᵀ · scale",
+    "masked": "3. masked  + M  (-inf where blocked)",
+    "weights": "4. weights  softmax of each row",
+    "output": "5. output  weights · V  (N x d_v)",
+}
+
+
+@dataclass(frozen=True, repr=False)
+class AttentionTrace:
+    """Every table of the chapter's diagram for one attention call.
+
+    Attributes:
+        q, k, v: the inputs (compute dtype).
+        scores: q kᵀ, (..., N, M).   scaled: scores · scale.   masked: scaled + mask.
+        weights: softmax of each masked row, (..., N, M).   output: weights · v, (..., N, d_v).
+        scale: the factor applied (1/sqrt(d_k) by default).   mask: the Mask used, or None.
+    """
+
+    q: np.ndarray
+    k: np.ndarray
+    v: np.ndarray
+    scores: np.ndarray
+    scaled: np.ndarray
+    masked: np.ndarray
+    weights: np.ndarray
+    output: np.ndarray
+    scale: float
+    mask: Mask | None
+
+    def stages(self) -> list[tuple[str, str, np.ndarray]]:
+        """(name, caption, table) for each step, in order."""
+        return [(s, _CAPTIONS[s], getattr(self, s)) for s in _STAGES]
+
+    def __repr__(self) -> str:
+        return (
+            f"AttentionTrace(N={self.scores.shape[-2]}, M={self.scores.shape[-1]}, "
+            f"scale={self.scale:.6g}, mask={self.mask!r})"
+        )
+
+    def __str__(self) -> str:
+        lines = [repr(self)]
+        for _, caption, table in self.stages():
+            lines += ["", caption, format_table(table)]
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        parts = [f"<div class='attnlab-trace'><p><code>{escape(repr(self))}</code></p>"]
+        for _, caption, table in self.stages():
+            parts.append(f"<p><b>{escape(caption)}</b></p>")
+            for index, mat in _matrices(table):
+                if index:
+                    parts.append(f"<p><i>[{', '.join(map(str, index))}]</i></p>")
+                rows = "".join(
+                    "<tr>" + "".join(f"<td>{escape(format_number(x))}</td>" for x in row) + "</tr>"
+                    for row in mat
+                )
+                parts.append(f"<table>{rows}</table>")
+        return "".join(parts) + "</div>"
+
+
+def format_number(x: float) -> str:
+    if np.isneginf(x):
+        return "-inf"
+    return f"{x:.4g}" if abs(x) >= 1e-3 or x == 0 else f"{x:.3e}"
+
+
+def _matrices(table: np.ndarray):
+    for index in np.ndindex(table.shape[:-2]):
+        yield index, table[index]
+
+
+def format_table(table: np.ndarray) -> str:
+    """Aligned plain-text rendering of a (..., rows, cols) table."""
+    out = []
+    for index, mat in _matrices(np.asarray(table)):
+        if index:
+            out.append(f"[{', '.join(map(str, index))}]")
+        cells = [[format_number(float(x)) for x in row] for row in mat]
+        width = max((len(c) for row in cells for c in row), default=1)
+        out += ["  [ " + "  ".join(c.rjust(width) for c in row) + " ]" for row in cells]
+    return "\n".join(out)
