@@ -91,6 +91,7 @@ DEFAULT_BLOCK_K = 512
 # At least this many work items per thread, so uneven items (causal) and a core shared with
 # another process even out; measured flat from 2 to 8 at N = 2048, slower at 16 (more renders).
 _ITEMS_PER_THREAD = 4
+_LN2 = math.log(2.0)
 
 
 # -- the public entry point ---------------------------------------------------------------------
@@ -182,7 +183,7 @@ def _fast(q_rows, kT, v, steps, idx, c):
         np.matmul(s, ones, out=ls)  # (rows,): Σ p, the last column of rl
         np.matmul(s, v[c0:c1], out=r)  # (rows, d_v): Σ p v, the rest of rl
         acc[sl] += rl  # one add for both: each numpy call is a chance to wait for the GIL
-    return acc[:, :dv], acc[:, dv]
+    return acc[:, :dv], acc[:, dv], 0.0
 
 
 class _Block:
@@ -243,25 +244,27 @@ def _exact(q_rows, kT, v, steps, idx, c, floor):
         np.matmul(s, ones, out=ls)  # (rows,)
         blk.rescale(sl, np.nan_to_num(shift))
         blk.acc[sl] += rl
-    return blk.acc[:, :-1], blk.l
+    return blk.acc[:, :-1], blk.l, blk.base
 
 
 def _solve(q_rows, kT, v, steps, idx, c, floor, tiny):
-    acc, l = _fast(q_rows, kT, v, steps, idx, c)
+    acc, l, base = _fast(q_rows, kT, v, steps, idx, c)
     # Against a base of 0, exp2 overflows once a scaled score passes maxexp (f32: 128 in log2
     # units, 89 in natural ones) and underflows far below: inf, NaN (inf · 0 at a blocked pair)
     # or a sum too small to trust (< 2^-(maxexp/2)) sends the block to the exact pass. Rows
     # that allow no key at all also come here, and leave with l = 0.
     # (A NaN or inf anywhere makes the sum non-finite; a min of NaN fails the comparison.)
     if not (l.min() >= tiny and np.isfinite(acc.sum())):
-        acc, l = _exact(q_rows, kT, v, steps, idx, c, floor)
-    return acc, l
+        acc, l, base = _exact(q_rows, kT, v, steps, idx, c, floor)
+    return acc, l, base
 
 
 def run(
-    x: Inputs, bq: int = DEFAULT_BLOCK_Q, bk: int = DEFAULT_BLOCK_K, threads: int = 1, check=None
+    x: Inputs, bq=DEFAULT_BLOCK_Q, bk=DEFAULT_BLOCK_K, threads=1, check=None, lse=None
 ) -> np.ndarray:
     """Blockwise attention on validated inputs (``_validate.Inputs``); returns (..., N, d_v).
+    ``lse``, an array (..., N), receives each row's log Σ exp(score · scale + mask) (natural
+    log), for the backward pass: (base + log2 l) · ln 2, base in the log2 units of q · c.
 
     ``check``, if given, is validate's finite-input check: it runs on the pool beside the first
     tiles (at N = 2048, 5% of the time was this check alone, before any tile could start) and
@@ -360,7 +363,9 @@ def run(
             ]
             for idx in group:
                 q_rows = _pick(q, idx)[rows[0] : rows[1]]  # (Bq, d_k)
-                acc, l = _solve(q_rows, keys(idx), _pick(v, idx), steps, idx, c, floor, tiny)
+                acc, l, base = _solve(q_rows, keys(idx), _pick(v, idx), steps, idx, c, floor, tiny)
+                if lse is not None:
+                    lse[idx][rows[0] : rows[1]] = (np.log2(l) + base) * _LN2  # (Bq,)
                 hollow = np.flatnonzero(l == 0)  # rows that allowed no key at all
                 if hollow.size:
                     with lock:
