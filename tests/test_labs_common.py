@@ -14,7 +14,7 @@ import attnlab.labs
 from attnlab.errors import AttnlabError
 from attnlab.labs import LABS, timing
 from attnlab.labs._common import jsonable
-from attnlab.labs.plots import figure
+from attnlab.figures.labplots import lab_plot, plotly_figure
 
 # Small, fast arguments for each lab.
 SMALL = {
@@ -32,13 +32,15 @@ def results():
 
 
 def test_labs_table_is_exactly_the_five_labs():
-    assert LABS == {
+    functions = {name: spec.run for name, spec in LABS.items()}
+    assert functions == {
         "variance": attnlab.labs.variance_scaling,
         "saturation": attnlab.labs.saturation,
         "sweep": attnlab.labs.width_sweep,
         "permutation": attnlab.labs.permutation,
         "cost": attnlab.labs.cost_timing,
     }
+    assert all(spec.name == name for name, spec in LABS.items())
 
 
 def test_public_names():
@@ -63,7 +65,7 @@ def test_results_are_frozen_json_ready_and_tabular(results, name):
 @pytest.mark.parametrize("name", list(LABS))
 def test_figures_are_valid_plotly_specs(results, name):
     go = pytest.importorskip("plotly.graph_objects")
-    spec = figure(results[name])
+    spec = plotly_figure(lab_plot(results[name]))
     json.dumps(spec, allow_nan=False)
     go.Figure(spec)  # raises on any property plotly does not know
 

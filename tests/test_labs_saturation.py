@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from decimal import Decimal, localcontext
+
 import numpy as np
 import pytest
 
 from attnlab import softmax
 from attnlab.errors import AttnlabError
 from attnlab.labs import saturation
+from attnlab.labs._common import SATURATION, rng_for
 from attnlab.labs.saturation import _trial_stats
 
 Z = 5.0  # standard errors of slack; see test_labs_variance.py
@@ -45,7 +48,7 @@ def test_saturated_trials_have_a_tiny_jacobian(default):
 def test_jacobian_norm_is_the_norm_of_softmax_derivative():
     scores = np.random.default_rng(3).normal(size=(2, 6))
     p = softmax(scores)
-    p_max, fro = _trial_stats(p)
+    p_max, rest, fro = _trial_stats(p)
     eps = 1e-6
     for t in range(2):
         numeric = np.empty((6, 6))
@@ -55,6 +58,7 @@ def test_jacobian_norm_is_the_norm_of_softmax_derivative():
             numeric[:, j] = (softmax(scores[t] + bump) - softmax(scores[t] - bump)) / (2 * eps)
         assert fro[t] == pytest.approx(np.linalg.norm(numeric), rel=1e-6)
     assert np.array_equal(p_max, p.max(axis=-1))
+    np.testing.assert_allclose(rest, 1 - p_max, rtol=1e-12)
 
 
 def test_same_seed_same_numbers_other_seed_other_numbers_in_range(default):
@@ -92,3 +96,42 @@ def test_no_saturated_trial_gives_none_not_nan():
 def test_bad_arguments_raise_attnlab_errors(kwargs, match):
     with pytest.raises(AttnlabError, match=match):
         saturation(**kwargs)
+
+
+# -- issue 9.3: the Jacobian norm of a saturated softmax, stably ---------------------------------
+
+
+def _exact_jacobian_norm(scores) -> float:
+    """||diag(p) - p pᵀ||_F from the scores in 60-digit decimals: no float rounding at all."""
+    with localcontext() as ctx:
+        ctx.prec = 60
+        top = max(scores)
+        e = [(Decimal(s) - Decimal(top)).exp() for s in scores]
+        p = [x / sum(e) for x in e]
+        fro2 = sum(((p[i] if i == j else 0) - p[i] * p[j]) ** 2
+                   for i in range(len(p)) for j in range(len(p)))  # fmt: skip
+        return float(fro2.sqrt())
+
+
+@pytest.mark.parametrize(
+    "scores",
+    [[0.0, -40.0], [0.0, -40.0, -45.0, -60.0], [3.0, -25.0, -19.5], [1.0, 0.5, -0.3, 0.2]],
+)
+def test_jacobian_norm_matches_exact_arithmetic_even_when_p_max_rounds_to_1(scores):
+    p_max, rest, fro = _trial_stats(softmax(np.array([scores])))
+    assert fro[0] == pytest.approx(_exact_jacobian_norm(scores), rel=1e-12)
+    assert rest[0] > 0  # the other weights, summed: never 1 - p_max, which is 0 here
+
+
+def test_a_single_fully_saturated_trial_is_summarised_not_divided_by_zero():
+    # Issue 9.3: at this seed one key wins by ~30, 1 - p_max is below 1e-9, and the old closed
+    # form cancelled to exactly 0, so summary() divided by zero.
+    r = saturation(d_k=128, keys=2, trials=1, seed=2)
+    assert r.unscaled_saturated == 1 and 0 < 1 - r.unscaled_p_max[0] < 1e-9
+    x = rng_for(2, SATURATION, 128, 2).standard_normal((1, 3, 128))  # the trial's draws
+    scores = (x[0, 1:] @ x[0, 0]).tolist()  # (M,) raw scores, as the lab computes them
+    assert r.jacobian_saturated == pytest.approx(_exact_jacobian_norm(scores), rel=1e-9)
+    assert 0 < r.gradient_term < 1e-12
+    lines = r.summary()
+    assert len(lines) == 2 and "times smaller" in lines[1]
+    assert r.as_dict()["jacobian_saturated"] > 0

@@ -1,15 +1,18 @@
 """`attnlab lab NAME` and `attnlab exercises`: thin front ends to attnlab.labs and .exercises.
 
-Every lab prints a Rich table and a few sentences, or ``--json`` / ``--csv`` on stdout for
-teachers; ``--plot FILE.html`` writes an offline Plotly page (plotly.js embedded). Progress
-bars and notes go to stderr, so stdout stays machine-readable. A bad option or argument is one
-red line and exit code 2; `exercises check` exits 0 when right and 1 when wrong.
+One command per lab, generated from its spec (``attnlab.labs.LABS``): each of the lab's
+parameters becomes an option with the spec's default, bounds and help, so nothing here repeats
+a lab's numbers. Every lab prints a Rich table and a few sentences, or ``--json`` / ``--csv`` on
+stdout for teachers; ``--plot FILE.html`` writes an offline Plotly page (plotly.js embedded) of
+the same plot the explorer draws. A run estimated past ``LONG_S`` seconds is refused unless
+``--yes``; a long run shows a progress bar (stderr, on a terminal only) and Ctrl-C stops it with
+one line, "interrupted", and exit code 130. A bad option or argument is one red line and exit
+code 2; `exercises check` exits 0 when right and 1 when wrong.
 """
 
 from __future__ import annotations
 
-import csv
-import io
+import inspect
 import json
 from contextlib import contextmanager
 from functools import partial
@@ -21,12 +24,15 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 from rich.table import Table
 
 from attnlab.cli._app import app, console, err_console, fail, friendly_errors, writable
-from attnlab.labs import COLUMN_TITLES
+from attnlab.labs import LABS, LabSpec, Param
 
 try:  # Typer >= 0.2x vendors click; its usage errors are that copy's, not click's
     from typer._click.exceptions import UsageError
 except ImportError:  # pragma: no cover
     from click.exceptions import UsageError
+
+LONG_S = 60.0  # seconds of estimated work a run may take without --yes
+INTERRUPTED = 130  # the shell's code for a command stopped by SIGINT (128 + 2)
 
 
 class _OneLineErrors(typer.core.TyperGroup):
@@ -55,17 +61,16 @@ exercises_app = typer.Typer(
 app.add_typer(lab_app, name="lab")
 app.add_typer(exercises_app, name="exercises")
 
-Seed = Annotated[int, typer.Option("--seed", min=0, help="Same seed, same numbers.")]
 AsJson = Annotated[bool, typer.Option("--json", help="Print the full result as JSON.")]
 AsCsv = Annotated[bool, typer.Option("--csv", help="Print the table as CSV.")]
 Plot = Annotated[
     Path | None, typer.Option("--plot", dir_okay=False, help="Write a Plotly page (.html).")
 ]
-Widths = Annotated[list[int] | None, typer.Option("--width", min=1, max=65536, help="d_k.")]
-Threshold = Annotated[
-    float,
-    typer.Option("--threshold", min=0.0, max=1.0, help="p_max above it saturates; in (0, 1)."),
+Yes = Annotated[
+    bool, typer.Option("--yes", help=f"Run even when the estimate passes {LONG_S:.0f} s.")
 ]
+_OUTPUTS = {"as_json": (AsJson, False), "as_csv": (AsCsv, False), "plot": (Plot, None),
+            "yes": (Yes, False)}  # fmt: skip
 
 
 def _cell(x) -> str:
@@ -87,41 +92,77 @@ def _progress(label: str):
         yield lambda done, total: bar.update(task, completed=done, total=total)
 
 
+def _option(p: Param) -> inspect.Parameter:
+    """The Typer option of one spec parameter: its type, flag, help, CLI bounds and default."""
+    kind = Literal[p.choices] if p.choices else p.kind
+    kind = list[kind] if p.many else kind
+    if p.default is None:
+        kind = kind | None
+    low, high = p.bounds()
+    bounds = {"min": low, "max": high} if p.kind in (int, float) and not p.choices else {}
+    option = typer.Option(p.option, help=p.help, **bounds)
+    return inspect.Parameter(
+        p.name,
+        inspect.Parameter.KEYWORD_ONLY,
+        default=p.default_for(),
+        annotation=Annotated[kind, option],
+    )
+
+
+def _run(spec: LabSpec, params: dict, as_json: bool, as_csv: bool, plot: Path | None, yes: bool):
+    """Refuse work estimated past LONG_S without --yes, then run the lab and present it."""
+    estimate = spec.estimate(**params)
+    if estimate.seconds > LONG_S and not yes:
+        raise fail(
+            f"expected at most {LONG_S:.0f} s of work, but this run is estimated at {estimate}; "
+            "add --yes to run it anyway"
+        )
+    run = partial(spec.run, **params)
+    title = spec.heading.format(**params)
+    _present(run, title, as_json, as_csv, plot, progress=spec.progress, titles=spec.titles)
+
+
 def _present(
-    run, title: str, as_json: bool, as_csv: bool, plot: Path | None, *, progress: bool = True
+    run,
+    title: str,
+    as_json: bool,
+    as_csv: bool,
+    plot: Path | None,
+    *,
+    progress: bool = True,
+    titles=lambda columns: columns,
 ) -> None:
-    """Run the lab (``run(progress=...)`` when ``progress``), then print or write the result."""
+    """Run ``run`` (as ``run(progress=...)`` when ``progress``), then print or write the result.
+
+    Shared with `attnlab bench labs`; ``titles`` maps the table's column keys to headings.
+    """
     if as_json and as_csv:
         raise fail("expected at most one of --json and --csv, but got both")
     if plot is not None and plot.suffix.lower() not in (".html", ".htm"):
         raise fail(f"expected --plot to name an .html file, but got {str(plot)!r} instead")
     writable("--plot", plot)
-    if not progress:  # instant labs: no bar
-        result = run()
-    else:
+    if progress:
         with _progress(title) as update:
             result = run(progress=update)
+    else:
+        result = run()
     if plot is not None:
         import plotly.io  # here: only --plot pays for importing plotly
 
-        from attnlab.labs.plots import figure
+        from attnlab.figures.labplots import lab_plot, plotly_figure
 
-        plotly.io.write_html(figure(result), str(plot), include_plotlyjs=True, full_html=True)
+        figure = plotly_figure(lab_plot(result))
+        plotly.io.write_html(figure, str(plot), include_plotlyjs=True, full_html=True)
         err_console.print(f"wrote {plot}", highlight=False)
-    columns, rows = result.table()
     if as_json:
-        typer.echo(json.dumps(result.as_dict(), indent=2, allow_nan=False))
+        typer.echo(result.to_json())
     elif as_csv:
-        out = io.StringIO()
-        csv.writer(out, lineterminator="\n").writerows([columns, *[
-            ["" if x is None else x for x in row] for row in rows]])  # fmt: skip
-        typer.echo(out.getvalue(), nl=False)
+        typer.echo(result.to_csv(), nl=False)
     else:
+        columns, rows = result.table()
         table = Table(title=title, title_justify="left")
-        for c in columns:
-            table.add_column(
-                COLUMN_TITLES.get(c, c), justify="left" if c in ("case", "token") else "right"
-            )
+        for c, name in zip(columns, titles(columns), strict=True):
+            table.add_column(name, justify="left" if c in ("case", "token", "lab") else "right")
         for row in rows:
             table.add_row(*map(_cell, row))
         console.print(table)
@@ -129,105 +170,33 @@ def _present(
             console.print(f"  {line}", highlight=False)
 
 
-@lab_app.command("variance")
-@friendly_errors
-def variance_cmd(
-    width: Widths = None,
-    draws: Annotated[int, typer.Option("--draws", min=2, help="Pairs (q, k) per width.")] = 200_000,
-    workers: Annotated[int | None, typer.Option("--workers", min=1, help="Threads.")] = None,
-    seed: Seed = 0,
-    as_json: AsJson = False,
-    as_csv: AsCsv = False,
-    plot: Plot = None,
-) -> None:
-    """Var(q·k) grows like d_k; divided by d_k it stays at 1 (§6.3, lab 2b)."""
-    from attnlab.labs import variance_scaling
+def lab_command(name: str):
+    """The command function for lab ``name``: the spec's options and the output options."""
 
-    widths = tuple(width) if width else (32, 64, 128, 256)
-    run = partial(variance_scaling, widths, draws, seed, workers=workers)
-    _present(run, f"Score variance, {draws:,} draws per width, seed {seed}", as_json, as_csv, plot)
+    def command(**kwargs) -> None:
+        outputs = {key: kwargs.pop(key) for key in _OUTPUTS}
+        params = {k: tuple(v) if isinstance(v, list) else v for k, v in kwargs.items()}
+        try:
+            _run(LABS[name], params, **outputs)
+        except KeyboardInterrupt:  # Ctrl-C: one line, no traceback
+            err_console.print("interrupted", highlight=False)
+            raise typer.Exit(INTERRUPTED) from None
 
-
-@lab_app.command("saturation")
-@friendly_errors
-def saturation_cmd(
-    d_k: Annotated[int, typer.Option("--d-k", min=1, max=65536, help="Query/key width.")] = 128,
-    keys: Annotated[int, typer.Option("--keys", min=2, max=4096, help="Keys per trial.")] = 64,
-    trials: Annotated[int, typer.Option("--trials", min=1, help="Softmax trials.")] = 500,
-    threshold: Threshold = 0.99,
-    seed: Seed = 0,
-    as_json: AsJson = False,
-    as_csv: AsCsv = False,
-    plot: Plot = None,
-) -> None:
-    """How often softmax saturates without the 1/√d_k scaling, and with it (§6.3, lab 2b)."""
-    from attnlab.labs import saturation
-
-    run = partial(saturation, d_k, keys, trials, threshold, seed)
-    _present(run, f"Saturation, d_k={d_k}, {keys} keys, seed {seed}", as_json, as_csv, plot)
+    spec = LABS[name]
+    options = [_option(p) for p in spec.params]
+    options += [
+        inspect.Parameter(key, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=kind)
+        for key, (kind, default) in _OUTPUTS.items()
+    ]
+    command.__signature__ = inspect.Signature(options)
+    command.__annotations__ = {o.name: o.annotation for o in options}
+    command.__name__ = f"{name}_cmd"
+    command.__doc__ = spec.summary
+    return command
 
 
-@lab_app.command("sweep")
-@friendly_errors
-def sweep_cmd(
-    width: Widths = None,
-    keys: Annotated[int, typer.Option("--keys", min=2, max=4096, help="Keys per trial.")] = 64,
-    trials: Annotated[int, typer.Option("--trials", min=1, help="Trials per width.")] = 500,
-    threshold: Threshold = 0.99,
-    draws: Annotated[int, typer.Option("--draws", min=2, help="Scores per histogram.")] = 20_000,
-    bins: Annotated[int, typer.Option("--bins", min=1, max=10_000, help="Histogram bins.")] = 40,
-    seed: Seed = 0,
-    as_json: AsJson = False,
-    as_csv: AsCsv = False,
-    plot: Plot = None,
-) -> None:
-    """Saturation and score histograms across d_k, scaled and unscaled (figure sqrt-dk-histogram)."""
-    from attnlab.labs import width_sweep
-
-    widths = tuple(width) if width else (16, 32, 64, 128, 256)
-    run = partial(width_sweep, widths, keys, trials, threshold, draws, bins, seed)
-    _present(run, f"Width sweep, {trials} trials per width, seed {seed}", as_json, as_csv, plot)
-
-
-@lab_app.command("permutation")
-@friendly_errors
-def permutation_cmd(
-    d_model: Annotated[int, typer.Option("--d-model", min=1, max=4096, help="Vector width.")] = 8,
-    sentence: Annotated[str, typer.Option(help="The sentence.")] = "The dog bit the man",
-    shuffled: Annotated[str, typer.Option(help="Its words reordered.")] = "The man bit the dog",
-    word: Annotated[str, typer.Option(help="The word to follow.")] = "dog",
-    seed: Seed = 0,
-    as_json: AsJson = False,
-    as_csv: AsCsv = False,
-    plot: Plot = None,
-) -> None:
-    """Attention alone cannot see word order; position vectors let it (§6.5)."""
-    from attnlab.labs import permutation
-
-    run = partial(permutation, seed, d_model, sentence=sentence, shuffled=shuffled, word=word)
-    title = f"Permutation, d_model={d_model}, seed {seed}"
-    _present(run, title, as_json, as_csv, plot, progress=False)
-
-
-@lab_app.command("cost")
-@friendly_errors
-def cost_cmd(
-    d_model: Annotated[int, typer.Option("--d-model", min=1, max=8192, help="Model width.")] = 256,
-    n: Annotated[list[int] | None, typer.Option("--n", min=1, help="Sequence lengths N.")] = None,
-    heads: Annotated[int, typer.Option("--heads", min=1, help="Heads; must divide d_model.")] = 4,
-    repeats: Annotated[int, typer.Option("--repeats", min=1, max=100, help="Runs per part.")] = 3,
-    dtype: Annotated[Literal["float32", "float64"], typer.Option(help="Arithmetic.")] = "float32",
-    seed: Seed = 0,
-    as_json: AsJson = False,
-    as_csv: AsCsv = False,
-    plot: Plot = None,
-) -> None:
-    """Time multi-head attention across N beside the cost model of §6.6 (a benchmark)."""
-    from attnlab.labs import cost_timing
-
-    lengths = tuple(n) if n else (64, 128, 256, 512, 1024, 2048, 4096)
-    run = partial(cost_timing, d_model, lengths, heads, repeats, seed, dtype=dtype)
-    _present(run, f"MHA time, d_model={d_model}, {heads} heads, {dtype}", as_json, as_csv, plot)
+for _name in LABS:
+    lab_app.command(_name)(friendly_errors(lab_command(_name)))
 
 
 # -- exercises ----------------------------------------------------------------------------------

@@ -5,6 +5,12 @@ Every lab takes a ``seed`` (same seed, same numbers) and returns a dataclass wit
 ``.summary()`` (a few sentences). The CLI (`attnlab lab NAME`), the web app and the tests call
 these same functions; bad arguments raise ``attnlab.errors.AttnlabError``.
 
+Each lab is declared once, by the ``SPEC`` (a ``LabSpec``) at the end of its module: its
+parameters with default, bounds and help, its title, its table's columns, its plot and an
+estimate of time and memory. ``LABS`` maps each name to its spec, which runs the lab when
+called (``LABS["variance"](draws=5_000)``); the CLI commands and the web routes are generated
+from it.
+
     variance     Var(q·k)/d_k and Var(q·k/√d_k) per width (§6.3, lab 2b)
     saturation   share of softmax trials with p_max > 0.99, unscaled vs scaled (§6.3, lab 2b)
     sweep        the same over d_k = 16..256, with score histograms (figure sqrt-dk-histogram)
@@ -18,8 +24,14 @@ these same functions; bad arguments raise ``attnlab.errors.AttnlabError``.
 
 from __future__ import annotations
 
+from attnlab.labs import cost as _cost
+from attnlab.labs import permutation as _permutation
+from attnlab.labs import saturation as _saturation
+from attnlab.labs import sweep as _sweep
 from attnlab.labs import timing
-from attnlab.labs._common import COLUMN_TITLES
+from attnlab.labs import variance as _variance
+from attnlab.labs._common import jsonable
+from attnlab.labs._spec import Estimate, LabPlot, LabSpec, Param, Series
 from attnlab.labs.cost import CostRow, CostTimingResult, cost_timing
 from attnlab.labs.permutation import PermutationResult, permutation
 from attnlab.labs.saturation import SaturationResult, saturation
@@ -31,14 +43,20 @@ __all__ = [
     "LABS",
     "CostRow",
     "CostTimingResult",
+    "Estimate",
+    "LabPlot",
+    "LabSpec",
+    "Param",
     "PermutationResult",
     "SaturationResult",
     "ScoreHistogram",
+    "Series",
     "SweepResult",
     "SweepRow",
     "VarianceResult",
     "VarianceRow",
     "cost_timing",
+    "jsonable",
     "permutation",
     "saturation",
     "score_histogram",
@@ -47,11 +65,11 @@ __all__ = [
     "width_sweep",
 ]
 
-#: name -> lab function, the names `attnlab lab NAME` and the web app use.
-LABS = {
-    "variance": variance_scaling,
-    "saturation": saturation,
-    "sweep": width_sweep,
-    "permutation": permutation,
-    "cost": cost_timing,
-}
+#: name -> the lab's spec (callable: it runs the lab), the names `attnlab lab NAME` and the web use.
+LABS: dict[str, LabSpec] = {
+    spec.name: spec for spec in (_variance.SPEC, _saturation.SPEC, _sweep.SPEC,
+                                 _permutation.SPEC, _cost.SPEC)
+}  # fmt: skip
+
+#: table() column keys -> short titles for people (terminal, HTML); CSV and JSON keep the keys.
+COLUMN_TITLES = {key: title for spec in LABS.values() for key, title in spec.columns}

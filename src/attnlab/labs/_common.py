@@ -1,4 +1,4 @@
-"""What every lab shares: seeded streams, validation, JSON-ready results, column titles.
+"""What every lab shares: seeded streams, validation, JSON-ready results, JSON and CSV text.
 
 Randomness: every lab draws from ``numpy.random.default_rng([seed, lab, *key])``. Keying the
 stream by the lab and the row (a width, a chunk index) makes each row reproducible on its own:
@@ -8,7 +8,10 @@ draw gives the same numbers whatever the number of worker threads (see ``_scores
 
 from __future__ import annotations
 
+import csv
 import dataclasses
+import io
+import json
 import math
 from collections.abc import Callable, Sequence
 
@@ -16,7 +19,7 @@ import numpy as np
 
 from attnlab.errors import AttnlabError
 
-__all__ = ["COLUMN_TITLES", "LabResult", "Progress", "rng_for"]
+__all__ = ["LabResult", "Progress", "jsonable", "rng_for"]
 
 #: progress(done, total): called as a lab advances, so a front end can draw a progress bar.
 Progress = Callable[[int, int], None]
@@ -79,20 +82,6 @@ def check_workers(workers) -> int | None:
     return None if workers is None else check_int("workers", workers, low=1, high=64)
 
 
-#: table() column keys -> short titles for people (terminal, HTML); CSV and JSON keep the keys.
-COLUMN_TITLES = {
-    "width": "d_k", "raw_var": "Var(q·k)", "var_ratio": "Var(q·k)/d_k", "var_ratio_se": "± SE",
-    "scaled_var": "Var(q·k/√d_k)", "scaled_var_se": "± SE", "share_se": "± SE",
-    "gradient_term": "p_max(1-p_max)", "gradient_term_se": "± SE", "jacobian_fro": "‖J‖_F",
-    "sqrt_width": "√d_k", "n": "N", "projection_s": "projections s", "core_s": "core s",
-    "matmul_s": "QKᵀ+AV s", "total_s": "total s", "measured_share": "core share",
-    "matmul_share": "QKᵀ+AV share", "model_share": "model share", "mean_p_max": "mean p_max",
-    "unscaled_std": "σ unscaled", "scaled_std": "σ scaled", "unscaled_share": "sat. unscaled",
-    "scaled_share": "sat. scaled", "position": "in sentence", "shuffled_position": "reordered",
-    "change_without_positions": "Δ no positions", "change_with_positions": "Δ positions",
-}  # fmt: skip
-
-
 # -- results ------------------------------------------------------------------------------------
 
 
@@ -131,6 +120,19 @@ class LabResult:
     def summary(self) -> list[str]:
         """A few plain sentences stating what the numbers show."""
         return []
+
+    def to_json(self) -> str:
+        """``as_dict()`` as JSON text: the one serialiser the CLI and the web app share."""
+        return json.dumps(self.as_dict(), indent=2, allow_nan=False)
+
+    def to_csv(self) -> str:
+        """``table()`` as CSV text, keys as the header; None and NaN become empty cells."""
+        columns, rows = self.table()
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows([["" if x is None else x for x in jsonable(row)] for row in rows])
+        return out.getvalue()
 
 
 def mean_or_none(values: np.ndarray) -> float | None:

@@ -76,11 +76,15 @@ def score_chunks(
         yield from map(chunk, range(count))
         return
     # A sliding window of futures keeps memory bounded whatever ``draws`` is.
-    with ThreadPoolExecutor(workers) as pool:
-        pending: deque = deque()
+    pool = ThreadPoolExecutor(workers)
+    pending: deque = deque()
+    try:
         for j in range(count):
             pending.append(pool.submit(chunk, j))
             if len(pending) >= 2 * workers:
                 yield pending.popleft().result()
         while pending:
             yield pending.popleft().result()
+    finally:
+        # Ctrl-C or an abandoned generator: drop the queued chunks, finish only running ones.
+        pool.shutdown(wait=True, cancel_futures=True)

@@ -18,9 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnlab.core.attention import attention
-from attnlab.core.cost import breakdown, crossover_length, score_memory_bytes
-from attnlab.core.multihead import MultiHeadAttention
+from attnlab import MultiHeadAttention, attention
+from attnlab.cost import breakdown, crossover_length, score_memory_bytes
 from attnlab.errors import AttnlabError
 from attnlab.labs._common import (
     COST,
@@ -31,8 +30,9 @@ from attnlab.labs._common import (
     check_seed,
     rng_for,
 )
+from attnlab.labs._spec import SEED, Estimate, LabPlot, LabSpec, Param, Series
 
-__all__ = ["CostRow", "CostTimingResult", "cost_timing"]
+__all__ = ["SPEC", "CostRow", "CostTimingResult", "cost_timing"]
 
 MAX_SCORE_BYTES = 2 << 30  # refuse lengths whose (h, N, N) score table passes 2 GiB
 
@@ -200,3 +200,70 @@ def cost_timing(
         matmul_crossover=_crossover(rows, "matmul_share"),
         rows=tuple(rows),
     )
+
+
+# -- the declaration: CLI options, web fields, plot and estimate come from here ----------------
+
+# Measured on the project's 2-core machine (numpy 2 with OpenBLAS): one pass of N = 512 at
+# d_model = 1024 (mostly products) took 0.63 s, 5.3e-11 s per float32 multiply-add; d_model =
+# 64 with 16 heads at N = 1024 (mostly softmax) 0.92 s, about 12 ns per score entry; float64
+# took 1.6 times as long at N = 2048. The default run (N up to 4096) was estimated at 12.5 s
+# and took 12.2 s. A pass at N runs the projections and the core twice (parts, then end to
+# end) and the two products once: 8·N·d² + 6·N²·d multiply-adds and 2·h·N² softmax entries.
+_S_PER_MADD = {"float32": 5.3e-11, "float64": 1.06e-10}
+_S_PER_ENTRY = {"float32": 12e-9, "float64": 14e-9}
+
+
+def _estimate(d_model, lengths, heads, repeats, dtype="float32", **_) -> Estimate:
+    dtype = dtype if dtype in _S_PER_MADD else "float64"
+    passes = [(min(lengths), 1)] + [(n, repeats) for n in lengths]  # the untimed warm-up first
+    seconds = 0.01 + sum(
+        times * ((8 * n * d_model**2 + 6 * n * n * d_model) * _S_PER_MADD[dtype]
+                 + 2 * heads * n * n * _S_PER_ENTRY[dtype])
+        for n, times in passes
+    )  # fmt: skip
+    n, size = max(lengths), np.dtype(dtype).itemsize
+    return Estimate(seconds, size * (5 * heads * n * n + 12 * n * d_model + 4 * d_model**2))
+
+
+def _plot(r: CostTimingResult) -> LabPlot:
+    return LabPlot(
+        title=f"Share of time in the attention core, d_model = {r.d_model} "
+        f"(model crossover N = {r.model_crossover})",
+        kind="line",
+        x=[row.n for row in r.rows],
+        x_label="N (tokens)",
+        y_label="share of the time",
+        series=[
+            Series("measured: core with softmax", [row.measured_share for row in r.rows]),
+            Series("measured: Q Kᵀ and A V only", [row.matmul_share for row in r.rows]),
+            Series("cost model 2N²d / (4Nd² + 2N²d)", [row.model_share for row in r.rows],
+                   dash=True),
+        ],
+        log_x=True,
+    )  # fmt: skip
+
+
+SPEC = LabSpec(
+    name="cost",
+    title="Cost across N",
+    summary="Time multi-head attention across N beside the cost model of §6.6 (a benchmark).",
+    heading="MHA time, d_model={d_model}, {heads} heads, {dtype}",
+    run=cost_timing,
+    params=(
+        Param("d_model", "Model width; heads must divide it.", low=1, high=8192, web_low=8,
+              web_high=1024),
+        Param("lengths", "The sequence lengths N.", low=1, web_high=2048, flag="--n",
+              web_default=(64, 128, 256, 512, 1024)),
+        Param("heads", "Heads h; must divide d_model.", low=1, web_high=16),
+        Param("repeats", "Runs per part; the fastest counts.", low=1, high=100, web_high=5),
+        SEED,
+        Param("dtype", "Arithmetic.", choices=("float32", "float64")),
+    ),
+    columns=(("n", "N"), ("projection_s", "projections s"), ("core_s", "core s"),
+             ("matmul_s", "QKᵀ+AV s"), ("total_s", "total s"), ("measured_share", "core share"),
+             ("matmul_share", "QKᵀ+AV share"), ("model_share", "model share")),
+    plot=_plot,
+    estimate=_estimate,
+    budget_field="lengths",
+)  # fmt: skip

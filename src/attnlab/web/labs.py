@@ -1,38 +1,81 @@
 """Routes of the labs and the exercises: bounded parameters in, the lab's own result out.
 
-Each lab has a query model whose bounds keep one run to a few seconds and a few tens of MB at
-most (a "work" budget per lab on top of per-field bounds), and one lab runs at a time, so no
+The request model and the route of each lab are generated from its spec (attnlab.labs.LABS):
+the fields take the spec's web defaults and bounds, and a request whose estimated cost passes
+``WEB_SECONDS`` or ``WEB_BYTES`` is refused with 422 naming the spec's budget field, so no
 request can allocate without bound or keep the server busy for long.
+
+Labs run on a queue of their own (issue 9.7): one lab at a time on one worker thread, with at
+most ``MAX_WAITING`` more waiting; the routes are ``async`` and await the lab, so waiting labs
+hold no thread of the pool that serves every other route. A lab request beyond the queue gets
+HTTP 429 at once, with a ``Retry-After`` of the queued work's estimated seconds.
 """
 
 from __future__ import annotations
 
-import csv
-import io
-import json
+import asyncio
 import math
 import threading
-from typing import Annotated, Literal
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Annotated, ClassVar, Literal
 
-from fastapi import APIRouter, HTTPException, Path, Query
+from fastapi import APIRouter, Path, Query
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from attnlab import exercises, labs
-from attnlab.figures.labplots import lab_plot
-from attnlab.web.models import FieldError, Seed
+from attnlab.labs import LabSpec, Param, jsonable
+from attnlab.web.models import FieldError
 
 router = APIRouter(prefix="/api", tags=["labs and exercises"])
 
-Width = Annotated[int, Field(ge=1, le=1024)]
-Widths = Annotated[list[Width], Field(min_length=1, max_length=8)]
+WEB_SECONDS = 5.0  # a request's estimated run time, at most
+WEB_BYTES = 256 << 20  # and its estimated memory
+MAX_WAITING = 4  # lab requests queued behind the running one before 429
+
 Download = Literal["csv", "json"]
+
+
+class LabQueue:
+    """One worker thread for the labs, ``waiting`` more accepted behind it, no more."""
+
+    def __init__(self, waiting: int = MAX_WAITING):
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="attnlab-lab")
+        self._lock = threading.Lock()
+        self._limit = 1 + waiting
+        self.count = 0  # accepted and not finished: running or waiting
+        self._seconds = 0.0  # their estimated seconds
+
+    def submit(self, fn: Callable, seconds: float) -> Future | None:
+        """Queue ``fn``, or None when the queue is full. Finished or cancelled, it leaves."""
+        with self._lock:
+            if self.count >= self._limit:
+                return None
+            self.count += 1
+            self._seconds += seconds
+        future = self._pool.submit(fn)
+        future.add_done_callback(lambda _: self._leave(seconds))
+        return future
+
+    def _leave(self, seconds: float) -> None:
+        with self._lock:
+            self.count -= 1
+            self._seconds = max(0.0, self._seconds - seconds)
+
+    def retry_after(self) -> int:
+        """Whole seconds until the queued work is estimated to be done (at least 1)."""
+        with self._lock:
+            return max(1, math.ceil(self._seconds))
+
+
+QUEUE = LabQueue()
 
 
 class _LabQuery(BaseModel):
     model_config = ConfigDict(extra="forbid")
+    lab: ClassVar[str]
 
-    seed: Seed = 0
     download: Download | None = Field(
         None, description="Return a CSV table or the JSON result as a file."
     )
@@ -40,229 +83,115 @@ class _LabQuery(BaseModel):
     def params(self) -> dict:
         return self.model_dump(exclude={"download"})
 
-
-def _budget(name: str, work: float, limit: float, what: str) -> None:
-    if work > limit:
-        raise FieldError(
-            name,
-            f"expected {what} of at most {limit:,.0f}, but got {work:,.0f} instead; "
-            "lower it so the lab finishes in a few seconds",
-        )
-
-
-class VarianceQuery(_LabQuery):
-    """Lab variance: Var(q·k)/d_k and Var(q·k/√d_k) per width (§6.3)."""
-
-    widths: Widths = Field([32, 64, 128, 256], description="The d_k values.")
-    draws: int = Field(200_000, ge=2, le=1_000_000, description="Pairs (q, k) per width.")
-
     @model_validator(mode="after")
-    def _work(self):
-        _budget("draws", self.draws * sum(self.widths), 1e8, "draws × sum(widths)")
+    def _within_budget(self):
+        spec = labs.LABS[self.lab]
+        estimate = spec.cost(**self.params())
+        if estimate.seconds > WEB_SECONDS or estimate.bytes > WEB_BYTES:
+            raise FieldError(
+                spec.budget_field,
+                f"expected work of at most {WEB_SECONDS:g} s and {WEB_BYTES >> 20} MiB, but "
+                f"got an estimated {estimate} instead; lower it so the lab finishes in a few "
+                "seconds",
+            )
         return self
 
 
-class SaturationQuery(_LabQuery):
-    """Lab saturation: the share of softmax trials whose largest weight passes the threshold."""
-
-    d_k: Width = Field(128, description="Query/key width.")
-    keys: int = Field(64, ge=2, le=256, description="Keys per trial (M).")
-    trials: int = Field(500, ge=1, le=5000, description="Softmax trials.")
-    threshold: float = Field(0.99, gt=0, lt=1, description="p_max above this counts as saturated.")
-
-    @model_validator(mode="after")
-    def _work(self):
-        work = self.trials * self.keys * (self.d_k + self.keys)
-        _budget("trials", work, 1e8, "trials × keys × (d_k + keys)")
-        return self
-
-
-class SweepQuery(_LabQuery):
-    """Lab sweep: the saturation lab and score spreads across widths."""
-
-    widths: Widths = Field([16, 32, 64, 128, 256], description="The d_k values.")
-    keys: int = Field(64, ge=2, le=256, description="Keys per trial (M).")
-    trials: int = Field(500, ge=1, le=2000, description="Softmax trials per width.")
-    threshold: float = Field(0.99, gt=0, lt=1, description="p_max above this counts as saturated.")
-    draws: int = Field(20_000, ge=2, le=200_000, description="Scores per histogram.")
-    bins: int = Field(40, ge=1, le=200, description="Histogram bins.")
-
-    @model_validator(mode="after")
-    def _work(self):
-        work = sum(self.trials * self.keys * (w + self.keys) + self.draws * w for w in self.widths)
-        _budget("widths", work, 1e8, "Σ over widths of trials × keys × (d_k + keys) + draws × d_k")
-        return self
+def _field(p: Param):
+    """The pydantic type and Field of one spec parameter, with the web's bounds and default."""
+    low, high = p.bounds(web=True)
+    if p.choices:
+        kind, limits = Literal[p.choices], {}
+    elif p.kind is str:
+        kind, limits = str, {"min_length": 1, "max_length": p.max_length}
+    else:
+        kind = p.kind
+        names = ("gt", "lt") if p.open_bounds else ("ge", "le")
+        limits = {k: v for k, v in zip(names, (low, high), strict=True) if v is not None}
+        if p.kind is float:
+            limits["allow_inf_nan"] = False
+    kind = Annotated[kind, Field(**limits)]
+    if p.many:
+        kind = Annotated[list[kind], Field(min_length=1, max_length=p.web_items)]
+    return kind, Field(p.default_for(web=True), description=p.help)
 
 
-class PermutationQuery(_LabQuery):
-    """Lab permutation: a sentence and its reordering, without and with position vectors."""
-
-    d_model: int = Field(8, ge=1, le=256, description="Width of the word vectors.")
-    sentence: str = Field("The dog bit the man", min_length=1, max_length=200)
-    shuffled: str = Field(
-        "The man bit the dog",
-        min_length=1,
-        max_length=200,
-        description="The same words in another order.",
-    )
-    word: str = Field("dog", min_length=1, max_length=40, description="The word to follow.")
+def request_model(spec: LabSpec) -> type[_LabQuery]:
+    """The query model of ``spec``'s route: one field per web parameter."""
+    fields = {p.name: _field(p) for p in spec.params if p.web}
+    name = f"{spec.name.capitalize()}Query"
+    model = create_model(name, __base__=_LabQuery, __doc__=f"Lab {spec.name}: {spec.summary}",
+                         **fields)  # fmt: skip
+    model.lab = spec.name
+    return model
 
 
-class CostQuery(_LabQuery):
-    """Lab cost: multi-head attention timed across N beside the cost model (§6.6)."""
-
-    d_model: int = Field(256, ge=8, le=1024, description="Model width; heads must divide it.")
-    lengths: Annotated[
-        list[Annotated[int, Field(ge=1, le=2048)]], Field(min_length=1, max_length=8)
-    ] = Field([64, 128, 256, 512, 1024], description="The N values.")
-    heads: int = Field(4, ge=1, le=16, description="Heads h.")
-    repeats: int = Field(3, ge=1, le=5, description="Runs per part; the fastest counts.")
-    dtype: Literal["float32", "float64"] = "float32"
-
-    @model_validator(mode="after")
-    def _work(self):
-        madds = sum(4 * n * self.d_model**2 + 2 * n * n * self.d_model for n in self.lengths)
-        _budget("lengths", madds * self.repeats, 3e10, "multiply-adds × repeats")
-        _budget("lengths", self.heads * max(self.lengths) ** 2, 2**23, "heads × N² score entries")
-        return self
+def _busy() -> JSONResponse:
+    wait = QUEUE.retry_after()
+    return JSONResponse(
+        {"message": f"expected at most {MAX_WAITING} labs waiting, but the queue is full; "
+                    f"try again in {wait} s"},
+        status_code=429,
+        headers={"Retry-After": str(wait)},
+    )  # fmt: skip
 
 
-_QUERIES: dict[str, type[_LabQuery]] = {
-    "variance": VarianceQuery,
-    "saturation": SaturationQuery,
-    "sweep": SweepQuery,
-    "permutation": PermutationQuery,
-    "cost": CostQuery,
-}
-_TITLES = {
-    "variance": "Variance of a score, by width",
-    "saturation": "Softmax saturation",
-    "sweep": "Width sweep",
-    "permutation": "Word order",
-    "cost": "Cost across N",
-}
-
-# One lab at a time: each is bounded, and serialising them bounds the whole server too.
-_running = threading.Semaphore(1)
-_WAIT_S = 30.0
-
-
-def _csv(columns: list[str], rows: list[list]) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(columns)
-    for row in rows:
-        writer.writerow(
-            ["" if x is None or (isinstance(x, float) and not math.isfinite(x)) else x for x in row]
-        )
-    return out.getvalue()
-
-
-def _clean(value):
-    # Table cells may hold NaN (a lab's "no data"); JSON has no NaN, so it becomes null.
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, list | tuple):
-        return [_clean(v) for v in value]
-    return value
-
-
-def _run(name: str, query: _LabQuery):
-    if not _running.acquire(timeout=_WAIT_S):
-        raise HTTPException(
-            503, f"expected the previous lab to finish within {_WAIT_S:.0f} s; try again"
-        )
-    try:
-        result = labs.LABS[name](**query.params())
-    finally:
-        _running.release()
+async def _run(name: str, query: _LabQuery):
+    spec, params = labs.LABS[name], query.params()
+    future = QUEUE.submit(lambda: spec(**params), spec.cost(**params).seconds)
+    if future is None:
+        return _busy()
+    result = await asyncio.wrap_future(future)
+    if query.download is not None:
+        text, media = {"csv": (result.to_csv, "text/csv"),
+                       "json": (result.to_json, "application/json")}[query.download]  # fmt: skip
+        filename = f"attnlab-{name}-seed{query.seed}.{query.download}"
+        disposition = f'attachment; filename="{filename}"'
+        return Response(text(), media_type=media, headers={"Content-Disposition": disposition})
     columns, rows = result.table()
-    if query.download == "csv":
-        return Response(
-            _csv(columns, rows),
-            media_type="text/csv",
-            headers={
-                "Content-Disposition": f'attachment; filename="attnlab-{name}-seed{query.seed}.csv"'
-            },
-        )
-    if query.download == "json":
-        return Response(
-            json.dumps(result.as_dict(), indent=2),
-            media_type="application/json",
-            headers={
-                "Content-Disposition": f'attachment; filename="attnlab-{name}-seed{query.seed}.json"'
-            },
-        )
     return JSONResponse(
         {
             "lab": name,
-            "params": query.params(),
+            "params": params,
             "summary": list(result.summary()),
-            "table": {
-                "columns": columns,
-                "titles": [labs.COLUMN_TITLES.get(c, c) for c in columns],
-                "rows": _clean(rows),
-            },
-            "plot": lab_plot(result).as_dict(),
+            "table": {"columns": columns, "titles": spec.titles(columns), "rows": jsonable(rows)},
+            "plot": spec.figure(result).as_dict(),
         }
     )
-
-
-def _describe(name: str, model: type[_LabQuery]) -> dict:
-    schema = model.model_json_schema()
-    params = []
-    for key, prop in schema["properties"].items():
-        if key == "download":
-            continue
-        item = prop.get("items", {})
-        params.append(
-            {
-                "name": key,
-                "type": "list" if prop.get("type") == "array" else prop.get("type", "string"),
-                "enum": prop.get("enum"),
-                "default": prop.get("default"),
-                "min": prop.get("minimum", prop.get("exclusiveMinimum", item.get("minimum"))),
-                "max": prop.get("maximum", prop.get("exclusiveMaximum", item.get("maximum"))),
-                "description": prop.get("description", ""),
-            }
-        )
-    return {
-        "name": name,
-        "title": _TITLES[name],
-        "doc": schema.get("description", ""),
-        "params": params,
-    }
 
 
 @router.get("/labs")
 def list_labs() -> list[dict]:
     """Every lab with its parameters: type, default and bounds."""
-    return [_describe(name, model) for name, model in _QUERIES.items()]
+    return [spec.describe() for spec in labs.LABS.values()]
 
 
-def _route(name: str, model: type[_LabQuery]) -> None:
-    def run(query):
-        return _run(name, query)
+def _route(spec: LabSpec) -> None:
+    model = request_model(spec)
+
+    async def run(query):
+        return await _run(spec.name, query)
 
     # Set as an object, not a string: the model is a closure variable that a postponed
     # annotation (this module uses `from __future__ import annotations`) could not resolve.
     run.__annotations__ = {"query": Annotated[model, Query()]}
     run.__doc__ = (model.__doc__ or "") + (
-        " Returns summary, table and plot, or a file with download=csv|json."
+        " Returns summary, table and plot, or a file with download=csv|json; 429 with "
+        "Retry-After while the lab queue is full."
     )
     router.add_api_route(
-        f"/labs/{name}", run, methods=["GET"], name=f"lab_{name}", summary=_TITLES[name]
+        f"/labs/{spec.name}", run, methods=["GET"], name=f"lab_{spec.name}", summary=spec.title
     )
 
 
-for _name, _model in _QUERIES.items():
-    _route(_name, _model)
+for _spec in labs.LABS.values():
+    _route(_spec)
 
 
 @router.get("/labs/{name}", include_in_schema=False)
 def unknown_lab(name: Annotated[str, Path(max_length=100)]):
     raise FieldError(
-        "name", f"expected a lab named one of {sorted(_QUERIES)}, but got {name!r} instead"
+        "name", f"expected a lab named one of {sorted(labs.LABS)}, but got {name!r} instead"
     )
 
 
@@ -275,7 +204,9 @@ class AnswerRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     answer: (
-        Annotated[float, Field(allow_inf_nan=False, ge=-1e12, le=1e12)]
+        # strict: a JSON number only (true is not quietly read as 1; "1.96" goes to the text
+        # branch and is read by exercises.check, strictly too)
+        Annotated[float, Field(strict=True, allow_inf_nan=False, ge=-1e12, le=1e12)]
         | Annotated[str, Field(max_length=4000)]
     ) = Field(
         description="A number, or for a written exercise your own words (up to 4000 characters)."
@@ -313,4 +244,4 @@ def check_exercise(n: Annotated[int, Path(ge=1, le=99)], request: AnswerRequest)
 
 def _clean_verdict(verdict) -> dict:
     fields = ("number", "correct", "expected", "tolerance", "message", "solution")
-    return {name: _clean(getattr(verdict, name)) for name in fields}
+    return {name: jsonable(getattr(verdict, name)) for name in fields}

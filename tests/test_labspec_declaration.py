@@ -1,0 +1,145 @@
+"""One declaration per lab: the CLI options, the web fields and the outputs follow the spec.
+
+Each test reads the generated thing back (Typer's click command, the pydantic model, the JSON a
+command prints) and compares it with ``attnlab.labs.LABS[name]``, so a default or a bound
+changed in one place and not the other fails here.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import warnings
+from typing import get_args
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from attnlab import labs
+from attnlab.cli import app
+from attnlab.labs import LABS
+from attnlab.web import create_app
+from attnlab.web.labs import request_model
+
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
+    from fastapi.testclient import TestClient
+
+runner = CliRunner()
+LOCAL = "http://127.0.0.1"  # the explorer serves loopback names only
+
+SMALL = {
+    "variance": {"widths": (8, 16), "draws": 2_000},
+    "saturation": {"trials": 40, "d_k": 32},
+    "sweep": {"widths": (8, 32), "trials": 20, "draws": 500, "bins": 6},
+    "permutation": {"d_model": 4},
+    "cost": {"d_model": 16, "lengths": (8, 16), "heads": 2, "repeats": 1},
+}
+
+
+def _command(name: str):
+    group = typer.main.get_command(app).commands["lab"]
+    return group.commands[name]
+
+
+@pytest.mark.parametrize("name", list(LABS))
+def test_every_argument_of_the_lab_function_is_declared(name):
+    spec = LABS[name]
+    arguments = set(inspect.signature(spec.run).parameters) - {"progress"}
+    assert {p.name for p in spec.params} == arguments
+    for p in spec.params:  # the defaults are the function's own
+        assert p.default == inspect.signature(spec.run).parameters[p.name].default
+
+
+@pytest.mark.parametrize("name", list(LABS))
+def test_cli_options_carry_the_spec_defaults_and_bounds(name):
+    spec = LABS[name]
+    options = {o.name: o for o in _command(name).params}
+    for p in spec.params:
+        option = options[p.name]
+        assert p.option in option.opts
+        expected = list(p.default) if p.many else p.default
+        default = option.default if not p.many else list(option.default)
+        assert default == expected, p.name
+        assert option.multiple is p.many
+        low, high = p.bounds()
+        assert (option.min, option.max) == ((None, None) if p.choices else (low, high)), p.name
+        if p.choices:
+            assert get_args(option.type_descriptor.annotation) == p.choices
+    assert {"as_json", "as_csv", "plot", "yes"} <= set(options)
+
+
+@pytest.mark.parametrize("name", list(LABS))
+def test_web_fields_carry_the_spec_web_defaults_and_bounds(name):
+    spec = LABS[name]
+    schema = request_model(spec).model_json_schema()
+    web = [p for p in spec.params if p.web]
+    assert set(schema["properties"]) == {p.name for p in web} | {"download"}
+    for p in web:
+        prop = schema["properties"][p.name]
+        assert prop["default"] == p.default_for(web=True), p.name
+        bounds = prop.get("items", prop) if p.many else prop
+        low, high = p.bounds(web=True)
+        lo_key, hi_key = ("exclusiveMinimum", "exclusiveMaximum") if p.open_bounds else (
+            "minimum", "maximum")  # fmt: skip
+        assert bounds.get(lo_key) == low and bounds.get(hi_key) == high, p.name
+        web_low, web_high, cli_low, cli_high = *p.bounds(web=True), *p.bounds()
+        # The web never allows what the CLI (and the library) refuse.
+        assert cli_low is None or (web_low is not None and web_low >= cli_low)
+        assert cli_high is None or (web_high is not None and web_high <= cli_high)
+
+
+def test_the_cli_default_run_is_the_spec_default():
+    # Run with no options at all and read back what the lab says it ran.
+    data = json.loads(runner.invoke(app, ["lab", "variance", "--json"]).stdout)
+    spec = LABS["variance"]
+    assert data["widths"] == list(spec.param("widths").default)
+    assert data["draws"] == spec.param("draws").default and data["seed"] == 0
+    perm = json.loads(runner.invoke(app, ["lab", "permutation", "--json"]).stdout)
+    spec = LABS["permutation"]
+    assert perm["d_model"] == spec.param("d_model").default
+    assert " ".join(perm["tokens"]) == spec.param("sentence").default
+    assert perm["word"] == spec.param("word").default
+
+
+def test_the_web_listing_is_the_specs():
+    with TestClient(create_app(), base_url=LOCAL) as client:
+        listing = client.get("/api/labs").json()
+        assert listing == [spec.describe() for spec in LABS.values()]
+        # The web default run uses the web defaults, which the estimate allows.
+        answer = client.get("/api/labs/permutation")
+        assert answer.status_code == 200
+        assert answer.json()["params"] == LABS["permutation"].defaults(web=True)
+
+
+@pytest.mark.parametrize("name", list(LABS))
+def test_spec_columns_are_the_result_columns(name):
+    result = LABS[name](**SMALL[name])
+    columns, _ = result.table()
+    assert [key for key, _ in LABS[name].columns] == columns
+    plot = LABS[name].figure(result)
+    assert plot.words == result.summary() and all(len(s.y) == len(plot.x) for s in plot.series)
+
+
+@pytest.mark.parametrize("name", ["variance", "permutation"])
+def test_cli_and_web_write_the_same_csv_and_json(name):
+    spec = LABS[name]
+    args = []
+    for key, value in SMALL[name].items():
+        for v in value if isinstance(value, tuple) else (value,):
+            args += [spec.param(key).option, str(v)]
+    params = {k: list(v) if isinstance(v, tuple) else v for k, v in SMALL[name].items()}
+    with TestClient(create_app(), base_url=LOCAL) as client:
+        for fmt in ("csv", "json"):
+            cli = runner.invoke(app, ["lab", name, *args, "--seed", "4", f"--{fmt}"])
+            assert cli.exit_code == 0, cli.output
+            web = client.get(f"/api/labs/{name}", params={**params, "seed": 4, "download": fmt})
+            assert web.status_code == 200, web.text
+            assert cli.stdout.rstrip("\n") == web.text.rstrip("\n")  # one writer each
+
+
+def test_column_titles_stay_public_and_agree_with_the_specs():
+    for spec in LABS.values():
+        for key, title in spec.columns:
+            assert labs.COLUMN_TITLES[key] == title, key  # one title per key across the labs
