@@ -96,6 +96,7 @@ def test_plot_writes_an_offline_page(tmp_path):
         ["lab", "variance", "--plot", "figure.png"],
         ["exercises", "show", "9"],
         ["exercises", "check", "2", "abc"],
+        ["exercises", "check", "2", "1_959"],  # float() would read 1959 (issue 9.9)
         ["exercises", "check", "2"],
     ],
 )
@@ -125,6 +126,7 @@ def test_exercises_list_and_show():
     ("args", "code", "text"),
     [
         (["2", "1.959"], 0, "Correct"),
+        (["2", "1.969"], 0, "Correct"),  # within 0.01 of the 1.959 it prints (issue 11.6)
         (["2", "3"], 1, "Not quite"),
         (["5", "8192"], 0, "Correct"),
         (["5", "8000"], 1, "Not quite"),

@@ -88,3 +88,48 @@ def test_non_numeric_answer_to_a_numeric_exercise(answer):
 def test_verdicts_and_exercises_serialise():
     assert check(2, 2).as_dict()["correct"] is False
     assert exercises.get(1).as_dict()["answer"] is None
+
+
+# -- issue 9.9 and 11.6: strict answers, and a check that agrees with its message ----------------
+
+
+@pytest.mark.parametrize(
+    "answer", ["1_959", "1,959", "0x1", "nan", "-inf", "infinity", "1.9.5", "1e", "- 1.9", "²"]
+)
+def test_only_a_plain_decimal_number_is_read(answer):
+    # float() reads "1_959" as 1959 and "nan"/"infinity" as numbers; an answer must not.
+    with pytest.raises(AttnlabError, match="exercise 2"):
+        check(2, answer)
+
+
+@pytest.mark.parametrize("answer", ["1.96", "+1.96", "1.96e0", "196e-2", ".1959e1", "2."])
+def test_plain_decimal_forms_are_read(answer):
+    assert check(2, answer).expected == get(2).answer  # read, right or wrong
+
+
+@pytest.mark.parametrize(
+    ("answer", "correct"),
+    [(1.969, True), ("1.969", True), (1.949, True), ("1.949", True), (1.9691, False),
+     (1.9489, False), (1.97, False), (1.948, False)],
+)  # fmt: skip
+def test_exercise_2_accepts_the_tolerance_around_the_value_it_prints(answer, correct):
+    verdict = check(2, answer)
+    assert verdict.correct is correct, verdict.message
+    if not correct:
+        # "expected 1.959 (within 0.01)": the message's own numbers say why it is wrong.
+        shown, within = re.search(
+            r"expected ([\d.]+) \(within ([\d.]+)\)", verdict.message
+        ).groups()
+        assert abs(float(answer) - float(shown)) > float(within)
+
+
+@pytest.mark.parametrize("number", [2, 5])
+@pytest.mark.parametrize("step", [-1.5, -1.0, -0.5, 0.0, 0.5, 1.0, 1.5])
+def test_the_verdict_and_its_message_agree(number, step):
+    ex = get(number)
+    shown = float(f"{ex.answer:.4g}")
+    tol = ex.tolerance or 1.0  # exercise 5 is exact: steps of 1 around 8192
+    answer = round(shown + step * tol, 6)
+    verdict = check(number, answer)
+    assert verdict.correct is (abs(step) <= (1.0 if ex.tolerance else 0.0)), verdict.message
+    assert f"{shown:g}" in verdict.message

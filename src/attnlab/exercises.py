@@ -1,8 +1,8 @@
 """The chapter's seven exercises, with answers and worked solutions computed by attnlab itself.
 
 Kinds: "check" (recall), "apply" (compute or prove), "extend" (think past the text). Exercises
-2 and 5 have numeric answers, and ``check`` grades them: correct when |answer - expected| <=
-tolerance. The others are written answers that no program can grade: ``check`` returns
+2 and 5 have numeric answers, and ``check`` grades them: correct when the answer is within the
+tolerance of the expected value as printed (1.959 ± 0.01 for exercise 2; 8192 exactly for 5). The others are written answers that no program can grade: ``check`` returns
 ``correct=None`` with the worked solution to compare against, whatever the answer says.
 
 Errors (both ``AttnlabError``, so the CLI exits 2 and the web API answers 422): an exercise
@@ -17,14 +17,15 @@ True
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
 
-from attnlab.core.attention import attention
-from attnlab.core.cost import breakdown, crossover_length
-from attnlab.core.masks import Causal
+from attnlab import attention
+from attnlab.cost import breakdown, crossover_length
 from attnlab.errors import AttnlabError
+from attnlab.masks import Causal
 
 __all__ = ["EXERCISES", "Exercise", "Verdict", "check", "get"]
 
@@ -180,15 +181,23 @@ def get(number) -> Exercise:
     return EXERCISES[int(number) - 1]
 
 
+# A plain decimal number: digits with an optional point, sign and exponent. Stricter than
+# float(), which also reads "1_959" (as 1959), "nan", "inf" and "infinity".
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
 def _as_number(number: int, answer) -> float:
-    try:
-        if isinstance(answer, bool):
-            raise TypeError
-        value = float(answer.strip() if isinstance(answer, str) else answer)
-    except (TypeError, ValueError):
+    if isinstance(answer, str) and _NUMBER.fullmatch(answer.strip()):
+        value = float(answer.strip())
+    elif isinstance(answer, int | float | np.integer | np.floating) and not isinstance(
+        answer, bool | np.bool_
+    ):
+        value = float(answer)
+    else:
         raise AttnlabError(
-            f"expected a number as the answer to exercise {number}, but got {answer!r} instead"
-        ) from None
+            f"expected a number such as 1.96 as the answer to exercise {number}, but got "
+            f"{answer!r} instead"
+        )
     if not math.isfinite(value):
         raise AttnlabError(
             f"expected a finite number as the answer to exercise {number}, but got {answer!r}"
@@ -196,11 +205,18 @@ def _as_number(number: int, answer) -> float:
     return value
 
 
+def _shown(value: float) -> str:
+    """The expected value as the messages print it: 4 significant digits (1.959, 8192)."""
+    return f"{value:.4g}"
+
+
 def check(number, answer) -> Verdict:
     """Grade ``answer`` (a number, or text holding one) against exercise ``number``.
 
-    Numeric exercises: correct when |answer - expected| <= tolerance. Written exercises:
-    ``correct`` is None and the verdict carries the worked solution; ``answer`` is not read.
+    Numeric exercises: correct when the answer is within the tolerance of the expected value
+    as the message prints it (1.959 for exercise 2, so 1.969 and 1.949 pass, as "expected
+    1.959 (within 0.01)" says). Written exercises: ``correct`` is None and the verdict carries
+    the worked solution; ``answer`` is not read.
     """
     ex = get(number)
     if ex.answer is None:
@@ -208,11 +224,12 @@ def check(number, answer) -> Verdict:
                        f"Exercise {ex.number} has a written answer: compare yours with the "
                        "worked solution.", ex.solution)  # fmt: skip
     value, tol = _as_number(ex.number, answer), ex.tolerance or 0.0
-    shown = f"{ex.answer:.4g}"
+    shown = _shown(ex.answer)
+    # A hair of slack for binary rounding: 1.969 - 1.959 is 0.010000000000000009 in floats.
+    correct = abs(value - float(shown)) <= tol + 1e-9 * max(1.0, abs(value))
     within = "exactly" if tol == 0 else f"within {tol:g}"
-    if abs(value - ex.answer) <= tol:
+    if correct:
         message = f"Correct: {value:g} matches {shown} ({within})."
     else:
         message = f"Not quite: expected {shown} ({within}), but got {value:g}."
-    return Verdict(ex.number, abs(value - ex.answer) <= tol, ex.answer, ex.tolerance, message,
-                   ex.solution)  # fmt: skip
+    return Verdict(ex.number, correct, ex.answer, ex.tolerance, message, ex.solution)
