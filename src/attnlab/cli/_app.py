@@ -1,22 +1,111 @@
 """The Typer app object and the helpers every command module shares.
 
 Command modules (``core``, ``labs``, ``bench``, ``serve``) register their commands on ``app``;
-``attnlab.cli`` imports them all. Errors a user can cause become one red line and exit code 2.
+``attnlab.cli`` imports them all. A mistake a user can make is one red line on stderr and exit
+code 2: attnlab's own ``AttnlabError`` (through ``friendly_errors``), text the CLI parses itself
+(``parse_matrix``, ``fail``), and Click's usage errors (``OneLineErrors``: an unknown command or
+option, a bad or missing value). Any other exception is a bug and surfaces as a traceback.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import sys
 from typing import Annotated
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from attnlab.errors import AttnlabError
 
+try:  # Typer >= 0.2x vendors click; its usage errors are that copy's, not click's
+    from typer._click.exceptions import NoArgsIsHelpError, UsageError
+except ImportError:  # pragma: no cover
+    from click.exceptions import NoArgsIsHelpError, UsageError
+
+__all__ = [
+    "ECHO",
+    "MAX_TEXT",
+    "USAGE_ERROR",
+    "OneLineErrors",
+    "app",
+    "clip",
+    "console",
+    "err_console",
+    "fail",
+    "friendly_errors",
+    "load_matrix",
+    "parse_matrix",
+    "to_floats",
+    "writable",
+]
+
+USAGE_ERROR = 2
+ECHO = 60  # characters of the user's text repeated in an error, so the error stays one line
+MAX_TEXT = 4 * 2**20  # characters of one matrix option; a shell argument is at most 128 KiB
+
+
+def clip(text: str, limit: int = ECHO) -> str:
+    """``repr(text)``, cut to ``limit`` characters with the full length said."""
+    shown = repr(text)
+    return shown if len(shown) <= limit else f"{shown[:limit]}... ({len(text):,} characters)"
+
+
+def fail(message: str, code: int = USAGE_ERROR) -> typer.Exit:
+    """Print one red line on stderr and return the Exit to raise."""
+    # escape: the message may repeat the user's text, which Rich would read as markup ('[/x]').
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def _usage_line(exc: UsageError) -> str:
+    message = " ".join(exc.format_message().split())  # Click's messages may span lines
+    if exc.ctx is not None:
+        message += f" (see '{exc.ctx.command_path} --help')"
+    return message
+
+
+class OneLineErrors(typer.core.TyperGroup):
+    """Usage errors in this group and every command under it: one red line and exit code 2.
+
+    Used for the root ``app``, whose ``invoke`` sees the errors of every sub-app and command
+    below it; sub-apps may use it too. ``attnlab`` or a sub-app with no arguments still prints
+    its help.
+    """
+
+    def resolve_command(self, ctx, args):
+        name = args[0] if args else None
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            names = ", ".join(self.list_commands(ctx))
+            raise fail(
+                f"expected a command {names}, but got {clip(name)} instead "
+                f"(see '{ctx.command_path} --help')"
+            )
+        return super().resolve_command(ctx, args)
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        # The root's own options (attnlab --bogus) are parsed here, before ``invoke``.
+        try:
+            return super().make_context(info_name, args, parent=parent, **extra)
+        except NoArgsIsHelpError:
+            raise
+        except UsageError as exc:
+            raise fail(_usage_line(exc)) from None
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except NoArgsIsHelpError:  # `attnlab lab` alone: the help, as Click prints it
+            raise
+        except UsageError as exc:  # a bad option value, a missing argument, an unknown option
+            raise fail(_usage_line(exc)) from None
+
+
 app = typer.Typer(
     name="attnlab",
+    cls=OneLineErrors,
     help="Attention you can compute by hand, check, see, and run fast.",
     no_args_is_help=True,
     add_completion=False,
@@ -25,23 +114,19 @@ app = typer.Typer(
 console = Console()
 err_console = Console(stderr=True)
 
-USAGE_ERROR = 2
-
-
-def fail(message: str, code: int = USAGE_ERROR) -> typer.Exit:
-    """Print one red line on stderr and return the Exit to raise."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    return typer.Exit(code)
-
 
 def friendly_errors(fn):
-    """Turn attnlab's typed errors (all ValueErrors) into one line and exit code 2."""
+    """Turn attnlab's own errors (``AttnlabError``) into one line and exit code 2.
+
+    Nothing else is caught: a plain ``ValueError`` or ``TypeError`` from the library is a bug,
+    and hiding it behind a usage message would hide the bug (STYLE.md, practice 18).
+    """
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
-        except (AttnlabError, ValueError, TypeError) as exc:
+        except AttnlabError as exc:
             raise fail(str(exc)) from None
 
     return wrapper
@@ -56,34 +141,75 @@ def writable(option: str, path) -> None:
     path = Path(path)
     folder = path.parent if str(path.parent) else Path(".")
     if path.is_dir() or not folder.is_dir():
-        raise fail(f"{option}: expected a file in an existing folder, but got {str(path)!r}")
+        raise fail(f"{option}: expected a file in an existing folder, but got {clip(str(path))}")
     try:
         with path.open("a"):
             pass
     except OSError as exc:
-        raise fail(f"{option}: cannot write {str(path)!r} ({exc.strerror})") from None
+        raise fail(f"{option}: cannot write {clip(str(path))} ({exc.strerror})") from None
+
+
+def load_matrix(name: str, text: str) -> list[list]:
+    """Parse '[[3,-3],[1,1]]' into a rectangular, non-empty list of rows, entries unchecked.
+
+    Cheap enough to run on anything a shell can pass, so a caller can check the matrix's size
+    before converting any entry (``to_floats``) or building an array.
+    """
+    option, example = f"--{name}", "[[3,-3],[1,1]]"
+    if len(text) > MAX_TEXT:
+        raise fail(
+            f"{option}: expected at most {MAX_TEXT:,} characters, but got {len(text):,} instead"
+        )
+    try:
+        value = json.loads(text)
+    except RecursionError:  # '[[[[...' nested past Python's stack; a matrix nests twice
+        raise fail(
+            f"{option}: expected a JSON matrix such as {example} (two levels of brackets), "
+            f"but got text nested deeper than Python can parse: {clip(text)}"
+        ) from None
+    except ValueError:  # JSONDecodeError, or an integer of more than 4,300 digits
+        raise fail(
+            f"{option}: expected a JSON matrix such as {example}, but got {clip(text)} instead"
+        ) from None
+    if not isinstance(value, list) or not value or not all(isinstance(r, list) for r in value):
+        raise fail(
+            f"{option}: expected a list of rows such as {example}, but got {clip(text)} instead"
+        )
+    widths = [len(r) for r in value]
+    if len(set(widths)) != 1 or widths[0] == 0:
+        shown = widths if len(widths) <= 8 else [*widths[:8], "..."]
+        raise fail(
+            f"{option}: expected every row to have the same, non-zero width, "
+            f"but got row widths {shown} instead"
+        )
+    return value
+
+
+def to_floats(name: str, rows: list[list]) -> list[list[float]]:
+    """The entries of ``load_matrix``'s rows as floats, or fail naming the first that is not."""
+    out = []
+    for i, row in enumerate(rows):
+        floats = []
+        for j, x in enumerate(row):
+            if isinstance(x, bool) or not isinstance(x, int | float):
+                raise fail(
+                    f"--{name}: expected numbers, but got {clip(json.dumps(x))} "
+                    f"at row {i}, column {j} instead"
+                )
+            try:
+                floats.append(float(x))
+            except OverflowError:  # an integer past float's range
+                raise fail(
+                    f"--{name}: expected numbers within ±{sys.float_info.max:.3g}, but got an "
+                    f"integer of {len(str(abs(x)))} digits at row {i}, column {j} instead"
+                ) from None
+        out.append(floats)
+    return out
 
 
 def parse_matrix(name: str, text: str) -> list[list[float]]:
-    """Parse '[[3,-3],[1,1]]' into a rectangular list of rows of numbers, or fail clearly."""
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        raise fail(
-            f"--{name}: expected a JSON matrix such as [[3,-3],[1,1]], but got {text!r}"
-        ) from None
-    if not isinstance(value, list) or not value or not all(isinstance(r, list) for r in value):
-        raise fail(f"--{name}: expected a list of rows such as [[3,-3],[1,1]], but got {text!r}")
-    widths = {len(r) for r in value}
-    if len(widths) != 1 or 0 in widths:
-        raise fail(
-            f"--{name}: expected every row to have the same, non-zero width, but got row widths {[len(r) for r in value]}"
-        )
-    for i, row in enumerate(value):
-        for j, x in enumerate(row):
-            if isinstance(x, bool) or not isinstance(x, int | float):
-                raise fail(f"--{name}: expected numbers, but got {x!r} at row {i}, column {j}")
-    return value
+    """Parse '[[3,-3],[1,1]]' into a rectangular list of rows of floats, or fail clearly."""
+    return to_floats(name, load_matrix(name, text))
 
 
 def version_callback(show: bool) -> None:

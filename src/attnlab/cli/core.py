@@ -3,18 +3,34 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Annotated
 
 import numpy as np
 import typer
 from rich.table import Table
 
-from attnlab.cli._app import app, console, friendly_errors, parse_matrix
-from attnlab.core.attention import AttentionTrace, trace_attention
-from attnlab.core.cost import breakdown, crossover_length, score_memory_bytes
+import attnlab
+from attnlab.cli._app import app, console, fail, friendly_errors, load_matrix, to_floats
 from attnlab.core.example import EXAMPLE_K, EXAMPLE_Q, EXAMPLE_V
-from attnlab.core.masks import Causal
 from attnlab.core.trace import format_number as _fmt
+
+# §6.2 by hand: a printed table is read cell by cell. Rich lays out a 16-column table in about a
+# second on the project's 2-core machine (32 columns take 4 s, 64 take 10 s, each folded to a few
+# characters per cell on an 80-column terminal). --json takes larger cases, up to JSON_MAX_CELLS
+# per table: 256 x 256 is four 2 MiB float64 tables and 5 MB of JSON, printed in 1.5 s (its
+# float-to-text conversion is the time); 30,000 x 30,000 would need 27 GiB. Sizes are checked
+# from the parsed JSON's lengths, before any entry is converted or any array is built.
+PRINT_MAX = 16  # rows and columns of each printed matrix: N, M, d_k, d_v
+JSON_MAX_CELLS = 2**16  # cells of each table with --json: N x M and N x d_v
+TRACE_TABLES = 4  # N x M tables a trace holds: scores, scaled, masked, weights
+
+# The cost model's options: wide enough for any model ever trained, and small enough that every
+# count stays an exact integer that also fits a float (printing it as 1.234e+21).
+MAX_N = 10**9
+MAX_D_MODEL = 10**6
+MAX_LENGTHS = 8  # --n values in the printed table (one column each); any number up to
+MAX_LENGTHS_JSON = 1000  # ... this many with --json
 
 _EXPLAIN = {
     "scores": "Each query dotted with each key: entry (i, j) is q_i · k_j.",
@@ -37,7 +53,7 @@ def _table(title: str, mat: np.ndarray, row_label: str = "query", col_label: str
     console.print(table)
 
 
-def _show_trace(trace: AttentionTrace) -> None:
+def _show_trace(trace: attnlab.AttentionTrace) -> None:
     _table("Queries Q", trace.q, "token", "dim")
     _table("Keys K", trace.k, "token", "dim")
     _table("Values V", trace.v, "token", "dim")
@@ -48,14 +64,22 @@ def _show_trace(trace: AttentionTrace) -> None:
         console.print(f"  [dim]{_EXPLAIN[name]}{extra}[/]\n")
 
 
-def _trace_json(trace: AttentionTrace) -> str:
-    def clean(a):
-        return [[None if np.isneginf(x) else float(x) for x in row] for row in np.asarray(a)]
+def _trace_json(trace: attnlab.AttentionTrace) -> str:
+    """Every table as JSON, one matrix row per line, -inf as null.
 
-    data = {name: clean(mat) for name, _, mat in trace.stages()}
-    data["scale"] = trace.scale
-    data["mask"] = None if trace.mask is None else repr(trace.mask)
-    return json.dumps(data, indent=2)
+    Each row goes through the C encoder: ``json.dumps(indent=2)`` takes the pure-Python one, and
+    a number per line, which made 256 x 256 take 5 s.
+    """
+
+    def rows(mat) -> str:
+        cells = np.asarray(mat).astype(object)
+        cells[np.isneginf(np.asarray(mat))] = None
+        return ",\n    ".join(json.dumps(r, allow_nan=False) for r in cells.tolist())
+
+    fields = [f'  "{name}": [\n    {rows(mat)}\n  ]' for name, _, mat in trace.stages()]
+    fields.append(f'  "scale": {json.dumps(trace.scale)}')
+    fields.append(f'  "mask": {json.dumps(None if trace.mask is None else repr(trace.mask))}')
+    return "{\n" + ",\n".join(fields) + "\n}"
 
 
 @app.command()
@@ -65,11 +89,11 @@ def example(
     no_scale: Annotated[bool, typer.Option("--no-scale", help="Skip the 1/√d_k scaling.")] = False,
 ) -> None:
     """Walk the chapter's two-token worked example (§6.2) step by step."""
-    trace = trace_attention(
+    trace = attnlab.trace_attention(
         EXAMPLE_Q,
         EXAMPLE_K,
         EXAMPLE_V,
-        mask=None if no_mask else Causal(),
+        mask=None if no_mask else attnlab.masks.Causal(),
         scale=1.0 if no_scale else None,
     )
     console.print(
@@ -79,23 +103,62 @@ def example(
     _show_trace(trace)
 
 
+def _check_size(q: list, k: list, v: list, as_json: bool) -> None:
+    """Refuse, before any entry is converted, a trace too large to print or to hold."""
+    if not as_json:
+        for name, rows in (("q", q), ("k", k), ("v", v)):
+            if len(rows) > PRINT_MAX or len(rows[0]) > PRINT_MAX:
+                raise fail(
+                    f"--{name}: expected at most {PRINT_MAX} rows and {PRINT_MAX} columns to "
+                    f"print (add --json for larger cases), but got {len(rows):,} rows and "
+                    f"{len(rows[0]):,} columns instead"
+                )
+        return
+    n, m, d_v = len(q), len(k), len(v[0])
+    for names, shape in (("--q, --k", (n, m)), ("--q, --v", (n, d_v))):
+        if shape[0] * shape[1] > JSON_MAX_CELLS:
+            side = math.isqrt(JSON_MAX_CELLS)
+            need = TRACE_TABLES * attnlab.cost.score_memory_bytes(n, m, dtype=np.float64)
+            raise fail(
+                f"{names}: expected tables of at most {JSON_MAX_CELLS:,} cells "
+                f"({side} x {side}, say), but got {shape[0]:,} x {shape[1]:,} instead "
+                f"(N = {n:,} queries, M = {m:,} keys, d_v = {d_v:,}: "
+                f"{need / 2**20:,.1f} MiB of N x M tables); "
+                "attnlab.attention(method='blockwise') computes long sequences without them"
+            )
+
+
 @app.command()
 @friendly_errors
 def attention(
-    q: Annotated[str, typer.Option("--q", help="Queries as a JSON matrix, e.g. '[[3,-3],[1,1]]'.")],
+    q: Annotated[
+        str,
+        typer.Option(
+            "--q",
+            help="Queries as a JSON matrix, e.g. '[[3,-3],[1,1]]'. Printed tables take up to "
+            f"{PRINT_MAX} rows and columns per matrix (N, M, d_k, d_v).",
+        ),
+    ],
     k: Annotated[str, typer.Option("--k", help="Keys as a JSON matrix (M rows, d_k columns).")],
     v: Annotated[str, typer.Option("--v", help="Values as a JSON matrix (M rows, d_v columns).")],
     causal: Annotated[bool, typer.Option("--causal", help="Apply the causal mask.")] = False,
     no_scale: Annotated[bool, typer.Option("--no-scale", help="Skip the 1/√d_k scaling.")] = False,
     as_json: Annotated[
-        bool, typer.Option("--json", help="Print every table as JSON (-inf as null).")
+        bool,
+        typer.Option(
+            "--json",
+            help="Print every table as JSON (-inf as null); takes tables of up to "
+            f"{JSON_MAX_CELLS:,} cells.",
+        ),
     ] = False,
 ) -> None:
     """Trace attention on any small case, showing every table."""
-    qm, km, vm = parse_matrix("q", q), parse_matrix("k", k), parse_matrix("v", v)
+    raw = {name: load_matrix(name, text) for name, text in (("q", q), ("k", k), ("v", v))}
+    _check_size(raw["q"], raw["k"], raw["v"], as_json)
+    qm, km, vm = (to_floats(name, rows) for name, rows in raw.items())
     # Scores that overflow (finite entries, huge products) are refused by the library itself.
-    trace = trace_attention(
-        qm, km, vm, mask=Causal() if causal else None, scale=1.0 if no_scale else None
+    trace = attnlab.trace_attention(
+        qm, km, vm, mask=attnlab.masks.Causal() if causal else None, scale=1.0 if no_scale else None
     )
     if as_json:
         typer.echo(_trace_json(trace))
@@ -106,24 +169,38 @@ def attention(
 @app.command()
 @friendly_errors
 def cost(
-    d_model: Annotated[int, typer.Option("--d-model", min=1, help="Model width d_model.")] = 4096,
-    n: Annotated[list[int] | None, typer.Option("--n", min=1, help="Sequence length(s) N.")] = None,
+    d_model: Annotated[
+        int, typer.Option("--d-model", min=1, max=MAX_D_MODEL, help="Model width d_model.")
+    ] = 4096,
+    n: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--n",
+            min=1,
+            max=MAX_N,
+            help=f"Sequence length(s) N; repeat for more (up to {MAX_LENGTHS} printed, "
+            f"{MAX_LENGTHS_JSON} with --json).",
+        ),
+    ] = None,
     flops: Annotated[
         bool, typer.Option("--flops", help="Count multiply and add separately.")
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")] = False,
 ) -> None:
     """The cost model of §6.6: 4·N·d² + 2·N²·d and where the N² term takes over."""
+    most = MAX_LENGTHS_JSON if as_json else MAX_LENGTHS
+    if n and len(n) > most:
+        more = "" if as_json else f" (add --json for up to {MAX_LENGTHS_JSON})"
+        raise fail(f"--n: expected at most {most} lengths{more}, but got {len(n)} instead")
+    model = attnlab.cost
     count = "flops" if flops else "madds"
-    lengths = n or [512, 2048, crossover_length(d_model), 4 * crossover_length(d_model)]
-    rows = [breakdown(length, d_model, count=count) for length in lengths]
+    crossover = model.crossover_length(d_model)
+    lengths = n or [512, 2048, crossover, 4 * crossover]
+    rows = [model.breakdown(length, d_model, count=count) for length in lengths]
     if as_json:
         typer.echo(
             json.dumps(
-                {
-                    "crossover_length": crossover_length(d_model),
-                    "rows": [r.as_dict() for r in rows],
-                },
+                {"crossover_length": crossover, "rows": [r.as_dict() for r in rows]},
                 indent=2,
             )
         )
@@ -141,12 +218,11 @@ def cost(
         ("W^O Nd²", lambda r: f"{r.output_projection:.3e}"),
         ("total", lambda r: f"{r.total:.3e}"),
         ("N² share", lambda r: f"{r.quadratic_share:.1%}"),
-        ("QKᵀ fp32", lambda r: f"{score_memory_bytes(r.n) / 2**20:,.1f} MiB"),
+        ("QKᵀ fp32", lambda r: f"{model.score_memory_bytes(r.n) / 2**20:,.1f} MiB"),
     ]
     for label, cell in terms:
         table.add_row(label, *(cell(r) for r in rows))
     console.print(table)
     console.print(
-        f"The N² terms overtake the linear ones past N = 2·d_model = "
-        f"[bold]{crossover_length(d_model)}[/]."
+        f"The N² terms overtake the linear ones past N = 2·d_model = [bold]{crossover}[/]."
     )
