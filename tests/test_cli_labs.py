@@ -157,3 +157,10 @@ def test_an_unwritable_output_path_fails_before_any_work(args, tmp_path):
     result = CliRunner().invoke(app, [*args, target])
     assert result.exit_code == 2, result.output
     assert "existing folder" in result.stderr and "Traceback" not in result.output
+
+
+def test_a_fully_saturated_trial_prints_its_summary():
+    # Issue 9.3: this run was a ZeroDivisionError traceback (the Jacobian norm cancelled to 0).
+    result = run("lab", "saturation", "--d-k", "128", "--keys", "2", "--trials", "1", "--seed", "2")
+    assert result.exit_code == 0, result.output
+    assert "times smaller" in result.stdout and "Traceback" not in result.output
