@@ -33,11 +33,13 @@ with warnings.catch_warnings():
     from fastapi.testclient import TestClient
 
 EXAMPLE = {"q": [[3, -3], [1, 1]], "k": [[-3, 3], [1, 1]], "v": [[0, -1], [1, 2]]}
+LOCAL = "http://127.0.0.1:8000"
 
 
 @pytest.fixture(scope="module")
 def client():
-    with TestClient(create_app(), raise_server_exceptions=False) as c:
+    # A loopback base URL: the app answers only loopback Host names (DNS rebinding, web/guard.py).
+    with TestClient(create_app(), raise_server_exceptions=False, base_url=LOCAL) as c:
         yield c
 
 

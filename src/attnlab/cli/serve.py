@@ -30,6 +30,25 @@ def _check_port(host: str, port: int) -> None:
             ) from None
 
 
+def _check_host(host: str) -> str:
+    # uvicorn binds '' to every interface without a word: refuse it rather than guess.
+    if not host.strip():
+        raise fail(
+            f"--host: expected an address to bind, such as 127.0.0.1 (this machine only) or "
+            f"0.0.0.0 (every interface, said explicitly), but got {host!r} instead"
+        )
+    return host.strip()
+
+
+def _warn_exposed(host: str, shown: str, port: int) -> None:
+    where = "every network interface" if host in ("0.0.0.0", "::") else f"the address {host}"
+    console.print(
+        f"[bold red]warning:[/] binding {where}: anyone who can reach this machine on port "
+        f"{port} can use the explorer and run its labs (seconds of CPU each). Requests must "
+        f"name {shown} or a loopback name in their Host header; others get 400."
+    )
+
+
 def _open_when_up(server, url: str) -> None:
     def wait_then_open():
         while not server.started and not server.should_exit:
@@ -57,15 +76,16 @@ def serve(
 
     from attnlab.figures.histogram import warm
     from attnlab.web import create_app
+    from attnlab.web.guard import LOOPBACK_HOSTS, host_name
 
+    host = _check_host(host)
     _check_port(host, port)
-    shown = f"[{host}]" if ":" in host else host
+    shown = host_name(host)
     url = f"http://{shown}:{port}/"
-    if host not in ("127.0.0.1", "localhost", "::1"):
-        console.print(
-            f"[yellow]note:[/] binding {host} makes the explorer reachable from other machines."
-        )
-    server = uvicorn.Server(uvicorn.Config(create_app(), host=host, port=port, log_level="warning"))
+    if shown not in LOOPBACK_HOSTS:
+        _warn_exposed(host, shown, port)
+    app_ = create_app(hosts=[host])
+    server = uvicorn.Server(uvicorn.Config(app_, host=host, port=port, log_level="warning"))
     # Compute the √d_k figure at every slider step in the background, so dragging is instant.
     threading.Thread(target=warm, name="attnlab-warm", daemon=True).start()
     if open_browser:

@@ -19,8 +19,10 @@ from attnlab.figures._data import as_dict, vector
 
 __all__ = [
     "DRAWS",
+    "D_K_DEFAULT",
     "D_K_MAX",
     "D_K_MIN",
+    "D_K_STEP",
     "KEYS",
     "THRESHOLD",
     "TRIALS",
@@ -30,6 +32,8 @@ __all__ = [
 
 FIGURE_ID = "sqrt-dk-histogram"
 D_K_MIN, D_K_MAX = 16, 256
+D_K_STEP = 16  # the page's slider step: 16 widths, each computed ahead by warm()
+D_K_DEFAULT = 64  # the width the page starts on
 DRAWS = 10_000  # scores in the histogram: plenty for its shape, and fast enough to drag
 BINS = 60
 # Fixed bin ranges, so moving the slider shows the widening: ±5 spreads at the widest d_k
@@ -80,16 +84,19 @@ def _saturation(d_k: int, seed: int):
 
 
 def warm(widths=None, seed: int = 0) -> None:
-    """Compute the figure ahead for the given widths (default: every slider step of 16, the
-    page's starting width of 64 first, so the first view is served from the cache)."""
+    """Compute the figure ahead for the given widths (default: every slider step, the page's
+    starting width first, so the first view is served from the cache)."""
     if widths is None:
-        widths = [64, *(w for w in range(D_K_MIN, D_K_MAX + 1, 16) if w != 64)]
+        steps = range(D_K_MIN, D_K_MAX + 1, D_K_STEP)
+        widths = [D_K_DEFAULT, *(w for w in steps if w != D_K_DEFAULT)]
     for d_k in widths:
         for scaled in (False, True):
             build_histogram(d_k, scaled=scaled, seed=seed)
 
 
-def build_histogram(d_k: int = 64, *, scaled: bool = False, seed: int = 0) -> HistogramFigure:
+def build_histogram(
+    d_k: int = D_K_DEFAULT, *, scaled: bool = False, seed: int = 0
+) -> HistogramFigure:
     """Both panels of the figure at head width ``d_k`` (16 to 256).
 
     Args:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnlab.core.softmax import softmax
+from attnlab import softmax
 from attnlab.errors import AttnlabError
 from attnlab.figures._data import Matrix, as_dict, matrix, vector
 

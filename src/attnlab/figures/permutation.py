@@ -15,12 +15,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnlab.core.attention import attention
-from attnlab.core.positions import sinusoidal
+from attnlab import attention
 from attnlab.errors import AttnlabError
 from attnlab.figures._data import Matrix, as_dict, matrix, vector
+from attnlab.positions import sinusoidal
 
-__all__ = ["SENTENCE", "PermutationFigure", "TokenRow", "build_permutation"]
+__all__ = ["SENTENCE", "SWAP", "PermutationFigure", "TokenRow", "build_permutation"]
 
 FIGURE_ID = "permutation-demo"
 
@@ -33,6 +33,8 @@ _VECTORS = {
     "man": (-1.0, 1.5, 2.0, 0.5),
 }
 EMBEDDINGS = np.array([_VECTORS[w.lower()] for w in SENTENCE])  # (N, d_model)
+# The page's "swap" button: subject and object trade places, "The man bit the dog" (§6.5).
+SWAP = (0, 4, 2, 3, 1)
 
 
 @dataclass(frozen=True)

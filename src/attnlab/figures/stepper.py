@@ -14,11 +14,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnlab.core.attention import trace_attention
+from attnlab import trace_attention
 from attnlab.core.example import EXAMPLE_K, EXAMPLE_Q, EXAMPLE_V
-from attnlab.core.masks import Causal, Dense, Mask
 from attnlab.errors import AttnlabError, FullyMaskedRowError
 from attnlab.figures._data import Matrix, as_dict, matrix
+from attnlab.masks import Causal, Dense, Mask
 
 __all__ = [
     "EXAMPLE_K",
@@ -27,6 +27,9 @@ __all__ = [
     "MAX_ABS",
     "MAX_TOKENS",
     "MAX_WIDTH",
+    "RANDOM_RANGE",
+    "RANDOM_TOKENS",
+    "RANDOM_WIDTH",
     "Step",
     "StepperFigure",
     "Table",
@@ -39,6 +42,9 @@ _STAGES = ("scores", "scaled", "masked", "weights", "output")
 MAX_TOKENS = 8  # rows of Q, K and V
 MAX_WIDTH = 8  # d_k and d_v
 MAX_ABS = 1000.0  # keeps every score finite: 8 * 1000 * 1000 is far from overflow
+# The page's "Random" button: this many tokens of this width, whole entries in ±RANDOM_RANGE,
+# small enough to check a dot product by hand.
+RANDOM_TOKENS, RANDOM_WIDTH, RANDOM_RANGE = 4, 3, 2
 
 
 @dataclass(frozen=True)

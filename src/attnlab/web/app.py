@@ -6,23 +6,26 @@
         /api/...          figures (web/figures.py), labs and exercises (web/labs.py)
         /docs             the API reference, rendered here from /openapi.json (no CDN either)
 
-Every error a request can cause is answered, never a 500: a request that fails validation, and
-any AttnlabError (a ValueError) raised by the library, becomes HTTP 422 whose "message" names
-the field; a body over 64 KiB gets 413 before it is read.
+Every error a request can cause is answered in words: a request that fails validation, and any
+AttnlabError raised by the library, becomes HTTP 422 whose "message" names the field
+(web/errors.py); a body over 64 KiB gets 413 before it is read. Any other exception is a bug:
+HTTP 500, with its traceback in the server's log. Only loopback Host names are served, and the
+lab routes refuse cross-site requests (web/guard.py).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
-from fastapi import FastAPI, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
+from fastapi import FastAPI
+from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 import attnlab
-from attnlab.web import docs, figures, labs
+from attnlab.web import config, docs, errors, figures, guard, labs, schema
 
 __all__ = ["MAX_BODY_BYTES", "create_app"]
 
@@ -34,46 +37,6 @@ def _plotly_js() -> Path:
     import plotly
 
     return Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
-
-
-def _where(error: dict) -> str:
-    """The field an error is about: ("body", "q", 0, 1) -> "q[0][1]", ("query", "d_k") -> "d_k"."""
-    loc = list(error["loc"])
-    if error["type"] == "json_invalid":
-        return f"body (at character {loc[-1]})" if len(loc) > 1 else "body"
-    if loc and loc[0] in ("body", "query", "path", "header", "cookie"):
-        section, loc = loc[0], loc[1:]
-    else:
-        section = "request"
-    name = ""
-    for part in loc:
-        name += f"[{part}]" if isinstance(part, int) else (f".{part}" if name else str(part))
-    return name or section
-
-
-def _unprocessable(errors: list[dict]) -> JSONResponse:
-    message = "; ".join(f"{e['field']}: {e['msg']}" for e in errors)
-    return JSONResponse(status_code=422, content={"message": message, "detail": errors})
-
-
-async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
-    # Pydantic's own detail echoes the input and may hold exception objects: keep what helps.
-    errors = []
-    for e in exc.errors():
-        cause = e.get("ctx", {}).get("error")
-        field = getattr(cause, "field", None) or _where(e)
-        msg = str(cause) if cause is not None else e["msg"]
-        if e["type"] == "json_invalid":
-            msg = f"expected a JSON body, but it does not parse ({msg})"
-        errors.append({"field": field, "loc": list(e["loc"]), "msg": msg, "type": e["type"]})
-    return _unprocessable(errors)
-
-
-async def _library_error(request: Request, exc: ValueError) -> JSONResponse:
-    # attnlab's errors (AttnlabError is a ValueError) name the argument in their message;
-    # the web layer's own FieldError also says which field.
-    field = getattr(exc, "field", "request")
-    return _unprocessable([{"field": field, "loc": [], "msg": str(exc), "type": "value_error"}])
 
 
 class _ServerTiming:
@@ -100,8 +63,13 @@ class _ServerTiming:
         await self.app(scope, receive, timed)
 
 
-def create_app() -> FastAPI:
-    """The explorer app: routers for the figures, labs and exercises, the page and the docs."""
+def create_app(hosts: Iterable[str] = ()) -> FastAPI:
+    """The explorer app: routers for the figures, labs and exercises, the page and the docs.
+
+    Args:
+        hosts: Host names served besides the loopback ones (127.0.0.1, localhost, [::1]);
+            ``attnlab serve`` passes its ``--host``.
+    """
     app = FastAPI(
         title="attnlab explorer",
         version=attnlab.__version__,
@@ -110,13 +78,17 @@ def create_app() -> FastAPI:
         redoc_url=None,
         max_body_size=MAX_BODY_BYTES,  # 413 before a large body is read
     )
-    app.add_exception_handler(RequestValidationError, _validation_error)
-    app.add_exception_handler(ValueError, _library_error)
+    errors.install(app)
+    allowed = guard.allowed_hosts(hosts)
+    # Added last is outermost: the Host check runs first, then the cross-site check.
     app.add_middleware(_ServerTiming)
+    app.add_middleware(guard.CrossSiteGuard, hosts=allowed)
+    app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed, www_redirect=False)
+    app.include_router(config.router)
     app.include_router(figures.router)
     app.include_router(labs.router)
 
-    @app.get("/", include_in_schema=False)
+    @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
     def index() -> FileResponse:
         return FileResponse(STATIC / "index.html", media_type="text/html")
 
@@ -133,4 +105,5 @@ def create_app() -> FastAPI:
         return HTMLResponse(docs.render(app.openapi()))
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    schema.document_refusals(app)
     return app

@@ -10,12 +10,13 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from attnlab.errors import AttnlabError
 from attnlab.figures import histogram, multihead, permutation, stepper
 
 __all__ = ["FieldError", "HistogramQuery", "MultiHeadQuery", "PermutationRequest", "TraceRequest"]
 
 
-class FieldError(ValueError):
+class FieldError(AttnlabError):
     """A refusal that names the field it is about; the app answers it with HTTP 422."""
 
     def __init__(self, field: str, message: str):
@@ -31,7 +32,8 @@ Number = Annotated[
 ]
 Row = Annotated[list[Number], Field(min_length=1, max_length=stepper.MAX_WIDTH)]
 MatrixIn = Annotated[list[Row], Field(min_length=1, max_length=stepper.MAX_TOKENS)]
-Index = Annotated[int, Field(ge=0, lt=stepper.MAX_TOKENS)]
+# strict: a JSON integer only (true is refused, not read as 1).
+Index = Annotated[int, Field(strict=True, ge=0, lt=stepper.MAX_TOKENS)]
 Seed = Annotated[int, Field(ge=0, le=SEED_MAX, description="Same seed, same numbers.")]
 
 
@@ -78,7 +80,12 @@ class HistogramQuery(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    d_k: int = Field(64, ge=histogram.D_K_MIN, le=histogram.D_K_MAX, description="Query/key width.")
+    d_k: int = Field(
+        histogram.D_K_DEFAULT,
+        ge=histogram.D_K_MIN,
+        le=histogram.D_K_MAX,
+        description="Query/key width.",
+    )
     scaled: bool = Field(False, description="Divide the scores by √d_k.")
     seed: Seed = 0
 
@@ -88,7 +95,7 @@ class PermutationRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    order: list[int] | None = Field(
+    order: list[Annotated[int, Field(strict=True)]] | None = Field(
         None,
         max_length=len(permutation.SENTENCE),
         description="order[slot] = index of the token placed there; null keeps the sentence.",

@@ -43,7 +43,7 @@ def _client(app):
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
         from fastapi.testclient import TestClient
-    return TestClient(app)
+    return TestClient(app, base_url="http://127.0.0.1")  # the app serves loopback names only
 
 
 def measure(repeats: int = 5) -> list[tuple[str, float, float, int]]:

@@ -22,6 +22,22 @@ export async function api(path, { method = "GET", body } = {}) {
   return data;
 }
 
+// The page's constants (worked example, limits, slider range, threshold) come from the server,
+// never from literals here: GET /api/config, fetched once and shared by every section.
+let configPromise = null;
+export function config() {
+  configPromise ??= api("/api/config");
+  return configPromise;
+}
+
+// Fill each <span data-config="histogram.d_k_min"> with that value of the config.
+export function fillConfig(cfg, node = document) {
+  node.querySelectorAll("[data-config]").forEach((span) => {
+    const value = span.dataset.config.split(".").reduce((obj, key) => obj?.[key], cfg);
+    if (value !== undefined) span.textContent = String(value);
+  });
+}
+
 // Numbers as the page prints them. Trailing zeros go, and -0 prints as 0.
 export function fmt(x, digits = 3) {
   if (x === null || x === undefined) return "−∞";

@@ -1,5 +1,5 @@
 // Figure sqrt-dk-histogram: score spread and softmax saturation at one width (GET /api/histogram).
-import { api, clearError, el, fmt, plot, showError } from "./common.js";
+import { api, clearError, config, el, fmt, plot, showError } from "./common.js";
 
 const root = document.getElementById("figure-sqrt-dk-histogram");
 const $ = (sel) => root.querySelector(sel);
@@ -79,7 +79,10 @@ function soon() {
 }
 
 export async function init() {
-  $("#hist-dk").addEventListener("input", soon);
+  const { histogram: h } = await config();
+  const slider = $("#hist-dk");
+  Object.assign(slider, { min: h.d_k_min, max: h.d_k_max, step: h.d_k_step, value: h.d_k_default });
+  slider.addEventListener("input", soon);
   $("#hist-scaled").addEventListener("change", update);
   await update();
 }

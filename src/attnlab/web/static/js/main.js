@@ -1,4 +1,5 @@
 // Start every section on its own, so one that fails cannot stop the others.
+import { config, fillConfig } from "./common.js";
 import * as equation from "./equation.js";
 import * as exercises from "./exercises.js";
 import * as histogram from "./histogram.js";
@@ -9,7 +10,10 @@ import * as stepper from "./stepper.js";
 
 const sections = { stepper, equation, histogram, permutation, multihead, labs, exercises };
 
-const started = Object.entries(sections).map(async ([name, module]) => {
+// The numbers quoted in the page's text come from the server's config, like the figures' own.
+const words = { init: async () => fillConfig(await config()) };
+
+const started = Object.entries({ words, ...sections }).map(async ([name, module]) => {
   try {
     await module.init();
   } catch (err) {

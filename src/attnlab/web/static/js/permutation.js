@@ -1,5 +1,5 @@
 // Figure permutation-demo: shuffle the tokens, watch the outputs (POST /api/permutation).
-import { api, clearError, el, fmt, showError } from "./common.js";
+import { api, clearError, config, el, fmt, showError } from "./common.js";
 
 const root = document.getElementById("figure-permutation-demo");
 const $ = (sel) => root.querySelector(sel);
@@ -76,8 +76,11 @@ async function refresh() {
 }
 
 export async function init() {
+  const { permutation: p } = await config();
+  const swap = $("#perm-swap");
+  swap.textContent = `“${p.swap.map((token) => p.sentence[token]).join(" ")}”`;
   $("#perm-shuffle").addEventListener("click", () => { state.order = shuffled(state.order); refresh(); });
-  $("#perm-swap").addEventListener("click", () => { state.order = [0, 4, 2, 3, 1]; refresh(); });
+  swap.addEventListener("click", () => { state.order = p.swap.slice(); refresh(); });
   $("#perm-reset").addEventListener("click", () => { state.order = null; refresh(); });
   $("#perm-positions").addEventListener("change", (e) => { state.positions = e.target.checked; refresh(); });
   await refresh();

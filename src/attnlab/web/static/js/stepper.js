@@ -1,17 +1,15 @@
 // Figure attention-stepper: walk one attention call table by table (numbers from POST /api/trace).
-import { api, clearError, el, fmt, matrixTable, showError } from "./common.js";
+import { api, clearError, config, el, fmt, matrixTable, showError } from "./common.js";
 
-const EXAMPLE = {
-  q: [[3, -3], [1, 1]],
-  k: [[-3, 3], [1, 1]],
-  v: [[0, -1], [1, 2]],
-};
-const MAX = 8;
+// The worked example and the limits come from GET /api/config (set in init).
+let cfg = null;
 
 const root = document.getElementById("figure-attention-stepper");
 const $ = (sel) => root.querySelector(sel);
 const state = {
-  ...structuredClone(EXAMPLE),
+  q: [],
+  k: [],
+  v: [],
   causal: true,
   scaled: true,
   blocked: [],
@@ -262,9 +260,10 @@ const toText = (m) => m.map((row) => row.join(" ")).join("\n");
 function parse(name, text) {
   const rows = text.trim().split(/\n+/).map((line) => line.trim().split(/[\s,;]+/).filter(Boolean));
   if (!rows.length || !rows[0].length) throw new Error(`${name}: expected at least one row of numbers`);
-  if (rows.length > MAX) throw new Error(`${name}: expected at most ${MAX} rows (tokens), but got ${rows.length}`);
+  const { max_tokens: tokens, max_width: width } = cfg;
+  if (rows.length > tokens) throw new Error(`${name}: expected at most ${tokens} rows (tokens), but got ${rows.length}`);
   return rows.map((row, i) => {
-    if (row.length > MAX) throw new Error(`${name}: expected at most ${MAX} numbers a row, but row ${i + 1} has ${row.length}`);
+    if (row.length > width) throw new Error(`${name}: expected at most ${width} numbers a row, but row ${i + 1} has ${row.length}`);
     return row.map((cell, j) => {
       const x = Number(cell.replace("−", "-"));
       if (!Number.isFinite(x)) throw new Error(`${name}: expected a number at row ${i + 1}, column ${j + 1}, but got “${cell}”`);
@@ -292,22 +291,27 @@ async function apply(event) {
 }
 
 function randomExample() {
-  const n = 4;
-  const d = 3;
-  const draw = () => Array.from({ length: n }, () => Array.from({ length: d }, () => Math.round(Math.random() * 4 - 2)));
+  const { random_tokens: n, random_width: d, random_range: r } = cfg;
+  const entry = () => Math.floor(Math.random() * (2 * r + 1)) - r; // a whole number in -r..r
+  const draw = () => Array.from({ length: n }, () => Array.from({ length: d }, entry));
   Object.assign(state, { q: draw(), k: draw(), v: draw(), blocked: [] });
   fillEditors();
   refresh();
 }
 
+const example = () => structuredClone(cfg.example);
+
 export async function init() {
+  cfg = (await config()).stepper;
+  Object.assign(state, example());
+  $("#stepper-random").textContent = `Random ${cfg.random_tokens} tokens`;
   $("#stepper-back").addEventListener("click", () => go(state.step - 1));
   $("#stepper-next").addEventListener("click", () => go(state.step + 1));
   $("#stepper-causal").addEventListener("change", (e) => { state.causal = e.target.checked; refresh(); });
   $("#stepper-scaled").addEventListener("change", (e) => { state.scaled = e.target.checked; refresh(); });
   $("#stepper-form").addEventListener("submit", apply);
   $("#stepper-reset").addEventListener("click", () => {
-    Object.assign(state, structuredClone(EXAMPLE), { blocked: [] });
+    Object.assign(state, example(), { blocked: [] });
     fillEditors();
     refresh();
   });

@@ -1,0 +1,100 @@
+"""``GET /api/config``: the constants the page needs, served from the Python that defines them.
+
+The browser declares none of these itself (STYLE practice 16): the worked example, the stepper's
+limits and its random-example shape, the √d_k slider's range and the saturation threshold, and
+the permutation demo's swap all come from ``attnlab.figures`` and ``attnlab.core.example``, so
+changing one there changes the page too.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from pydantic import BaseModel, Field
+
+from attnlab.figures import histogram, permutation, stepper
+
+__all__ = ["ExplorerConfig", "explorer_config", "router"]
+
+router = APIRouter(prefix="/api", tags=["figures"])
+
+
+class Example(BaseModel):
+    """The chapter's two-token worked example (§6.2)."""
+
+    q: list[list[float]]
+    k: list[list[float]]
+    v: list[list[float]]
+
+
+class StepperConfig(BaseModel):
+    example: Example
+    max_tokens: int = Field(description="Most rows of Q, K and V.")
+    max_width: int = Field(description="Largest d_k and d_v.")
+    max_abs: float = Field(description="Largest |entry| of Q, K and V.")
+    random_tokens: int = Field(description="Tokens of the page's random example.")
+    random_width: int = Field(description="Width of the page's random example.")
+    random_range: int = Field(description="Random entries are whole numbers in ±random_range.")
+
+
+class HistogramConfig(BaseModel):
+    d_k_min: int
+    d_k_max: int
+    d_k_step: int = Field(description="The slider's step.")
+    d_k_default: int = Field(description="The width the page starts on.")
+    keys: int = Field(description="Keys per softmax trial.")
+    trials: int
+    threshold: float = Field(description="A trial saturates when its largest weight passes this.")
+
+
+class PermutationConfig(BaseModel):
+    sentence: list[str]
+    swap: list[int] = Field(description="The order of the swap button: order[slot] = token.")
+
+
+class ExplorerConfig(BaseModel):
+    """Everything the page would otherwise have to declare as a literal."""
+
+    stepper: StepperConfig
+    histogram: HistogramConfig
+    permutation: PermutationConfig
+
+
+def _matrix(rows) -> list[list[float]]:
+    return [list(row) for row in rows]
+
+
+def explorer_config() -> ExplorerConfig:
+    """The page's constants, read from the modules that own them."""
+    return ExplorerConfig(
+        stepper=StepperConfig(
+            example=Example(
+                q=_matrix(stepper.EXAMPLE_Q),
+                k=_matrix(stepper.EXAMPLE_K),
+                v=_matrix(stepper.EXAMPLE_V),
+            ),
+            max_tokens=stepper.MAX_TOKENS,
+            max_width=stepper.MAX_WIDTH,
+            max_abs=stepper.MAX_ABS,
+            random_tokens=stepper.RANDOM_TOKENS,
+            random_width=stepper.RANDOM_WIDTH,
+            random_range=stepper.RANDOM_RANGE,
+        ),
+        histogram=HistogramConfig(
+            d_k_min=histogram.D_K_MIN,
+            d_k_max=histogram.D_K_MAX,
+            d_k_step=histogram.D_K_STEP,
+            d_k_default=histogram.D_K_DEFAULT,
+            keys=histogram.KEYS,
+            trials=histogram.TRIALS,
+            threshold=histogram.THRESHOLD,
+        ),
+        permutation=PermutationConfig(
+            sentence=list(permutation.SENTENCE), swap=list(permutation.SWAP)
+        ),
+    )
+
+
+@router.get("/config", response_model=ExplorerConfig)
+def config() -> ExplorerConfig:
+    """The page's constants: worked example, stepper limits, slider range, threshold, swap."""
+    return explorer_config()

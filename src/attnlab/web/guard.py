@@ -1,0 +1,83 @@
+"""Browser-borne attacks on a server that listens on this machine only.
+
+A web page on another site can still reach ``http://127.0.0.1:8000`` through the visitor's
+browser. Two defences, both before any route runs:
+
+    DNS rebinding   a page's own name made to resolve to 127.0.0.1: the request arrives with
+                    that name in ``Host``. Only loopback names (and the ``--host`` the server was
+                    started with) are accepted; others get 400 (Starlette's TrustedHostMiddleware).
+    cross-site      a page elsewhere loading ``/api/labs/cost`` in an <img> or a no-cors fetch,
+                    to keep the CPU busy. The lab routes refuse, with 403, a request whose
+                    ``Sec-Fetch-Site`` is ``cross-site`` or ``same-site``, or whose ``Origin``
+                    names a non-loopback origin. The page's own requests are ``same-origin``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from urllib.parse import urlsplit
+
+from fastapi.responses import JSONResponse
+from starlette.datastructures import Headers
+
+__all__ = ["GUARDED_PREFIX", "LOOPBACK_HOSTS", "CrossSiteGuard", "allowed_hosts", "host_name"]
+
+# As a Host header names them: an IPv6 literal keeps its brackets (RFC 3986).
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
+GUARDED_PREFIX = "/api/labs"  # the routes that cost seconds of CPU per request
+_REFUSED_SITES = ("cross-site", "same-site")
+
+
+def host_name(address: str) -> str:
+    """An address as it appears in a Host header: '::1' -> '[::1]', '127.0.0.1' unchanged."""
+    return f"[{address}]" if ":" in address and not address.startswith("[") else address
+
+
+def allowed_hosts(extra: Iterable[str] = ()) -> list[str]:
+    """Loopback names, plus ``extra`` (the address the server was started on)."""
+    names = list(LOOPBACK_HOSTS)
+    for address in extra:
+        name = host_name(address.strip().lower())
+        if name and name not in names:
+            names.append(name)
+    return names
+
+
+def _loopback_origin(origin: str, hosts: list[str]) -> bool:
+    try:
+        parts = urlsplit(origin)
+        host = parts.hostname
+        parts.port  # noqa: B018 -- raises ValueError on a malformed port
+    except ValueError:
+        return False
+    if parts.scheme not in ("http", "https") or host is None:
+        return False  # includes Origin: null (a sandboxed frame, a file:// page)
+    return host_name(host) in hosts
+
+
+class CrossSiteGuard:
+    """ASGI middleware: 403 for a cross-site request to the lab routes."""
+
+    def __init__(self, app, hosts: list[str]):
+        self.app = app
+        self.hosts = hosts
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or not scope["path"].startswith(GUARDED_PREFIX):
+            return await self.app(scope, receive, send)
+        headers = Headers(scope=scope)
+        site = headers.get("sec-fetch-site", "").lower()
+        origin = headers.get("origin")
+        if site in _REFUSED_SITES:
+            got = f"Sec-Fetch-Site: {site}"
+        elif origin is not None and not _loopback_origin(origin, self.hosts):
+            got = f"Origin: {origin[:100]}"
+        else:
+            return await self.app(scope, receive, send)
+        message = (
+            "expected a request from the explorer's own page on this machine, "
+            f"but got a cross-site request ({got}) instead"
+        )
+        detail = [{"field": "origin", "loc": ["header"], "msg": message, "type": "cross_site"}]
+        response = JSONResponse({"message": message, "detail": detail}, status_code=403)
+        await response(scope, receive, send)

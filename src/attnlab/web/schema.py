@@ -1,0 +1,97 @@
+"""The OpenAPI document says how each route can refuse, not only how it answers.
+
+FastAPI documents 200 and its own 422 shape; the explorer answers every refusal as
+``{"message": ..., "detail": [...]}`` (web/errors.py) and can also answer
+
+    413  a body over the size limit (routes that take a body)
+    403  a cross-site request (the lab routes, web/guard.py)
+    429 / 503  the lab runner is busy (the lab routes, with Retry-After on 429)
+
+and the lab routes return a CSV file with ``download=csv``. ``document_refusals`` adds these to
+the generated document, so /docs and a schema-driven test (tests/test_schema_api.py) see what
+each route can really answer. It only adds what a route does not already declare.
+"""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from attnlab.web.guard import GUARDED_PREFIX
+
+__all__ = ["REFUSAL", "document_refusals"]
+
+_ERROR_ITEM = {
+    "type": "object",
+    "properties": {
+        "field": {"type": "string", "description": "The field the error is about."},
+        "loc": {"type": "array", "items": {"anyOf": [{"type": "string"}, {"type": "integer"}]}},
+        "msg": {"type": "string"},
+        "type": {"type": "string"},
+    },
+    "required": ["field", "loc", "msg", "type"],
+}
+REFUSAL = {
+    "title": "Refusal",
+    "type": "object",
+    "description": "Why a request was refused: one line naming the field, then each error.",
+    "properties": {
+        "message": {"type": "string"},
+        "detail": {"type": "array", "items": {"$ref": "#/components/schemas/RefusalItem"}},
+    },
+    "required": ["message", "detail"],
+}
+_REF = {"$ref": "#/components/schemas/Refusal"}
+_WHY = {
+    "403": "A cross-site request: the lab routes answer only the explorer's own page.",
+    "413": "The body is over the size limit.",
+    "422": "A field outside its type or bounds, or a body that is not JSON; the message names it.",
+    "429": "The lab runner's queue is full; retry after Retry-After seconds.",
+    "503": "The lab runner stayed busy; try again.",
+}
+
+
+def _refusal(code: str) -> dict:
+    answer = {"description": _WHY[code], "content": {"application/json": {"schema": _REF}}}
+    if code == "413":  # Starlette answers a declared Content-Length over the limit itself
+        answer["content"]["text/plain"] = {"schema": {"type": "string"}}
+    if code == "429":
+        answer["headers"] = {"Retry-After": {"schema": {"type": "integer"}}}
+    return answer
+
+
+def _add(operation: dict, path: str) -> None:
+    responses = operation.setdefault("responses", {})
+    codes = ["422"]
+    if "requestBody" in operation:
+        codes.append("413")
+    if path.startswith(GUARDED_PREFIX):
+        codes += ["403", "429", "503"]
+        ok = responses.setdefault("200", {"description": "Successful Response"})
+        content = ok.setdefault("content", {})
+        content.setdefault("text/csv", {"schema": {"type": "string"}})
+    for code in codes:
+        # FastAPI's own 422 names its HTTPValidationError shape, which this app never sends.
+        if code == "422" or code not in responses:
+            responses[code] = _refusal(code)
+
+
+def document_refusals(app: FastAPI) -> None:
+    """Make ``app.openapi()`` document every refusal the app can answer."""
+    generate = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        document = generate()
+        schemas = document.setdefault("components", {}).setdefault("schemas", {})
+        schemas["Refusal"] = REFUSAL
+        schemas["RefusalItem"] = _ERROR_ITEM
+        for name in ("HTTPValidationError", "ValidationError"):
+            schemas.pop(name, None)
+        for path, methods in document.get("paths", {}).items():
+            for operation in methods.values():
+                _add(operation, path)
+        app.openapi_schema = document
+        return document
+
+    app.openapi = openapi

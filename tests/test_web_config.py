@@ -1,0 +1,139 @@
+"""The page's constants come from the server (STYLE practice 16, issue 8.5).
+
+``GET /api/config`` must equal the Python constants, and the page's HTML and JS must not
+declare them again: a literal that comes back makes these tests fail.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import pytest
+
+from attnlab.core import example
+from attnlab.figures import histogram, permutation, stepper
+from attnlab.web import create_app
+from attnlab.web.app import STATIC
+
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
+    from fastapi.testclient import TestClient
+
+SCRIPTS = sorted((STATIC / "js").glob("*.js"))
+PAGE = STATIC / "index.html"
+
+
+@pytest.fixture(scope="module")
+def served() -> dict:
+    with TestClient(create_app(), base_url="http://127.0.0.1") as client:
+        response = client.get("/api/config")
+    assert response.status_code == 200, response.text
+    return response.json()
+
+
+def test_config_route_equals_the_python_constants(served):
+    assert served["stepper"] == {
+        "example": {
+            "q": [list(r) for r in example.EXAMPLE_Q],
+            "k": [list(r) for r in example.EXAMPLE_K],
+            "v": [list(r) for r in example.EXAMPLE_V],
+        },
+        "max_tokens": stepper.MAX_TOKENS,
+        "max_width": stepper.MAX_WIDTH,
+        "max_abs": stepper.MAX_ABS,
+        "random_tokens": stepper.RANDOM_TOKENS,
+        "random_width": stepper.RANDOM_WIDTH,
+        "random_range": stepper.RANDOM_RANGE,
+    }
+    assert served["histogram"] == {
+        "d_k_min": histogram.D_K_MIN,
+        "d_k_max": histogram.D_K_MAX,
+        "d_k_step": histogram.D_K_STEP,
+        "d_k_default": histogram.D_K_DEFAULT,
+        "keys": histogram.KEYS,
+        "trials": histogram.TRIALS,
+        "threshold": histogram.THRESHOLD,
+    }
+    assert served["permutation"] == {
+        "sentence": list(permutation.SENTENCE),
+        "swap": list(permutation.SWAP),
+    }
+
+
+def test_the_constants_agree_with_each_other():
+    # The slider's steps land on both ends, and the swap is a reordering of the sentence.
+    assert (histogram.D_K_MAX - histogram.D_K_MIN) % histogram.D_K_STEP == 0
+    assert (histogram.D_K_DEFAULT - histogram.D_K_MIN) % histogram.D_K_STEP == 0
+    assert sorted(permutation.SWAP) == list(range(len(permutation.SENTENCE)))
+    assert stepper.RANDOM_TOKENS <= stepper.MAX_TOKENS and stepper.RANDOM_WIDTH <= stepper.MAX_WIDTH
+
+
+# -- no literal comes back ------------------------------------------------------------------------
+
+NUMBER = r"-?\d+(?:\.\d+)?"
+MATRIX = re.compile(rf"\[\s*\[\s*{NUMBER}\s*,\s*{NUMBER}")  # [[3, -3], ...
+INT_LIST = re.compile(rf"\[\s*{NUMBER}(?:\s*,\s*{NUMBER}){{2,}}\s*\]")  # [0, 4, 2, 3, 1]
+NUMERIC_CONST = re.compile(rf"^(?:export\s+)?const\s+\w+\s*=\s*{NUMBER}\s*;", re.M)
+
+
+def _distinctive() -> set[str]:
+    """Constants whose value would be recognisable as a literal (16, 256, 64, 0.99, 1000...)."""
+    values = {
+        histogram.D_K_MIN,
+        histogram.D_K_MAX,
+        histogram.D_K_STEP,
+        histogram.D_K_DEFAULT,
+        histogram.KEYS,
+        histogram.TRIALS,
+        histogram.THRESHOLD,
+        stepper.MAX_ABS,
+    }
+    out = set()
+    for v in values:
+        out.add(f"{v:g}")
+        if isinstance(v, float) and 0 < v < 1:
+            out.add(f"{100 * v:g}%")  # 0.99 written as 99%
+    return out
+
+
+def _number_tokens(text: str) -> set[str]:
+    return set(re.findall(r"(?<![\w.#-])\d+(?:\.\d+)?%?(?![\w.])", text))
+
+
+def _strip_comments(js: str) -> str:
+    return re.sub(r"//[^\n]*|/\*.*?\*/", "", js, flags=re.S)
+
+
+@pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
+def test_scripts_declare_no_constant_of_the_server(path):
+    js = _strip_comments(path.read_text())
+    assert not MATRIX.search(js), f"{path.name}: a matrix literal (the worked example?)"
+    assert not INT_LIST.search(js), f"{path.name}: a list of numbers (the permutation swap?)"
+    found = NUMERIC_CONST.findall(js)
+    assert not found, f"{path.name}: a module-level number constant: {found}"
+    again = _number_tokens(js) & _distinctive()
+    assert not again, f"{path.name}: a constant of attnlab.figures written as a literal: {again}"
+
+
+def test_page_declares_no_constant_of_the_server():
+    html = PAGE.read_text()
+    slider = re.search(r"<input[^>]*id=\"hist-dk\"[^>]*>", html).group(0)
+    for attribute in ("min", "max", "step", "value"):
+        assert f" {attribute}=" not in slider, f"the d_k slider declares its own {attribute}"
+    text = re.sub(r"<[^>]+>", " ", html)
+    again = _number_tokens(text) & _distinctive()
+    assert not again, f"index.html quotes a constant of attnlab.figures as a literal: {again}"
+    assert not re.search(r"up to \d+ tokens|Random \d+ tokens", text)
+    assert "The man bit the dog" not in html  # the swap button is named from SWAP
+
+
+def test_the_literal_checks_can_fail():
+    old = "const EXAMPLE = {\n  q: [[3, -3], [1, 1]],\n};\nconst MAX = 8;\nstate.order = [0, 4, 2, 3, 1];"
+    assert MATRIX.search(old) and INT_LIST.search(old) and NUMERIC_CONST.search(old)
+    assert _number_tokens('min="16" max="256" more than 99% and 0.99') & _distinctive() == {
+        "16",
+        "256",
+        "99%",
+        "0.99",
+    }
