@@ -32,8 +32,9 @@ DESIGN_NAMES = {
     "FullyMaskedRowError",
     "NonFiniteInputError",
 }
-# Added beside them on purpose: logsumexp (STYLE.md: written once, beside softmax), the version.
-EXTRA_NAMES = {"logsumexp", "__version__"}
+# Added beside them on purpose: logsumexp (STYLE.md: written once, beside softmax), the version,
+# and attention_backward (DESIGN.md's "Round 2 additions").
+EXTRA_NAMES = {"logsumexp", "__version__", "attention_backward"}
 LAZY = {"labs", "exercises"}
 HEAVY = ["torch", "typer", "rich", "click", "fastapi", "uvicorn", "pydantic", "plotly"]
 SUBMODULE_NAMES = {

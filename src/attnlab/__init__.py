@@ -22,6 +22,7 @@ from attnlab.core.attention import (
     scaled_dot_product_attention,
     trace_attention,
 )
+from attnlab.core.backward import attention_backward
 from attnlab.core.multihead import MultiHeadAttention, multi_head_attention
 from attnlab.core.softmax import logsumexp, softmax
 from attnlab.errors import AttnlabError, FullyMaskedRowError, NonFiniteInputError, ShapeError
@@ -40,6 +41,7 @@ __all__ = [
     "ShapeError",
     "__version__",
     "attention",
+    "attention_backward",
     "cost",
     "errors",
     "exercises",

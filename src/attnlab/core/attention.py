@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnlab.core import blockwise
+from attnlab.core._grad import check_grad_output
 from attnlab.core._validate import (
     as_real,
     check_block_size,
@@ -25,6 +26,7 @@ from attnlab.core._validate import (
     validate_later,
 )
 from attnlab.core.dense import dense_output, dense_tables, dense_weights
+from attnlab.core.dense_backward import dense_grad_tables
 from attnlab.core.masks import Causal
 from attnlab.core.trace import AttentionTrace
 from attnlab.errors import AttnlabError, ShapeError
@@ -126,10 +128,13 @@ def _mib(nbytes: float) -> str:
     return f"{nbytes / 2**20:,.1f} MiB"
 
 
-def trace_attention(q, k, v, mask=None, *, scale=None) -> AttentionTrace:
+def trace_attention(q, k, v, mask=None, *, scale=None, grad_output=None) -> AttentionTrace:
     """Attention with every intermediate table kept, for checking a computation by hand.
 
-    Same arguments and errors as ``attention``. The chapter's two-token example (§6.2):
+    Same arguments and errors as ``attention``. With ``grad_output`` (∂L/∂output, of the
+    output's shape (..., N, d_v)), the trace also keeps every table of the backward pass:
+    grad_output, grad_v, grad_weights, grad_scores, grad_q and grad_k (see ``AttentionTrace``;
+    the same numbers as ``attention_backward``). The chapter's two-token example (§6.2):
 
     >>> t = trace_attention([[3, -3], [1, 1]], [[-3, 3], [1, 1]], [[0, -1], [1, 2]], Causal())
     >>> t.scores
@@ -138,9 +143,19 @@ def trace_attention(q, k, v, mask=None, *, scale=None) -> AttentionTrace:
     >>> t.weights.round(3)
     array([[1.   , 0.   ],
            [0.196, 0.804]])
+
+    Backward, for a loss that sums the output (grad_output all ones): dV = Pᵀ dO.
+
+    >>> t = trace_attention(t.q, t.k, t.v, Causal(), grad_output=[[1, 1], [1, 1]])
+    >>> t.grad_v.round(3)
+    array([[1.196, 1.196],
+           [0.804, 0.804]])
     """
     x = validate(q, k, v, mask, scale=scale)
-    return AttentionTrace(q=x.q, k=x.k, v=x.v, scale=x.scale, mask=x.mask, **dense_tables(x))
+    tables = dense_tables(x)
+    if grad_output is not None:
+        tables.update(dense_grad_tables(x, tables, check_grad_output(x, grad_output)))
+    return AttentionTrace(q=x.q, k=x.k, v=x.v, scale=x.scale, mask=x.mask, **tables)
 
 
 def scaled_dot_product_attention(

@@ -2,8 +2,9 @@
 
 Shape legend (the chapter's letters): ... batch axes, N query rows, M key rows, d_v value width.
 
-``trace_attention`` (in ``core/attention.py``) fills an ``AttentionTrace``; this module only
-holds and renders it: ``str(trace)`` aligns the tables as text, ``trace._repr_html_()`` draws
+``trace_attention`` (in ``core/attention.py``) fills an ``AttentionTrace``, and with a
+``grad_output`` also the backward tables of the chain rule (``core/dense_backward.py``); this
+module only holds and renders them: ``str(trace)`` aligns the tables as text, ``trace._repr_html_()`` draws
 them as HTML tables for Jupyter, and ``format_number`` is the one way a cell is written, shared
 by the CLI.
 """
@@ -20,12 +21,21 @@ from attnlab.core.masks import Mask
 __all__ = ["AttentionTrace", "format_number", "format_table"]
 
 _STAGES = ("scores", "scaled", "masked", "weights", "output")
+# The backward pass, from the output back to the inputs (present only with a grad_output).
+_BACKWARD = ("grad_output", "grad_v", "grad_weights", "grad_scores", "grad_q", "grad_k")
+_BACKWARD_HEADING = "backward: the gradient of a loss L, given grad_output = ∂L/∂output"
 _CAPTIONS = {
     "scores": "1. scores  Q Kᵀ  (N x M)",
     "scaled": "2. scaled  Q Kᵀ · scale",
     "masked": "3. masked  + M  (-inf where blocked)",
     "weights": "4. weights  softmax of each row",
     "output": "5. output  weights · V  (N x d_v)",
+    "grad_output": "6. grad_output  dO = ∂L/∂output  (N x d_v)",
+    "grad_v": "7. grad_v  dV = Pᵀ dO  (M x d_v)",
+    "grad_weights": "8. grad_weights  dP = dO Vᵀ  (N x M)",
+    "grad_scores": "9. grad_scores  dS = P ∘ (dP − rowsum(dP ∘ P))  (0 where blocked)",
+    "grad_q": "10. grad_q  dQ = dS K · scale  (N x d_k)",
+    "grad_k": "11. grad_k  dK = dSᵀ Q · scale  (M x d_k)",
 }
 
 
@@ -38,6 +48,14 @@ class AttentionTrace:
         scores: q kᵀ, (..., N, M).   scaled: scores · scale.   masked: scaled + mask.
         weights: softmax of each masked row, (..., N, M).   output: weights · v, (..., N, d_v).
         scale: the factor applied (1/sqrt(d_k) by default).   mask: the Mask used, or None.
+
+    With ``trace_attention(..., grad_output=dO)``, the backward tables too (else None), P being
+    the weights and S the masked table:
+        grad_output: dO, (..., N, d_v).   grad_v: dV = Pᵀ dO.   grad_weights: dP = dO Vᵀ,
+        (..., N, M).   grad_scores: dS = P ∘ (dP − rowsum(dP ∘ P)), the gradient of the masked
+        scores, (..., N, M).   grad_q: dS K · scale.   grad_k: dSᵀ Q · scale.
+        grad_q, grad_k and grad_v have their input's shape (summed over broadcast axes), and
+        equal ``attention_backward``'s.
     """
 
     q: np.ndarray
@@ -50,10 +68,18 @@ class AttentionTrace:
     output: np.ndarray
     scale: float
     mask: Mask | None
+    grad_output: np.ndarray | None = None
+    grad_v: np.ndarray | None = None
+    grad_weights: np.ndarray | None = None
+    grad_scores: np.ndarray | None = None
+    grad_q: np.ndarray | None = None
+    grad_k: np.ndarray | None = None
 
     def stages(self) -> list[tuple[str, str, np.ndarray]]:
-        """(name, caption, table) for each step, in order."""
-        return [(s, _CAPTIONS[s], getattr(self, s)) for s in _STAGES]
+        """(name, caption, table) for each step, in order: the forward pass, then (with a
+        grad_output) the backward pass."""
+        names = _STAGES + (_BACKWARD if self.grad_output is not None else ())
+        return [(s, _CAPTIONS[s], getattr(self, s)) for s in names]
 
     def __repr__(self) -> str:
         return (
@@ -63,13 +89,17 @@ class AttentionTrace:
 
     def __str__(self) -> str:
         lines = [repr(self)]
-        for _, caption, table in self.stages():
+        for name, caption, table in self.stages():
+            if name == _BACKWARD[0]:
+                lines += ["", _BACKWARD_HEADING]
             lines += ["", caption, format_table(table)]
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
         parts = [f"<div class='attnlab-trace'><p><code>{escape(repr(self))}</code></p>"]
-        for _, caption, table in self.stages():
+        for name, caption, table in self.stages():
+            if name == _BACKWARD[0]:
+                parts.append(f"<p><i>{escape(_BACKWARD_HEADING)}</i></p>")
             parts.append(f"<p><b>{escape(caption)}</b></p>")
             for index, mat in _matrices(table):
                 if index:
