@@ -66,10 +66,9 @@ class Explanation:
     cut: bool = False
 
     def _sees(self, codes_row: np.ndarray) -> str:
-        words = _sees(codes_row == 0)
-        if self.cut and "no key" in words:  # a corner: the row may see a key further right
-            return "sees no key shown"
-        return words
+        if self.cut:  # a corner: the row may see keys further right
+            return _sees(codes_row == 0, empty="no key") + " of those shown"
+        return _sees(codes_row == 0)
 
     def _cell(self, code: int) -> str:
         return "".join(l for p, (l, _) in enumerate(self.legend) if code >> p & 1) or "·"
@@ -191,11 +190,11 @@ def _element(lead: tuple[int, ...]) -> str:
     return f"batch element {lead[0]}" if len(lead) == 1 else f"leading index {lead}"
 
 
-def _sees(allowed: np.ndarray) -> str:
+def _sees(allowed: np.ndarray, empty="no key (attention raises FullyMaskedRowError)") -> str:
     """'sees keys 0-2, 5' for a row of the grid (True where the key may be seen)."""
     keys = np.flatnonzero(allowed)
     if keys.size == 0:
-        return "sees no key (attention raises FullyMaskedRowError)"
+        return f"sees {empty}"
     runs, start = [], keys[0]
     for a, b in zip(keys, list(keys[1:]) + [None], strict=True):
         if b is None or b != a + 1:
