@@ -5,12 +5,17 @@ from __future__ import annotations
 import json
 import math
 import re
+import subprocess
+import sys
+import time
 
 import pytest
 from typer.testing import CliRunner
 
 import attnlab
 from attnlab.cli import app
+from attnlab.cli._app import MAX_TEXT
+from attnlab.cli.core import JSON_MAX_CELLS, MAX_D_MODEL, MAX_LENGTHS, MAX_N, PRINT_MAX
 
 CHAPTER_Q, CHAPTER_K, CHAPTER_V = "[[3,-3],[1,1]]", "[[-3,3],[1,1]]", "[[0,-1],[1,2]]"
 
@@ -150,3 +155,175 @@ def test_bad_input_is_one_line_and_exit_2(name):
 
 def test_out_of_range_option_is_a_usage_error():
     assert run("cost", "--d-model", "0").exit_code == 2
+
+
+# -- only attnlab's own errors are usage errors (STYLE.md, practice 18) --------------------------
+
+
+def _raise(exc):
+    def boom(*args, **kwargs):
+        raise exc
+
+    return boom
+
+
+CALLS = {  # a command, and the library call it makes
+    "example": (["example"], "trace_attention"),
+    "attention": (["attention", "--q", CHAPTER_Q, "--k", CHAPTER_K, "--v", CHAPTER_V], None),
+    "cost": (["cost", "--n", "8"], "breakdown"),
+}
+
+
+@pytest.mark.parametrize("command", CALLS)
+@pytest.mark.parametrize("exc", [ValueError("bug"), TypeError("bug"), OverflowError("bug")])
+def test_a_bug_in_the_library_surfaces_as_itself(monkeypatch, command, exc):
+    args, name = CALLS[command]
+    owner = attnlab.cost if name == "breakdown" else attnlab
+    monkeypatch.setattr(owner, name or "trace_attention", _raise(exc))
+    result = run(*args)
+    assert result.exit_code == 1
+    assert result.exception is exc  # propagates: Typer prints its traceback
+    assert "error:" not in result.stderr
+
+
+@pytest.mark.parametrize("command", CALLS)
+def test_an_attnlab_error_is_one_line_and_exit_2(monkeypatch, command):
+    args, name = CALLS[command]
+    owner = attnlab.cost if name == "breakdown" else attnlab
+    message = "expected [bold]x[/bold], but got y instead"  # markup stays literal text
+    monkeypatch.setattr(owner, name or "trace_attention", _raise(attnlab.ShapeError(message)))
+    result = run(*args)
+    assert result.exit_code == 2
+    assert isinstance(result.exception, SystemExit)
+    assert result.stderr.strip().splitlines() == [f"error: {message}"]
+
+
+def test_a_bug_prints_a_traceback_from_the_installed_command():
+    # The real entry point, with trace_attention broken: the traceback names the bug.
+    code = (
+        "import sys, attnlab\n"
+        "def boom(*a, **k): raise ValueError('bug in trace_attention')\n"
+        "attnlab.trace_attention = boom\n"
+        "sys.argv = ['attnlab', 'example']\n"
+        "from attnlab.cli import main\n"
+        "main()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert "Traceback" in done.stderr
+    assert done.stderr.strip().endswith("ValueError: bug in trace_attention")
+
+
+# -- attention refuses what it cannot usefully do, at once ---------------------------------------
+
+
+def _rows(n: int, d: int = 1) -> str:
+    return json.dumps([[1] * d] * n)
+
+
+def _refused(*args: str, seconds: float = 2.0) -> str:
+    start = time.perf_counter()
+    result = run(*args)
+    took = time.perf_counter() - start
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), result.stderr
+    assert took < seconds  # 5,000 rows used to print for minutes; 30,000 asked for 33 GiB
+    return lines[0]
+
+
+@pytest.mark.parametrize("rows", [PRINT_MAX + 1, 5_000, 30_000])
+def test_attention_refuses_tables_too_large_to_print(rows):
+    line = _refused("attention", "--q", _rows(rows), "--k", _rows(rows), "--v", _rows(rows))
+    assert f"--q: expected at most {PRINT_MAX} rows" in line and f"{rows:,} rows" in line
+    assert "--json" in line
+
+
+@pytest.mark.parametrize(
+    ("q", "k", "v", "names"),
+    [
+        (5_000, 5_000, 5_000, "--q, --k"),
+        (30_000, 30_000, 30_000, "--q, --k"),
+        (JSON_MAX_CELLS + 1, 1, 1, "--q, --k"),
+        (300, 1, 300, "--q, --v"),  # N x d_v: the output table
+    ],
+)
+def test_attention_json_refuses_tables_past_the_budget(q, k, v, names):
+    d_v = 300 if names == "--q, --v" else 1
+    line = _refused("attention", "--q", _rows(q), "--k", _rows(k), "--v", _rows(k, d_v), "--json")
+    assert line.startswith(f"error: {names}: expected tables of at most {JSON_MAX_CELLS:,}")
+
+
+def test_attention_checks_sizes_before_entries():
+    # 17 rows, one of them not a number: the size is what is wrong first, and found at once.
+    q = json.dumps([[1]] * PRINT_MAX + [["x"]])
+    line = _refused("attention", "--q", q, "--k", "[[1]]", "--v", "[[1]]")
+    assert "rows" in line and "expected numbers" not in line
+
+
+def test_attention_json_takes_more_than_it_prints():
+    n = PRINT_MAX + 1
+    data = json.loads(ok("attention", "--q", _rows(n), "--k", _rows(n), "--v", _rows(n), "--json"))
+    assert len(data["weights"]) == n and data["weights"][0] == pytest.approx([1 / n] * n)
+    side = math.isqrt(JSON_MAX_CELLS)
+    big = ok("attention", "--q", _rows(side), "--k", _rows(side), "--v", _rows(side), "--json")
+    assert len(json.loads(big)["scores"]) == side
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("[" * 50_000, "nested deeper"),  # a RecursionError inside json.loads
+        ("[[1" + "0" * 5000 + "]]", "JSON matrix"),  # past Python's int-conversion limit
+        ("[[1" + "0" * 400 + "]]", "integer of 401 digits"),  # parses, but no float holds it
+        ("[[1]]" + " " * MAX_TEXT, "characters"),
+        ("[/bold]", "[/bold]"),  # Rich markup in the echo stays text
+        ("[[" + "1," * 10_000 + "]", "JSON matrix"),
+    ],
+)
+def test_attention_text_it_cannot_parse(text, words):
+    line = _refused("attention", "--q", text, "--k", "[[1]]", "--v", "[[1]]")
+    assert line.startswith("error: --q: expected") and words in line
+    assert len(line) < 300  # the text is echoed clipped
+
+
+# -- cost: bounded options, so no count overflows a float -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [
+        ("--n", "0"),
+        ("--n", "-1"),
+        ("--n", str(MAX_N + 1)),
+        ("--n", str(10**4000)),
+        ("--n", "10^4000"),
+        ("--n", "1e400"),
+        ("--n", "many"),
+        ("--d-model", "0"),
+        ("--d-model", str(MAX_D_MODEL + 1)),
+        ("--d-model", str(10**4000)),
+        ("--d-model", "1e400"),
+        ("--d-model", "wide"),
+    ],
+)
+def test_cost_refuses_absurd_values_naming_the_option(option, value):
+    for extra in ((), ("--json",), ("--flops",)):
+        line = _refused("cost", option, value, *extra)
+        assert f"'{option}'" in line
+
+
+def test_cost_at_its_bounds_prints_every_term():
+    out = ok("cost", "--n", str(MAX_N), "--d-model", str(MAX_D_MODEL), "--flops")
+    assert f"{2 * (4 * MAX_N * MAX_D_MODEL**2 + 2 * MAX_N**2 * MAX_D_MODEL):.3e}" in out
+    data = json.loads(ok("cost", "--n", str(MAX_N), "--d-model", str(MAX_D_MODEL), "--json"))
+    assert data["rows"][0]["total"] == 4 * MAX_N * MAX_D_MODEL**2 + 2 * MAX_N**2 * MAX_D_MODEL
+
+
+def test_cost_counts_its_lengths():
+    lengths = [f"--n={n}" for n in range(1, MAX_LENGTHS + 2)]
+    line = _refused("cost", *lengths)
+    assert f"--n: expected at most {MAX_LENGTHS} lengths" in line
+    assert f"but got {MAX_LENGTHS + 1} instead" in line
+    assert len(json.loads(ok("cost", *lengths, "--json"))["rows"]) == MAX_LENGTHS + 1
