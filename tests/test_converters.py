@@ -148,7 +148,9 @@ def test_key_padding_places_the_batch_axis():
 
 def _sdpa(torch, q, k, v, attn_mask):
     t = [torch.from_numpy(a) for a in (q, k, v)]
-    mask = None if attn_mask is None else torch.as_tensor(attn_mask)
+    mask = attn_mask  # a torch mask, or to_torch's numpy array, which from_numpy must take
+    if isinstance(attn_mask, np.ndarray):
+        mask = torch.from_numpy(attn_mask)
     return torch.nn.functional.scaled_dot_product_attention(*t, attn_mask=mask).numpy()
 
 

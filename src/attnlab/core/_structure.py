@@ -39,7 +39,7 @@ def spec_of(allowed: np.ndarray, *, batch_first: bool) -> Mask:
             band = band_of(table)
             if band is not None:
                 return band
-        return Dense(table if lead else allowed)
+        return Dense(table)
     if not batch_first or m == 1:
         return Dense(allowed)
     per_batch = allowed.reshape((lead[0], -1, n, m))  # (B, rest, N, M)
