@@ -12,9 +12,9 @@ import pytest
 
 import attnlab.labs
 from attnlab.errors import AttnlabError
+from attnlab.figures.labplots import lab_plot, plotly_figure
 from attnlab.labs import LABS, timing
 from attnlab.labs._common import jsonable
-from attnlab.figures.labplots import lab_plot, plotly_figure
 
 # Small, fast arguments for each lab.
 SMALL = {

@@ -118,7 +118,7 @@ def _exact_jacobian_norm(scores) -> float:
     [[0.0, -40.0], [0.0, -40.0, -45.0, -60.0], [3.0, -25.0, -19.5], [1.0, 0.5, -0.3, 0.2]],
 )
 def test_jacobian_norm_matches_exact_arithmetic_even_when_p_max_rounds_to_1(scores):
-    p_max, rest, fro = _trial_stats(softmax(np.array([scores])))
+    _, rest, fro = _trial_stats(softmax(np.array([scores])))
     assert fro[0] == pytest.approx(_exact_jacobian_norm(scores), rel=1e-12)
     assert rest[0] > 0  # the other weights, summed: never 1 - p_max, which is 0 here
 
