@@ -1,0 +1,194 @@
+"""``attnlab bench distributed``: ``attnlab.distributed.attention`` on a LocalCluster of worker
+processes, against the single-process blockwise path on the same cores.
+
+The fair comparison on one machine: W worker processes of one thread each use W cores, so they
+are timed against ``attnlab.attention(method="blockwise", threads=W)``, which uses the same W
+cores as threads of one process (OpenBLAS pinned to one thread per core in both). What is left
+is the cost of going through Dask: moving chunks between processes, scheduling, merging.
+"""
+
+from __future__ import annotations
+
+import time
+from statistics import median
+from typing import Annotated
+
+import numpy as np
+import typer
+
+from attnlab.cli._app import console, err_console, fail, friendly_errors
+from attnlab.cli.bench import bench_app
+
+TARGET = 0.25  # issue 14: at most 25% over single-process blockwise with 2 workers
+
+
+def _flops(heads: int, n: int, d: int) -> float:
+    # q kᵀ and p v: 2 N² d multiply-adds each per head, counted as 2 FLOPs each (§6.7's count).
+    return 4.0 * heads * n * n * d
+
+
+def _peak_rss() -> int:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+
+def _time(fn, repeats: int) -> tuple[float, object]:
+    out = fn()  # warm-up: imports, first-touch pages, the workers' first tasks
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return median(times), out
+
+
+def _blockwise(q, k, v, threads: int, repeats: int):
+    import attnlab as al
+    from attnlab.core._threads import pool_map
+
+    # pool_map pins OpenBLAS to one thread while open, so threads=1 is one core, as one worker.
+    with pool_map(2, 2):
+        return _time(lambda: al.attention(q, k, v, method="blockwise", threads=threads), repeats)
+
+
+def _run_on(client, q, k, v, repeats: int, q_chunks, kv_chunks):
+    from attnlab.distributed import attention
+
+    def call():
+        return attention(q, k, v, client=client, q_chunks=q_chunks, kv_chunks=kv_chunks)
+
+    seconds, out = _time(call, repeats)
+    rss = client.run(_peak_rss)
+    return seconds, out, rss
+
+
+def _mib(b: float) -> str:
+    return f"{b / 2**20:,.0f} MiB"
+
+
+@bench_app.command("distributed")
+@friendly_errors
+def distributed_command(
+    n: Annotated[int, typer.Option("--n", min=16, help="Sequence length N (= M).")] = 4096,
+    heads: Annotated[int, typer.Option(min=1, help="Heads h (a batch axis).")] = 8,
+    d: Annotated[int, typer.Option(min=1, help="Head width d_k = d_v.")] = 64,
+    repeats: Annotated[int, typer.Option(min=1, max=50, help="Timed runs each (median).")] = 3,
+    workers: Annotated[
+        str, typer.Option(help="Worker process counts to try, a comma list (1 thread each).")
+    ] = "1,2",
+    q_chunks: Annotated[
+        int | None, typer.Option(min=1, help="Query chunks (default: auto).")
+    ] = None,
+    kv_chunks: Annotated[
+        int | None, typer.Option(min=1, help="Key chunks (default: auto).")
+    ] = None,
+    scheduler: Annotated[
+        str | None,
+        typer.Option(help="Use the running cluster at this address (tcp://host:8786) instead."),
+    ] = None,
+) -> None:
+    """Distributed attention on 1 and 2 local worker processes against single-process blockwise
+    (float32; the issue's size is --n 16384, about 2 minutes here; the default N = 4096 about 15 s)."""
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        raise fail(
+            "the benchmark needs Dask, which is optional: pip install 'attnlab[dask]'"
+        ) from None
+    from attnlab.core._threads import blas_info
+
+    try:
+        counts = sorted({int(w) for w in workers.split(",")})
+    except ValueError:
+        raise fail(f"--workers: expected a comma list such as 1,2, but got {workers!r}") from None
+    if not counts or counts[0] < 1:
+        raise fail(f"--workers: expected worker counts >= 1, but got {workers!r}")
+
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((heads, n, d), dtype=np.float32) for _ in range(3))
+    flops = _flops(heads, n, d)
+    info = blas_info()
+    console.print(
+        f"distributed attention, N = M = {n:,}, h = {heads}, d = {d}, float32, median of "
+        f"{repeats}\nBLAS: {info.get('library')} {info.get('version') or ''}, kernel "
+        f"{info.get('kernel')}, {info.get('threads')} thread(s) in this process",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+    rows = []
+    if scheduler is not None:
+        with Client(scheduler) as client:
+            nthreads = sum(client.nthreads().values())
+            err_console.print(f"[dim]  {scheduler}: {nthreads} worker thread(s)[/]")
+            seconds, _, rss = _run_on(client, q, k, v, repeats, q_chunks, kv_chunks)
+            rows.append((f"cluster {scheduler}", nthreads, seconds, None, None, rss))
+    else:
+        base = {}
+        for w in counts:
+            err_console.print(f"[dim]  blockwise, threads={w} ...[/]")
+            base[w] = _blockwise(q, k, v, w, repeats)
+        for w in counts:
+            err_console.print(f"[dim]  LocalCluster, {w} worker process(es) ...[/]")
+            with (
+                LocalCluster(
+                    n_workers=w,
+                    threads_per_worker=1,
+                    processes=True,
+                    host="127.0.0.1",
+                    dashboard_address=None,
+                ) as cluster,
+                Client(cluster, set_as_default=False) as client,
+            ):
+                if w == counts[0]:
+                    wi = next(iter(client.run(blas_info).values()))
+                    console.print(
+                        f"BLAS in a worker: kernel {wi.get('kernel')}, {wi.get('threads')} "
+                        "thread(s)",
+                        highlight=False,
+                        soft_wrap=True,
+                    )
+                seconds, out, rss = _run_on(client, q, k, v, repeats, q_chunks, kv_chunks)
+            ref_s, ref = base[w]
+            err = float(np.abs(out - ref).max())
+            rows.append((f"{w} worker(s) x 1 thread", w, seconds, ref_s, err, rss))
+
+    console.print(
+        f"\n{'run':<26}{'time':>9}{'GFLOP/s':>9}{'blockwise':>11}{'overhead':>10}"
+        f"{'max |diff|':>12}  peak RSS per worker",
+        highlight=False,
+        soft_wrap=True,
+    )
+    verdict = None
+    for name, w, seconds, ref_s, err, rss in rows:
+        over = "" if ref_s is None else f"{seconds / ref_s - 1:+.1%}"
+        ref_text = "" if ref_s is None else f"{ref_s:.2f} s"
+        err_text = "" if err is None else f"{err:.1e}"
+        mem = ", ".join(_mib(b) for b in rss.values())
+        console.print(
+            f"{name:<26}{seconds:>7.2f} s{flops / seconds / 1e9:>9.1f}{ref_text:>11}"
+            f"{over:>10}{err_text:>12}  {mem}",
+            highlight=False,
+            soft_wrap=True,
+        )
+        if w == 2 and ref_s is not None:
+            verdict = seconds / ref_s - 1
+    if verdict is not None:
+        ok = verdict <= TARGET
+        mark = "[green]PASS[/]" if ok else "[red]FAIL[/]"
+        console.print(
+            f"\ntarget: 2 workers at most {TARGET:.0%} over blockwise with threads=2: "
+            f"{verdict:+.1%}  {mark}",
+            highlight=False,
+            soft_wrap=True,
+        )
+    # Extrapolate: the cost grows as N² (no mask); at the best measured rate, on these cores.
+    best = max(flops / r[2] for r in rows)
+    big = _flops(heads, 10**6, d) / best
+    console.print(
+        f"estimate for N = 10^6 (h = {heads}, d = {d}, no mask) at {best / 1e9:.0f} GFLOP/s: "
+        f"{big / 3600:,.1f} h here; divide by the cores added",
+        highlight=False,
+        soft_wrap=True,
+    )
