@@ -322,3 +322,59 @@ def test_labs_run_and_exercises_are_checked(page):
     assert "Correct" in exercise.locator(".verdict").inner_text()
     assert exercise.locator(".solution").is_visible()
     shot(page, "exercises")
+
+
+def test_page_constants_come_from_the_server(page):
+    config = page.evaluate("fetch('/api/config').then(r => r.json())")
+    h, s, p = config["histogram"], config["stepper"], config["permutation"]
+    slider = page.locator("#hist-dk")
+    bounds = [slider.get_attribute(a) for a in ("min", "max", "step")]
+    assert bounds == [str(h["d_k_min"]), str(h["d_k_max"]), str(h["d_k_step"])]
+    assert page.locator("#hist-dk-value").inner_text() == str(h["d_k_default"])
+    assert page.locator("#figure-sqrt-dk-histogram").get_attribute("data-dk") == str(
+        h["d_k_default"]
+    )
+    header = page.locator("#hist-saturation thead").inner_text()
+    assert f"> {h['threshold']:g}" in header
+    assert page.locator("#stepper-edit-q").input_value() == "\n".join(
+        " ".join(f"{x:g}" for x in row) for row in s["example"]["q"]
+    )
+    assert page.locator("#stepper-random").text_content() == f"Random {s['random_tokens']} tokens"
+    swapped = " ".join(p["sentence"][i] for i in p["swap"])
+    assert page.locator("#perm-swap").inner_text() == f"“{swapped}”"
+    page.click("#perm-swap")
+    page.wait_for_function(
+        "order => [...document.querySelectorAll('#perm-table tbody tr')]"
+        ".map(r => r.dataset.token).join() === order",
+        arg=",".join(map(str, p["swap"])),
+    )
+    assert not page.locator("[data-config]:empty").count()  # every quoted constant was filled
+
+
+def test_a_page_on_another_site_cannot_run_labs(browser, server):
+    # http://localhost:PORT and http://127.0.0.1:PORT are different sites to the browser.
+    other = server.replace("127.0.0.1", "localhost")
+    context = browser.new_context()
+    blocked: list[str] = []
+
+    def loopback_only(route):
+        if urlparse(route.request.url).hostname in ("127.0.0.1", "localhost"):
+            route.continue_()
+        else:
+            blocked.append(route.request.url)
+            route.abort()
+
+    context.route("**/*", loopback_only)
+    page = context.new_page()
+    try:
+        page.goto(other + "/api/config")  # any page of the other site
+        lab = f"{server}/api/labs/saturation?trials=1&keys=2&d_k=1"
+        with page.expect_response(lambda r: "/api/labs/" in r.url) as answer:
+            page.evaluate("url => fetch(url, {mode: 'no-cors'}).catch(() => null)", lab)
+        assert answer.value.status == 403
+        page.goto(server + "/")  # the explorer's own page still runs them
+        same = page.evaluate("url => fetch(url).then(r => r.status)", lab)
+        assert same == 200
+    finally:
+        context.close()
+    assert blocked == []

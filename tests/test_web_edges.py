@@ -200,6 +200,13 @@ def test_blocked_pairs_take_json_integers_only(client, pair):
     documented_422(response, field)
 
 
+@pytest.mark.parametrize("flag", ["causal", "scaled"])
+@pytest.mark.parametrize("value", [0, 1, "true", None])
+def test_switches_take_json_booleans_only(client, flag, value):
+    # Found by the schema-driven test: "scaled": 0 was read as false.
+    documented_422(client.post("/api/trace", json={flag: value}), flag)
+
+
 def test_permutation_order_takes_json_integers_only(client):
     documented_422(client.post("/api/permutation", json={"order": [True, 0, 2, 3, 4]}), "order[0]")
     assert client.post("/api/permutation", json={"order": [1, 0, 2, 3, 4]}).status_code == 200

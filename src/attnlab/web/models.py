@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 from attnlab.errors import AttnlabError
 from attnlab.figures import histogram, multihead, permutation, stepper
@@ -32,7 +32,8 @@ Number = Annotated[
 ]
 Row = Annotated[list[Number], Field(min_length=1, max_length=stepper.MAX_WIDTH)]
 MatrixIn = Annotated[list[Row], Field(min_length=1, max_length=stepper.MAX_TOKENS)]
-# strict: a JSON integer only (true is refused, not read as 1).
+# strict: a JSON integer only (true is refused, not read as 1); in the bodies, true and false are
+# the only booleans (StrictBool: 0 and "yes" are refused, not read as false and true).
 Index = Annotated[int, Field(strict=True, ge=0, lt=stepper.MAX_TOKENS)]
 Seed = Annotated[int, Field(ge=0, le=SEED_MAX, description="Same seed, same numbers.")]
 
@@ -56,8 +57,8 @@ class TraceRequest(BaseModel):
     v: MatrixIn = Field(
         default_factory=lambda: _example(stepper.EXAMPLE_V), description="Values, M × d_v."
     )
-    causal: bool = Field(True, description="Add the causal mask: query i sees keys 1..i.")
-    scaled: bool = Field(True, description="Multiply the scores by 1/√d_k (false: by 1).")
+    causal: StrictBool = Field(True, description="Add the causal mask: query i sees keys 1..i.")
+    scaled: StrictBool = Field(True, description="Multiply the scores by 1/√d_k (false: by 1).")
     blocked: list[tuple[Index, Index]] = Field(
         default_factory=list,
         max_length=stepper.MAX_TOKENS**2,
@@ -100,7 +101,7 @@ class PermutationRequest(BaseModel):
         max_length=len(permutation.SENTENCE),
         description="order[slot] = index of the token placed there; null keeps the sentence.",
     )
-    positions: bool = Field(False, description="Add sinusoidal position vectors first.")
+    positions: StrictBool = Field(False, description="Add sinusoidal position vectors first.")
 
 
 class MultiHeadQuery(BaseModel):

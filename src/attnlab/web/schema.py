@@ -41,6 +41,7 @@ REFUSAL = {
     "required": ["message", "detail"],
 }
 _REF = {"$ref": "#/components/schemas/Refusal"}
+_BUSY = {"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]}
 _WHY = {
     "403": "A cross-site request: the lab routes answer only the explorer's own page.",
     "413": "The body is over the size limit.",
@@ -51,7 +52,9 @@ _WHY = {
 
 
 def _refusal(code: str) -> dict:
-    answer = {"description": _WHY[code], "content": {"application/json": {"schema": _REF}}}
+    # A busy lab runner's answer carries a message; "detail" is optional there.
+    schema = _BUSY if code in ("429", "503") else _REF
+    answer = {"description": _WHY[code], "content": {"application/json": {"schema": schema}}}
     if code == "413":  # Starlette answers a declared Content-Length over the limit itself
         answer["content"]["text/plain"] = {"schema": {"type": "string"}}
     if code == "429":
