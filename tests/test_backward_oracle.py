@@ -74,8 +74,9 @@ def cases(draw, dtype=np.float64):
         masks.append(Causal(align="bottom_right"))
     if "window" in kind:
         masks.append(SlidingWindow(int(rng.integers(1, m + 1))))
-    if "padding" in kind:
-        masks.append(Padding(rng.integers(1, m + 1, size=lead[0]).tolist()))
+    if "padding" in kind:  # beside a window, a length >= N keeps a key for every row
+        shortest = n if "window" in kind else 1
+        masks.append(Padding(rng.integers(shortest, m + 1, size=lead[0]).tolist()))
     if kind == "dense_bool":
         allowed = rng.random((n, m)) < 0.6
         allowed[np.arange(n), rng.integers(0, m, size=n)] = True  # a key for every row
