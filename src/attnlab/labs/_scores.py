@@ -11,21 +11,31 @@ Hence:
   shared, so four widths cost what the widest one costs;
 - a width's scores never depend on which other widths were asked for, on ``workers``, or on
   ``draws`` beyond their own count (the first 16,384 pairs are the same for any ``draws``);
-- memory stays at a few MiB per worker thread, whatever ``draws`` is.
+- memory stays at a few MiB per worker thread, whatever ``draws`` is;
+- a chunk is a pure function of (seed, tag, widths, chunk index), so it can be computed
+  anywhere: inline, on a thread, or as a task on a Dask worker (``_chunks``). A lab reduces
+  each chunk to a small partial where it is computed and folds the partials in chunk order.
 """
 
 from __future__ import annotations
 
 import os
-from collections import deque
-from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterator
+from functools import partial
 
 import numpy as np
 
+from attnlab.labs._chunks import in_order
 from attnlab.labs._common import rng_for
 
-__all__ = ["BLOCK", "CHUNK_DRAWS", "default_workers", "score_chunks"]
+__all__ = [
+    "BLOCK",
+    "CHUNK_DRAWS",
+    "chunk_count",
+    "default_workers",
+    "score_chunks",
+    "score_partials",
+]
 
 CHUNK_DRAWS = 1 << 14  # pairs per chunk
 BLOCK = 16  # coordinates per block: one block of q and k is 2 x 16,384 x 16 float64 = 4 MiB
@@ -56,35 +66,54 @@ def _chunk(seed: int, tag: int, widths: tuple[int, ...], j: int, m: int) -> np.n
     return out
 
 
-def score_chunks(
-    seed: int, tag: int, widths: tuple[int, ...], draws: int, *, workers: int | None = None
-) -> Iterator[np.ndarray]:
-    """Yield raw scores of ``draws`` pairs, chunk by chunk: arrays (len(widths), m), in order.
+def _reduced(
+    seed: int,
+    tag: int,
+    ascending: tuple[int, ...],
+    rows: list[int],
+    draws: int,
+    reduce: Callable,
+    j: int,
+) -> object:
+    """reduce(scores of chunk j), the scores (len(rows), m) in the caller's width order."""
+    m = min(CHUNK_DRAWS, draws - j * CHUNK_DRAWS)
+    return reduce(_chunk(seed, tag, ascending, j, m)[rows])
 
-    Row i of each chunk holds the scores at ``widths[i]`` (any order, repeats allowed).
+
+def _same(z: np.ndarray) -> np.ndarray:
+    return z
+
+
+def chunk_count(draws: int) -> int:
+    return -(-draws // CHUNK_DRAWS)
+
+
+def score_partials(
+    seed: int,
+    tag: int,
+    widths: tuple[int, ...],
+    draws: int,
+    reduce: Callable[[np.ndarray], object],
+    *,
+    workers: int | None = None,
+    client=None,
+) -> Iterator:
+    """Yield reduce(z) for the scores z (len(widths), m) of each chunk, in chunk order.
+
+    ``reduce`` runs where the chunk is drawn (a thread, or a Dask worker with ``client``), so
+    only its small result travels; for a client it must be picklable (module-level, or a
+    ``functools.partial`` of a module-level function). Row i of z holds the scores at
+    ``widths[i]`` (any order, repeats allowed).
     """
     ascending = tuple(sorted(set(widths)))
     rows = [ascending.index(w) for w in widths]  # back to the caller's order
-    count = -(-draws // CHUNK_DRAWS)
-
-    def chunk(j: int) -> np.ndarray:
-        m = min(CHUNK_DRAWS, draws - j * CHUNK_DRAWS)
-        return _chunk(seed, tag, ascending, j, m)[rows]
-
+    fn = partial(_reduced, seed, tag, ascending, rows, draws, reduce)
     workers = default_workers() if workers is None else workers
-    if workers == 1 or count == 1:
-        yield from map(chunk, range(count))
-        return
-    # A sliding window of futures keeps memory bounded whatever ``draws`` is.
-    pool = ThreadPoolExecutor(workers)
-    pending: deque = deque()
-    try:
-        for j in range(count):
-            pending.append(pool.submit(chunk, j))
-            if len(pending) >= 2 * workers:
-                yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
-    finally:
-        # Ctrl-C or an abandoned generator: drop the queued chunks, finish only running ones.
-        pool.shutdown(wait=True, cancel_futures=True)
+    yield from in_order(fn, chunk_count(draws), workers=workers, client=client)
+
+
+def score_chunks(
+    seed: int, tag: int, widths: tuple[int, ...], draws: int, *, workers: int | None = None
+) -> Iterator[np.ndarray]:
+    """Yield raw scores of ``draws`` pairs, chunk by chunk: arrays (len(widths), m), in order."""
+    yield from score_partials(seed, tag, widths, draws, _same, workers=workers)

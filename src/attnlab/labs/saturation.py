@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
 from attnlab import softmax
+from attnlab.labs._chunks import CLIENT, chained, check_client, combine
 from attnlab.labs._common import (
     CHUNK_ELEMENTS,
     MAX_WIDTH,
@@ -156,26 +158,66 @@ def _scores(rng: np.random.Generator, count: int, keys: int, d_k: int) -> np.nda
     return scores
 
 
-class _Moments:
-    """Count, mean and sum of squared deviations, merged chunk by chunk (Chan et al. 1979)."""
+class _Totals:
+    """The running totals of a run, merged chunk by chunk in chunk order (``_chunks.combine``).
+
+    ``sums``: [saturated, p_max, p(1-p), ||J||] unscaled, the same scaled, and [p_max, ||J||]
+    over the saturated unscaled trials. ``n, mean, m2``: count, mean and sum of squared
+    deviations of p_max(1 - p_max) over the saturated unscaled trials (Chan et al. 1979).
+    ``kept``: p_max of the first KEPT_TRIALS trials, unscaled and scaled.
+    """
 
     def __init__(self):
+        self.sums = np.zeros(10)
         self.n, self.mean, self.m2 = 0, 0.0, 0.0
+        self.kept: tuple[list, list] = ([], [])
 
-    def add(self, x: np.ndarray) -> None:
-        if not len(x):
-            return
-        n, mean = len(x), float(np.mean(x))
-        m2, delta, total = float(np.sum((x - mean) ** 2)), mean - self.mean, self.n + len(x)
-        self.mean += delta * n / total
-        self.m2 += m2 + delta * delta * self.n * n / total
-        self.n = total
+    def merge(self, part: tuple) -> _Totals:
+        sums, (n, mean, m2), kept = part
+        self.sums += sums
+        self.kept[0].extend(kept[0])
+        self.kept[1].extend(kept[1])
+        if n:
+            delta, total = mean - self.mean, self.n + n
+            self.mean += delta * n / total
+            self.m2 += m2 + delta * delta * self.n * n / total
+            self.n = total
+        return self
 
-    def result(self) -> tuple[float | None, float | None]:
-        """The mean and its standard error (None with too few values)."""
+    def gradient(self) -> tuple[float | None, float | None]:
+        """The mean of p_max(1 - p_max) over saturated trials and its standard error."""
         mean = self.mean if self.n else None
         se = math.sqrt(self.m2 / (self.n - 1) / self.n) if self.n >= 2 else None
         return mean, se
+
+
+def _step(d_k: int, keys: int, trials: int, threshold: float, per: int, j: int, state: dict):
+    """Chunk j of a run, drawn from the stream at ``state`` -> (its partial, the next state).
+
+    One (M + 1, d_k) block per trial, in order, so the numbers do not depend on ``per``; the
+    state goes in and out as plain data, so a Dask worker can run the chunk (``_chunks``).
+    """
+    bits = getattr(np.random, state["bit_generator"])()
+    bits.state = state
+    start = j * per
+    scores = _scores(np.random.Generator(bits), min(per, trials - start), keys, d_k)  # (T, M)
+    un_max, un_rest, un_fro = _trial_stats(softmax(scores))
+    sc_max, sc_rest, sc_fro = _trial_stats(softmax(scores * (1.0 / math.sqrt(d_k))))  # §6.3
+    hot = un_max > threshold  # (T,) the saturated unscaled trials
+    un_grad = un_max * un_rest  # the winner's Jacobian diagonal p(1 - p)
+    sums = np.array([
+        hot.sum(), un_max.sum(), un_grad.sum(), un_fro.sum(),
+        (sc_max > threshold).sum(), sc_max.sum(), (sc_max * sc_rest).sum(), sc_fro.sum(),
+        un_max[hot].sum(), un_fro[hot].sum(),
+    ], dtype=float)  # fmt: skip
+    x = un_grad[hot]
+    moments = (0, 0.0, 0.0)
+    if len(x):
+        mean = float(np.mean(x))
+        moments = (len(x), mean, float(np.sum((x - mean) ** 2)))
+    room = max(0, KEPT_TRIALS - start)
+    kept = (un_max[:room].tolist(), sc_max[:room].tolist())
+    return (sums, moments, kept), bits.state
 
 
 def saturation(
@@ -185,13 +227,19 @@ def saturation(
     threshold: float = 0.99,
     seed: int = 0,
     *,
+    client=None,
     progress: Progress | None = None,
 ) -> SaturationResult:
     """Share of softmax trials whose largest weight exceeds ``threshold``, unscaled vs scaled.
 
+    Trials run in chunks drawn one after another from one stream; each chunk's sums are added
+    in chunk order. With a Dask ``client`` the chunks are a chain of tasks on its workers (the
+    stream is drawn in order, so they run one at a time) and the result is bitwise the same.
+
     Args:
         d_k: query/key width, 1 to 65536.   keys: M, 2 to 4096.   trials: at least 1.
         threshold: strictly between 0 and 1.   seed: a non-negative integer.
+        client: a ``dask.distributed.Client`` to run the chunks on; None: this machine.
         progress: called as progress(trials done, trials).
 
     >>> r = saturation(trials=50)
@@ -203,32 +251,18 @@ def saturation(
     trials = check_int("trials", trials)
     threshold = check_open_unit("threshold", threshold)
     seed = check_seed(seed)
-    rng = rng_for(seed, SATURATION, d_k, keys)
-    per = max(1, CHUNK_ELEMENTS // ((keys + 1) * d_k))  # trials per chunk
-    # Running sums: [saturated, p_max, p(1-p), ||J||] unscaled, the same scaled, and over
-    # the saturated unscaled trials [p_max, ||J||].
-    un, sc, hot_sums = np.zeros(4), np.zeros(4), np.zeros(2)
-    grad = _Moments()  # p_max(1 - p_max) over the saturated unscaled trials
-    kept: tuple[list, list] = ([], [])
-    for start in range(0, trials, per):
-        # One (M + 1, d_k) block per trial, in order: the numbers do not depend on ``per``.
-        scores = _scores(rng, min(per, trials - start), keys, d_k)  # (T, M)
-        un_max, un_rest, un_fro = _trial_stats(softmax(scores))
-        sc_max, sc_rest, sc_fro = _trial_stats(softmax(scores * (1.0 / math.sqrt(d_k))))  # §6.3
-        hot = un_max > threshold  # (T,) the saturated unscaled trials
-        un_grad = un_max * un_rest  # the winner's Jacobian diagonal p(1 - p)
-        un += [hot.sum(), un_max.sum(), un_grad.sum(), un_fro.sum()]
-        sc += [(sc_max > threshold).sum(), sc_max.sum(), (sc_max * sc_rest).sum(), sc_fro.sum()]
-        hot_sums += [un_max[hot].sum(), un_fro[hot].sum()]
-        grad.add(un_grad[hot])
-        room = max(0, KEPT_TRIALS - start)
-        kept[0].extend(un_max[:room].tolist())
-        kept[1].extend(sc_max[:room].tolist())
-        if progress is not None:
-            progress(min(start + per, trials), trials)
+    client = check_client(client)
+    state = rng_for(seed, SATURATION, d_k, keys).bit_generator.state
+    per = _per_chunk(d_k, keys)
+    count = -(-trials // per)
+    step = partial(_step, d_k, keys, trials, threshold, per)
+    parts = chained(step, state, count, client=client)
+    totals = combine(_reporting(parts, per, trials, progress), _Totals.merge, _Totals())
+    un, sc, hot_sums = totals.sums[:4], totals.sums[4:8], totals.sums[8:]
+    kept = totals.kept
     n_hot, n_sc = int(un[0]), int(sc[0])
     un_share, sc_share = n_hot / trials, n_sc / trials
-    gradient_term, gradient_term_se = grad.result()
+    gradient_term, gradient_term_se = totals.gradient()
     return SaturationResult(
         d_k=d_k,
         keys=keys,
@@ -256,6 +290,19 @@ def saturation(
     )
 
 
+def _per_chunk(d_k: int, keys: int) -> int:
+    """Trials per chunk: a chunk holds about CHUNK_ELEMENTS normals."""
+    return max(1, CHUNK_ELEMENTS // ((keys + 1) * d_k))
+
+
+def _reporting(parts, per: int, trials: int, progress: Progress | None):
+    """The chunks' partials, passed on in order, with progress(trials done, trials) after each."""
+    for j, part in enumerate(parts):
+        yield part
+        if progress is not None:
+            progress(min((j + 1) * per, trials), trials)
+
+
 # -- the declaration: CLI options, web fields, plot and estimate come from here ----------------
 
 # Measured on the project's 2-core machine (numpy 2, one thread: one stream): 500 trials at
@@ -263,10 +310,13 @@ def saturation(
 # normal; 50,000 trials of 16 keys at d_k = 16 take 0.37 s, which puts the two softmaxes and
 # their statistics near 60 ns per key and 1 µs per trial.
 _S_PER_NORMAL, _S_PER_KEY, _S_PER_TRIAL = 20e-9, 60e-9, 1e-6
+_S_PER_TASK = 3e-3  # on a cluster, each chunk's scheduling, state hand-over and round trip
 
 
-def _estimate(d_k, keys, trials, **_) -> Estimate:
+def _estimate(d_k, keys, trials, client=None, **_) -> Estimate:
     seconds = 0.005 + trials * ((keys + 1) * d_k * _S_PER_NORMAL + keys * _S_PER_KEY + _S_PER_TRIAL)
+    if client is not None:  # one stream: a chain of tasks, one at a time, whatever the threads
+        seconds += -(-trials // _per_chunk(d_k, keys)) * _S_PER_TASK
     per = min(trials, max(1, CHUNK_ELEMENTS // ((keys + 1) * d_k)))
     draws = min(per * (keys + 1) * d_k, max(CHUNK_ELEMENTS, d_k))  # one chunk of normals
     # The chunk, ~12 (T, M) tables (scores, weights, their statistics), the kept p_max lists.
@@ -302,6 +352,7 @@ SPEC = LabSpec(
         Param("threshold", "p_max above this counts as saturated; in (0, 1).", low=0.0,
               high=1.0, open_bounds=True),
         SEED,
+        CLIENT,
     ),
     columns=(("case", "case"), ("trials", "trials"), ("saturated", "saturated"),
              ("share", "share"), ("share_se", "± SE"), ("mean_p_max", "mean p_max"),

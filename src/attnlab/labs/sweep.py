@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
+from attnlab.labs._chunks import CLIENT, check_client, cluster_threads, combine
 from attnlab.labs._common import (
     HISTOGRAM,
     MAX_WIDTH,
@@ -24,7 +26,7 @@ from attnlab.labs._common import (
     check_positive,
     check_seed,
 )
-from attnlab.labs._scores import BLOCK, CHUNK_DRAWS, default_workers, score_chunks
+from attnlab.labs._scores import BLOCK, CHUNK_DRAWS, chunk_count, default_workers, score_partials
 from attnlab.labs._spec import SEED, Estimate, LabPlot, LabSpec, Param, Series
 from attnlab.labs.saturation import MAX_KEYS, saturation
 from attnlab.labs.saturation import SPEC as SATURATION
@@ -48,22 +50,35 @@ class ScoreHistogram:
     outside: int  # draws beyond ±limit (not in any bin)
 
 
-def _histograms(widths, draws, bins, seed, limits) -> list[tuple[ScoreHistogram, ...]]:
+def _binned(scales: np.ndarray, edges: list, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """One chunk's scores z (W, m) -> counts (2, W, B) and sums (2, W, [Σz, Σz²]) of both cases."""
+    counts = np.zeros((2, len(z), len(edges[0]) - 1), dtype=np.int64)  # (case, W, B)
+    sums = np.zeros((2, len(z), 2))  # (case, W, 2)
+    for case, values in enumerate((z, z * scales)):
+        for i, row in enumerate(values):
+            counts[case, i] = np.histogram(row, bins=edges[case])[0]
+        sums[case, :, 0] = values.sum(axis=1)
+        sums[case, :, 1] = (values * values).sum(axis=1)
+    return counts, sums
+
+
+def _add(a: tuple, b: tuple) -> tuple:
+    return a[0] + b[0], a[1] + b[1]
+
+
+def _histograms(widths, draws, bins, seed, limits, client=None) -> list[tuple[ScoreHistogram, ...]]:
     """Per width, bin one set of draws twice: unscaled (±limits[0]) and scaled (±limits[1]).
 
     Both histograms of a width come from the same draws, so they differ by the scaling only;
     the widths share their draws (see ``_scores``), so a sweep costs what its widest width does.
+    Each chunk is binned where it is drawn; the chunks' counts and sums add in chunk order.
     """
     scales = 1.0 / np.sqrt(np.array(widths, dtype=float))[:, None]  # §6.3, (W, 1)
     edges = [np.linspace(-lim, lim, bins + 1) for lim in limits]
-    counts = np.zeros((2, len(widths), bins), dtype=np.int64)  # (case, W, B)
-    sums = np.zeros((2, len(widths), 2))  # (case, W, [Σz, Σz²])
-    for z in score_chunks(seed, HISTOGRAM, widths, draws):  # z (W, m)
-        for case, values in enumerate((z, z * scales)):
-            for i, row in enumerate(values):
-                counts[case, i] += np.histogram(row, bins=edges[case])[0]
-            sums[case, :, 0] += values.sum(axis=1)
-            sums[case, :, 1] += (values * values).sum(axis=1)
+    parts = score_partials(seed, HISTOGRAM, widths, draws, partial(_binned, scales, edges),
+                           client=client)  # fmt: skip
+    start = (np.zeros((2, len(widths), bins), dtype=np.int64), np.zeros((2, len(widths), 2)))
+    counts, sums = combine(parts, _add, start)
     out = []
     for i, d_k in enumerate(widths):
         pair = []
@@ -175,12 +190,15 @@ def width_sweep(
     bins: int = 40,
     seed: int = 0,
     *,
+    client=None,
     progress: Progress | None = None,
 ) -> SweepResult:
     """Run the saturation lab and both score histograms at each width.
 
     The saturation numbers at a width are exactly ``saturation(d_k=width, ...)`` with the same
-    seed, so the d_k = 128 row repeats the chapter's measurement.
+    seed, so the d_k = 128 row repeats the chapter's measurement. With a Dask ``client`` the
+    histogram chunks are tasks and each width's saturation run is one task, all on its workers
+    at once; the chunks add in chunk order, so the result is bitwise the same as without.
 
     >>> r = width_sweep(widths=(16, 64), trials=20, draws=500, bins=8)
     >>> [row.width for row in r.rows], len(r.rows[0].scaled_histogram.counts)
@@ -193,25 +211,38 @@ def width_sweep(
     threshold = check_open_unit("threshold", threshold)
     keys = check_int("keys", keys, low=2, high=MAX_KEYS)  # here, before any work is done
     trials = check_int("trials", trials)
+    client = check_client(client)
     limits = (SPAN * math.sqrt(max(widths)), SPAN)
-    histograms = _histograms(widths, draws, bins, seed, limits)
-    rows = []
-    for i, (d_k, (unscaled, scaled)) in enumerate(zip(widths, histograms, strict=True)):
-        sat = saturation(d_k=d_k, keys=keys, trials=trials, threshold=threshold, seed=seed)
-        rows.append(
-            SweepRow(
-                width=d_k,
-                unscaled_share=sat.unscaled_share,
-                scaled_share=sat.scaled_share,
-                unscaled_std=unscaled.std,
-                scaled_std=scaled.std,
-                gradient_term=sat.gradient_term,
-                unscaled_histogram=unscaled,
-                scaled_histogram=scaled,
+    runs = [partial(saturation, d_k=d_k, keys=keys, trials=trials, threshold=threshold,
+                    seed=seed) for d_k in widths]  # fmt: skip
+    futures = []
+    if client is not None:  # every width at once, each on a worker, while the chunks are drawn
+        futures = [client.submit(run, pure=False) for run in runs]
+        runs = [future.result for future in futures]
+    try:
+        histograms = _histograms(widths, draws, bins, seed, limits, client=client)
+        rows = []
+        pairs = zip(widths, runs, histograms, strict=True)
+        for i, (d_k, run, (unscaled, scaled)) in enumerate(pairs):
+            sat = run()
+            rows.append(
+                SweepRow(
+                    width=d_k,
+                    unscaled_share=sat.unscaled_share,
+                    scaled_share=sat.scaled_share,
+                    unscaled_std=unscaled.std,
+                    scaled_std=scaled.std,
+                    gradient_term=sat.gradient_term,
+                    unscaled_histogram=unscaled,
+                    scaled_histogram=scaled,
+                )
             )
-        )
-        if progress is not None:
-            progress(i + 1, len(widths))
+            if progress is not None:
+                progress(i + 1, len(widths))
+    except BaseException:  # Ctrl-C, a failed task: the widths not yet done are cancelled
+        if futures:
+            client.cancel(futures)
+        raise
     return SweepResult(
         widths=widths,
         keys=keys,
@@ -233,13 +264,20 @@ def width_sweep(
 # binning and summing both cases, about 130 ns per draw, width and case. The saturation part
 # is the saturation lab's own estimate at each width.
 _S_PER_COORDINATE, _S_PER_BINNED = 21e-9, 130e-9
+_THREADS = 2  # the calibration's threads: a cluster divides the work by its threads over this
+_S_PER_TASK = 2e-3  # on a cluster, each chunk's scheduling and round trip
 
 
-def _estimate(widths, keys, trials, draws, bins, **_) -> Estimate:
+def _estimate(widths, keys, trials, draws, bins, client=None, **_) -> Estimate:
     coordinates = -(-max(widths) // BLOCK) * BLOCK
-    seconds = 0.01 + draws * (coordinates * _S_PER_COORDINATE + 2 * len(widths) * _S_PER_BINNED)
+    binned = draws * (coordinates * _S_PER_COORDINATE + 2 * len(widths) * _S_PER_BINNED)
     runs = [SATURATION.cost(d_k=w, keys=keys, trials=trials) for w in widths]
-    seconds += sum(e.seconds for e in runs)
+    saturating = sum(e.seconds for e in runs)
+    if client is not None:  # the chunks shared out; each width's saturation run is one task
+        threads = cluster_threads(client)
+        binned = (binned * _THREADS + chunk_count(draws) * _S_PER_TASK) / threads
+        saturating = max(max(e.seconds for e in runs), saturating / threads)
+    seconds = 0.01 + binned + saturating
     m, threads = min(draws, CHUNK_DRAWS), default_workers()
     chunks = threads * m * 8 * (3 * BLOCK + len(widths)) + 2 * threads * m * 8 * len(widths)
     return Estimate(seconds, chunks + 8 * m * len(widths) * 4 + max(e.bytes for e in runs))
@@ -277,6 +315,7 @@ SPEC = LabSpec(
         Param("draws", "Scores per histogram.", low=2, web_high=200_000),
         Param("bins", "Histogram bins.", low=1, high=MAX_BINS, web_high=200),
         SEED,
+        CLIENT,
     ),
     columns=(("width", "d_k"), ("sqrt_width", "√d_k"), ("unscaled_std", "σ unscaled"),
              ("scaled_std", "σ scaled"), ("unscaled_share", "sat. unscaled"),

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
+from attnlab.errors import AttnlabError
+from attnlab.labs._chunks import CLIENT, check_client, cluster_threads, combine
 from attnlab.labs._common import (
     MAX_WIDTH,
     VARIANCE,
@@ -23,7 +26,7 @@ from attnlab.labs._common import (
     check_seed,
     check_workers,
 )
-from attnlab.labs._scores import BLOCK, CHUNK_DRAWS, default_workers, score_chunks
+from attnlab.labs._scores import BLOCK, CHUNK_DRAWS, chunk_count, default_workers, score_partials
 from attnlab.labs._spec import SEED, Estimate, LabPlot, LabSpec, Param, Series
 
 __all__ = ["SPEC", "VarianceResult", "VarianceRow", "variance_scaling"]
@@ -74,6 +77,11 @@ def _power_sums(z: np.ndarray) -> np.ndarray:
     return np.stack([np.full(len(z), z.shape[1]), *sums], axis=1)
 
 
+def _partial(scales: np.ndarray, z: np.ndarray) -> np.ndarray:
+    """One chunk's scores z (W, m) -> (2, W, 5): the power sums of z and of z/√d_k."""
+    return np.stack([_power_sums(z), _power_sums(z * scales)])  # §6.3: the scaled scores too
+
+
 def _variance_and_se(sums: np.ndarray) -> tuple[float, float]:
     """Unbiased sample variance s² and its standard error sqrt((m4 - s⁴(n-3)/(n-1)) / n).
 
@@ -94,6 +102,7 @@ def variance_scaling(
     seed: int = 0,
     *,
     workers: int | None = None,
+    client=None,
     progress: Progress | None = None,
 ) -> VarianceResult:
     """Measure Var(q·k)/d_k and Var(q·k/√d_k) over ``draws`` random pairs per width (§6.3).
@@ -103,13 +112,16 @@ def variance_scaling(
     experiment on ``draws`` pairs and all rows together cost what the widest one does. Rows
     are therefore correlated with one another, never with other widths asked for. Chunks of a
     few MiB are spread over ``workers`` threads (default: the usable cores), so memory stays
-    bounded for any ``draws`` and the numbers never depend on ``workers``.
+    bounded for any ``draws`` and the numbers never depend on ``workers``. With a Dask
+    ``client`` the chunks are tasks on its workers instead; each chunk's power sums are added
+    in chunk order either way, so the result is bitwise the same.
 
     Args:
         widths: the d_k values, each from 1 to 65536.
         draws: pairs per width, at least 2 (a variance needs two).
         seed: a non-negative integer; the same seed gives the same numbers.
-        workers: threads for the draws.
+        workers: threads for the draws (not with ``client``).
+        client: a ``dask.distributed.Client`` to run the chunks on; None: this machine.
         progress: called as progress(draws done, draws in all).
 
     >>> row = variance_scaling(widths=(16,), draws=5_000).rows[0]
@@ -120,15 +132,13 @@ def variance_scaling(
     draws = check_int("draws", draws, low=2)
     seed = check_seed(seed)
     workers = check_workers(workers)
+    if check_client(client) is not None and workers is not None:
+        raise AttnlabError(f"expected workers or client, but got both (workers={workers})")
     scales = np.array([1.0 / math.sqrt(d_k) for d_k in widths])[:, None]  # §6.3, (W, 1)
-    raw, scaled = np.zeros((len(widths), 5)), np.zeros((len(widths), 5))
-    done = 0
-    for z in score_chunks(seed, VARIANCE, widths, draws, workers=workers):  # z (W, m)
-        raw += _power_sums(z)
-        scaled += _power_sums(z * scales)  # the scaled scores themselves, measured
-        done += z.shape[1]
-        if progress is not None:
-            progress(done, draws)
+    chunks = score_partials(seed, VARIANCE, widths, draws, partial(_partial, scales),
+                            workers=workers, client=client)  # fmt: skip
+    sums = combine(_reporting(chunks, draws, progress), np.add, np.zeros((2, len(widths), 5)))
+    raw, scaled = sums  # (W, 5) each
     rows = []
     for d_k, raw_sums, scaled_sums in zip(widths, raw, scaled, strict=True):
         raw_var, raw_se = _variance_and_se(raw_sums)
@@ -146,6 +156,14 @@ def variance_scaling(
     return VarianceResult(widths=widths, draws=draws, seed=seed, rows=tuple(rows))
 
 
+def _reporting(chunks, draws: int, progress: Progress | None):
+    """The chunks' partials, passed on in order, with progress(draws done, draws) after each."""
+    for j, partial_sums in enumerate(chunks):
+        yield partial_sums
+        if progress is not None:
+            progress(min((j + 1) * CHUNK_DRAWS, draws), draws)
+
+
 # -- the declaration: CLI options, web fields, plot and estimate come from here ----------------
 
 # Measured on the project's 2-core machine (numpy 2, 2 worker threads): the default run
@@ -154,15 +172,20 @@ def variance_scaling(
 # normals and a product, over both threads). The per-width sums add about 5 ns per draw.
 _S_PER_COORDINATE = 21e-9
 _S_PER_ROW = 5e-9
+_THREADS = 2  # the calibration's threads: a cluster divides the work by its threads over this
+_S_PER_TASK = 2e-3  # on a cluster, each chunk's scheduling and round trip (measured ~1 ms)
 
 
-def _estimate(widths, draws, workers=None, **_) -> Estimate:
+def _estimate(widths, draws, workers=None, client=None, **_) -> Estimate:
     coordinates = -(-max(widths) // BLOCK) * BLOCK
-    seconds = 0.01 + draws * (coordinates * _S_PER_COORDINATE + len(widths) * _S_PER_ROW)
+    work = draws * (coordinates * _S_PER_COORDINATE + len(widths) * _S_PER_ROW)
+    if client is not None:
+        threads = cluster_threads(client)
+        work = (work * _THREADS + chunk_count(draws) * _S_PER_TASK) / threads
     m, threads = min(draws, CHUNK_DRAWS), workers or default_workers()
     # Per thread a chunk's draws, products and scores; 2 chunks per thread queued; the sums.
     chunk = m * 8 * (3 * BLOCK + len(widths))
-    return Estimate(seconds, threads * chunk + 2 * threads * m * 8 * len(widths) + 4 * chunk)
+    return Estimate(0.01 + work, threads * chunk + 2 * threads * m * 8 * len(widths) + 4 * chunk)
 
 
 def _plot(r: VarianceResult) -> LabPlot:
@@ -197,6 +220,7 @@ SPEC = LabSpec(
         SEED,
         Param("workers", "Threads for the draws (default: the usable cores, at most 8).",
               low=1, high=64, web=False, kind=int),
+        CLIENT,
     ),
     columns=(("width", "d_k"), ("raw_var", "Var(q·k)"), ("var_ratio", "Var(q·k)/d_k"),
              ("var_ratio_se", "± SE"), ("scaled_var", "Var(q·k/√d_k)"),
