@@ -1,14 +1,15 @@
 # attnlab: two commands on a fresh machine.
 #   make run    create .venv, install attnlab, start the main job
 #   make test   create .venv with the dev extras, run ruff and pytest
-# Optional: make bench (side-by-side benchmarks; install torch==2.13.0 for the PyTorch column).
+# Optional: make bench (side-by-side benchmarks; install torch==2.13.0 for the PyTorch column),
+#           make loadtest (attnlab serve under 2,000 requests at concurrency 32, loopback only).
 
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: run test lint bench clean
+.PHONY: run test lint bench loadtest clean
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -33,6 +34,9 @@ test: lint
 bench: $(VENV)/.dev
 	$(VENV)/bin/attnlab bench labs
 	$(VENV)/bin/attnlab bench attention
+
+loadtest: $(VENV)/.dev
+	$(PY) -m attnlab.web.loadtest
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis test-artifacts
