@@ -6,6 +6,12 @@ one half at N = 2·d_model. This lab times the two parts separately and reports 
 measured share crosses one half. The core also runs the softmax, which the model leaves out;
 on a CPU its exp is far dearer than a multiply-add, so the measured crossover comes earlier.
 
+Beside it, at each N, the run's h heads of width d_k = d_model/h against one head of width
+d_model, on the same numbers (the heads' queries, keys and values laid side by side): the
+model counts the same N² multiply-adds for both, h·2·N²·d_k = 2·N²·d_model (§6.6: splitting
+into heads costs nothing extra), and the lab times both cores and both pairs of products. The
+h heads softmax h times as many score entries (h·N² against N²), which the model leaves out.
+
 Shape legend: N tokens, d_model model width, h heads, d_k = d_v = d_model / h.
 """
 
@@ -50,6 +56,12 @@ class CostRow:
     matmul_share: float  # matmul_s / (projection_s + matmul_s)
     model_share: float  # attnlab.cost: 2N²d / (4Nd² + 2N²d)
     max_abs_diff: float  # projections + core against multi_head_attention: they agree
+    one_head_core_s: float  # the core with one head of width d_model on the same numbers
+    one_head_matmul_s: float  # its two products alone
+    heads_core_ratio: float  # core_s / one_head_core_s: h heads against one, measured
+    heads_matmul_ratio: float  # matmul_s / one_head_matmul_s
+    heads_madds: int  # cost model: h · 2N²d_k, the h heads' Q Kᵀ and A V
+    one_head_madds: int  # cost model: 2N²d_model, one head's; equal to heads_madds
 
 
 @dataclass(frozen=True)
@@ -70,6 +82,8 @@ class CostTimingResult(LabResult):
     def table(self) -> tuple[list[str], list[list]]:
         columns = ["n", "projection_s", "core_s", "matmul_s", "total_s"]
         columns += ["measured_share", "matmul_share", "model_share"]
+        # h heads against one (the one head's own seconds are in the JSON, as_dict()).
+        columns += ["heads_core_ratio", "heads_matmul_ratio", "heads_madds", "one_head_madds"]
         return columns, [[getattr(r, c) for c in columns] for r in self.rows]
 
     def summary(self) -> list[str]:
@@ -80,7 +94,18 @@ class CostTimingResult(LabResult):
             f"{self._where(self.matmul_crossover)}.",
             "The model counts multiply-adds and leaves the softmax out; on a CPU its exp is "
             "dear, which moves the measured crossover earlier.",
+            self._heads(),
         ]
+
+    def _heads(self) -> str:
+        last, d_k = self.rows[-1], self.d_model // self.heads
+        return (
+            f"{self.heads} heads of width {d_k} against one head of width {self.d_model}: the "
+            f"model counts {last.heads_madds:,} multiply-adds for both at N = {last.n}; timed, "
+            f"the heads' core takes {last.heads_core_ratio:.2f} times one head's "
+            f"({last.heads_matmul_ratio:.2f} times for the two products alone), the extra being "
+            f"the softmax over {self.heads} times as many scores and the smaller products."
+        )
 
     def _where(self, n: float | None) -> str:
         if n is None:
@@ -128,6 +153,13 @@ def _time_length(mha: MultiHeadAttention, x: np.ndarray, repeats: int) -> CostRo
     t_av, _ = _fastest(lambda: table @ v, repeats)  # (h, N, d_v)
     t_total, ref = _fastest(lambda: mha(x), repeats)  # end to end, for comparison
     n, d_model = x.shape
+    heads, d_k = q.shape[0], q.shape[-1]
+    # One head of width d_model on the same numbers: the heads side by side.
+    q1, k1, v1 = (np.swapaxes(a, 0, 1).reshape(1, n, -1) for a in (q, k, v))  # (1, N, d_model)
+    t_one, _ = _fastest(lambda: attention(q1, k1, v1), repeats)  # (1, N, d_model)
+    k1t = np.swapaxes(k1, -1, -2)  # (1, d_model, N)
+    t_one_scores, table1 = _fastest(lambda: q1 @ k1t, repeats)  # (1, N, N)
+    t_one_av, _ = _fastest(lambda: table1 @ v1, repeats)  # (1, N, d_model)
     return CostRow(
         n=n,
         projection_s=t_in + t_out,
@@ -138,6 +170,12 @@ def _time_length(mha: MultiHeadAttention, x: np.ndarray, repeats: int) -> CostRo
         matmul_share=(t_scores + t_av) / (t_in + t_out + t_scores + t_av),
         model_share=breakdown(n, d_model).quadratic_share,
         max_abs_diff=float(np.abs(out - ref).max()),
+        one_head_core_s=t_one,
+        one_head_matmul_s=t_one_scores + t_one_av,
+        heads_core_ratio=t_core / t_one,
+        heads_matmul_ratio=(t_scores + t_av) / (t_one_scores + t_one_av),
+        heads_madds=heads * breakdown(n, d_k).quadratic,  # h heads of width d_k
+        one_head_madds=breakdown(n, d_model).quadratic,  # one head of width d_model
     )
 
 
@@ -209,7 +247,9 @@ def cost_timing(
 # 64 with 16 heads at N = 1024 (mostly softmax) 0.92 s, about 12 ns per score entry; float64
 # took 1.6 times as long at N = 2048. The default run (N up to 4096) was estimated at 12.5 s
 # and took 12.2 s. A pass at N runs the projections and the core twice (parts, then end to
-# end) and the two products once: 8·N·d² + 6·N²·d multiply-adds and 2·h·N² softmax entries.
+# end) and the two products once: 8·N·d² + 6·N²·d multiply-adds and 2·h·N² softmax entries;
+# the one-head comparison adds a core and the two products once more (4·N²·d multiply-adds)
+# and N² softmax entries.
 _S_PER_MADD = {"float32": 5.3e-11, "float64": 1.06e-10}
 _S_PER_ENTRY = {"float32": 12e-9, "float64": 14e-9}
 
@@ -218,8 +258,8 @@ def _estimate(d_model, lengths, heads, repeats, dtype="float32", **_) -> Estimat
     dtype = dtype if dtype in _S_PER_MADD else "float64"
     passes = [(min(lengths), 1)] + [(n, repeats) for n in lengths]  # the untimed warm-up first
     seconds = 0.01 + sum(
-        times * ((8 * n * d_model**2 + 6 * n * n * d_model) * _S_PER_MADD[dtype]
-                 + 2 * heads * n * n * _S_PER_ENTRY[dtype])
+        times * ((8 * n * d_model**2 + 10 * n * n * d_model) * _S_PER_MADD[dtype]
+                 + (2 * heads + 1) * n * n * _S_PER_ENTRY[dtype])
         for n, times in passes
     )  # fmt: skip
     n, size = max(lengths), np.dtype(dtype).itemsize
@@ -233,12 +273,16 @@ def _plot(r: CostTimingResult) -> LabPlot:
         kind="line",
         x=[row.n for row in r.rows],
         x_label="N (tokens)",
-        y_label="share of the time",
+        y_label="share of the time; heads ÷ one head",
         series=[
             Series("measured: core with softmax", [row.measured_share for row in r.rows]),
             Series("measured: Q Kᵀ and A V only", [row.matmul_share for row in r.rows]),
             Series("cost model 2N²d / (4Nd² + 2N²d)", [row.model_share for row in r.rows],
                    dash=True),
+            Series(f"measured: {r.heads} heads ÷ one head, core time",
+                   [row.heads_core_ratio for row in r.rows]),
+            Series(f"cost model: {r.heads} heads ÷ one head, h·2N²d_k / 2N²d = 1",
+                   [row.heads_madds / row.one_head_madds for row in r.rows], dash=True),
         ],
         log_x=True,
     )  # fmt: skip
@@ -262,7 +306,9 @@ SPEC = LabSpec(
     ),
     columns=(("n", "N"), ("projection_s", "projections s"), ("core_s", "core s"),
              ("matmul_s", "QKᵀ+AV s"), ("total_s", "total s"), ("measured_share", "core share"),
-             ("matmul_share", "QKᵀ+AV share"), ("model_share", "model share")),
+             ("matmul_share", "QKᵀ+AV share"), ("model_share", "model share"),
+             ("heads_core_ratio", "heads÷1 core"), ("heads_matmul_ratio", "heads÷1 QKᵀ+AV"),
+             ("heads_madds", "model heads"), ("one_head_madds", "model 1 head")),
     plot=_plot,
     estimate=_estimate,
     budget_field="lengths",
