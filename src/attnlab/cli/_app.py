@@ -80,7 +80,7 @@ class OneLineErrors(typer.core.TyperGroup):
         if name and not name.startswith("-") and self.get_command(ctx, name) is None:
             names = ", ".join(self.list_commands(ctx))
             raise fail(
-                f"expected a command {names}, but got {clip(name)} instead "
+                f"expected one of the commands {names}, but got {clip(name)} instead "
                 f"(see '{ctx.command_path} --help')"
             )
         return super().resolve_command(ctx, args)
