@@ -139,3 +139,63 @@ def test_bench_labs_refuses_an_unknown_lab():
     result = runner.invoke(app, ["bench", "labs", "--lab", "nope"])
     assert result.exit_code == 2
     assert "expected lab names" in result.stderr
+
+
+# -- attnlab bench backward (issue 12.6) ----------------------------------------------------------
+
+
+@pytest.fixture
+def no_gemm(monkeypatch):
+    # The ceiling's ten 2048³ matmuls are the slowest part of a tiny run; its number is not
+    # what these tests check.
+    monkeypatch.setattr(bench._backward, "gemm_ceiling", lambda: 100.0)
+
+
+def test_cli_backward_prints_the_table_and_writes_json(tmp_path, no_gemm):
+    out = tmp_path / "backward.json"
+    result = runner.invoke(app, ["bench", "backward", *TINY, "--no-torch", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "attention backward" in result.output and "14·B·h·N·M·d" in result.output
+    assert "kernel" in result.output  # the BLAS kernel in the header
+    data = json.loads(out.read_text())
+    rows = {(r["config"]["method"], r["config"]["mask"]) for r in data["results"]}
+    assert rows == {(m, k) for m in ("dense", "blockwise") for k in ("none", "causal")}
+    for r in data["results"]:
+        assert r["error"] is None and r["config"]["backward"] is True
+        assert r["useful_flops"] == 14 * 16 * 16 * 4 // (
+            2 if r["config"]["mask"] == "causal" else 1
+        )
+    assert all(t["passed"] is None for t in data["targets"])  # nothing at the targets' sizes
+
+
+def test_cli_backward_with_torch_fills_the_ratio(torch, no_gemm):
+    result = runner.invoke(app, ["bench", "backward", *TINY, "--causal"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert any(line.split()[:1] == ["torch"] for line in lines)
+    assert next(line for line in lines if "blockwise" in line).split()[5] != "-"
+
+
+def test_backward_targets_from_measured_numbers():
+    report = bench.Report(machine=bench.machine_info(), settings={"heads": 8}, gemm_gflops=300.0)
+    for n in (2048, 4096):
+        report.results += [_result("blockwise", n, 1.0), _result("torch", n, 1.2)]
+        report.results += [
+            _result("blockwise", n, 0.6, "causal"),
+            _result("torch", n, 0.5, "causal"),
+        ]
+    report.results += [_result("blockwise", 8192, 4.0), _result("blockwise", 8192, 2.5, "causal")]
+    report.checks += [_result("blockwise", 16384, 9.0, heads=1, peak=300.0)]
+    by_name = {t.name: t for t in bench._backward.targets(report)}
+    assert by_name["blockwise backward >= 1.0x torch, N=2048, no mask"].passed is True  # 1.2x
+    assert by_name["blockwise backward >= 1.0x torch, N=4096, causal"].passed is False  # 0.83x
+    assert by_name["causal >= 1.7x faster than no mask, N=8192"].value == pytest.approx(1.6)
+    memory = by_name["peak memory < 256 MiB, blockwise backward N=16384, h=1"]
+    assert memory.passed is False and memory.value == 300.0
+
+
+def test_backward_configuration_in_its_own_process():
+    cfg = bench.Config("blockwise", 32, heads=1, d=4, mask="causal", repeats=1, backward=True)
+    result = measure_isolated(cfg)
+    assert result.error is None, result.error
+    assert result.seconds > 0 and result.config.useful_flops == 14 * (32 * 32 // 2) * 4

@@ -5,12 +5,14 @@
     >>> print(report.format())                    # doctest: +SKIP
 
 The CLI runs the same function: ``attnlab bench attention`` (full suite, about 3 minutes on two
-cores) or ``attnlab bench attention --quick``. torch is imported only inside the processes that
+cores) or ``attnlab bench attention --quick``; ``attnlab bench backward`` (``bench.backward``)
+times the gradients the same way. torch is imported only inside the processes that
 time it, never by attnlab itself.
 """
 
 from __future__ import annotations
 
+from attnlab.bench._backward import backward
 from attnlab.bench._measure import Config, Result, gemm_ceiling, measure, textbook_attention
 from attnlab.bench._suite import DEFAULT_NS, QUICK_NS, Report, Target, attention, machine_info
 
@@ -22,6 +24,7 @@ __all__ = [
     "Result",
     "Target",
     "attention",
+    "backward",
     "gemm_ceiling",
     "machine_info",
     "measure",

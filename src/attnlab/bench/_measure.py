@@ -1,5 +1,9 @@
 """Time one attention configuration and its peak memory, in this process or in a fresh one.
 
+A configuration times the forward pass, or with ``backward=True`` the gradients of q, k and v
+for an upstream gradient (attnlab's ``attention_backward``, which runs the forward pass again;
+torch's forward and ``.backward()``): the same work on both sides.
+
 Shape legend: B batch (1 here), h heads, N queries = M keys, d = d_k = d_v.
 
 Each configuration runs in its own subprocess by default, so that one method's allocations,
@@ -45,22 +49,32 @@ class Config:
     repeats: int = 7  # timed runs after the first (which also measures memory)
     budget_s: float = 20.0  # stop timing after this long, once 3 runs are done
     seed: int = 0
+    backward: bool = False  # time the forward and backward passes together
 
     @property
     def useful_flops(self) -> int:
         """4·B·h·N·M·d: two matmuls of 2·N·M·d FLOPs over the pairs the mask allows: halved for
-        causal (as FlashAttention's papers count it), about N·window for a sliding window."""
+        causal (as FlashAttention's papers count it), about N·window for a sliding window.
+        With the backward pass 14·B·h·N·M·d: the forward's 4 and the backward's 10 (five
+        matmuls: S again, dV = Pᵀ dO, dP = dO Vᵀ, dQ = dS K, dK = dSᵀ Q; FlashAttention-2, §3.2)."""
         pairs = self.n * self.n
         if self.mask == "causal":
             pairs //= 2
         elif self.mask == "window":
             w = min(self.window, self.n)
             pairs = self.n * w - w * (w - 1) // 2
-        return 4 * self.heads * pairs * self.d
+        return (14 if self.backward else 4) * self.heads * pairs * self.d
 
     @property
     def output_bytes(self) -> int:
-        return self.heads * self.n * self.d * np.dtype(self.dtype).itemsize
+        """The output, or with the backward pass the three gradients (dq, dk, dv)."""
+        return (
+            (3 if self.backward else 1)
+            * self.heads
+            * self.n
+            * self.d
+            * np.dtype(self.dtype).itemsize
+        )
 
 
 @dataclass
@@ -111,6 +125,8 @@ def _prepare(cfg: Config, info: dict):
     q, k, v = (
         rng.standard_normal(shape, dtype=np.float32).astype(cfg.dtype, copy=False) for _ in range(3)
     )
+    if cfg.backward:
+        return _prepare_backward(cfg, info, q, k, v, rng)
     if cfg.method == "torch":
         import torch  # the benchmark's oracle only: never imported by attnlab at run time
         import torch.nn.functional as F
@@ -138,6 +154,33 @@ def _prepare(cfg: Config, info: dict):
 
     spec = _spec(cfg)
     return lambda: al.attention(q, k, v, spec, method=cfg.method)
+
+
+def _prepare_backward(cfg: Config, info: dict, q, k, v, rng):
+    """Gradients of q, k, v for a random grad_output: forward and backward, both sides."""
+    g = rng.standard_normal(q.shape, dtype=np.float32).astype(cfg.dtype, copy=False)  # dO
+    if cfg.method == "torch":
+        import torch  # the benchmark's oracle only
+        import torch.nn.functional as F
+
+        tq, tk, tv = (torch.from_numpy(a).requires_grad_() for a in (q, k, v))
+        tg = torch.from_numpy(g)
+        info["threads"] = torch.get_num_threads()
+        if cfg.mask not in ("none", "causal"):
+            raise ValueError(f"expected mask 'none' or 'causal' for torch, but got {cfg.mask!r}")
+
+        def call():
+            for t in (tq, tk, tv):
+                t.grad = None
+            out = F.scaled_dot_product_attention(tq, tk, tv, is_causal=cfg.mask == "causal")
+            out.backward(tg)  # its fused CPU backward (flash attention's)
+            return tq.grad, tk.grad, tv.grad
+
+        return call
+    import attnlab as al
+
+    spec = _spec(cfg)
+    return lambda: al.attention_backward(q, k, v, g, spec, method=cfg.method)
 
 
 def _spec(cfg: Config):

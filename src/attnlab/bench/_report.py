@@ -69,8 +69,10 @@ def format_report(report) -> str:
     blas = m["blas"]
     kernel = blas.get("kernel") or "?"
     coretype = blas.get("OPENBLAS_CORETYPE")
+    backward = s.get("backward", False)
+    what = "attention backward (forward again, then dq, dk, dv)" if backward else "attention"
     lines = [
-        f"attention, float32, B=1, h={s['heads']}, d={s['d']}: time is the median of up to "
+        f"{what}, float32, B=1, h={s['heads']}, d={s['d']}: time is the median of up to "
         f"{s['repeats']} runs after a first call"
         + ("; each configuration in its own process" if s["isolated"] else ""),
         f"machine: {m['cpu']}, {m['cores']} cores; numpy {m['numpy']} with "
@@ -79,8 +81,13 @@ def format_report(report) -> str:
         f"torch {m['torch'] or 'not installed'}",
         f"GEMM ceiling: numpy float32 matmul 2048 x 2048 x 2048, best of 10: "
         f"{report.gemm_gflops:.0f} GFLOP/s",
-        "GFLOP/s = useful work 4·B·h·N·M·d / time (halved for causal; N·window pairs for a "
-        "window); peak = resident-memory growth during the first call, less the output",
+        (
+            "GFLOP/s = useful work 14·B·h·N·M·d / time (forward 4, backward 10; halved for "
+            "causal); peak = resident-memory growth during the first call, less the gradients"
+            if backward
+            else "GFLOP/s = useful work 4·B·h·N·M·d / time (halved for causal; N·window pairs "
+            "for a window); peak = resident-memory growth during the first call, less the output"
+        ),
         "",
         *_table(report, report.results),
     ]

@@ -109,7 +109,8 @@ def machine_info() -> dict:
     }
 
 
-def _torch_available() -> bool:
+def torch_available() -> bool:
+    """Whether torch can be imported here (it is never imported to find out)."""
     import importlib.util
 
     return importlib.util.find_spec("torch") is not None
@@ -156,7 +157,7 @@ def attention(
     ns = tuple(ns or (QUICK_NS if quick else DEFAULT_NS))
     repeats = repeats or (3 if quick else 7)
     checks = full if checks is None else checks
-    with_torch = use_torch and _torch_available()
+    with_torch = use_torch and torch_available()
     run = measure_isolated if isolate else measure
     report = Report(
         machine=machine_info(),
@@ -216,7 +217,7 @@ def targets(report: Report) -> list[Target]:
     out = []
     for n in (2048, 4096, 8192):
         for mask in ("none", "causal"):
-            t = Target(f"blockwise >= 0.8x torch SDPA, N={n}, {_label(mask)}", 0.8)
+            t = Target(f"blockwise >= 0.8x torch SDPA, N={n}, {label(mask)}", 0.8)
             ours, theirs = report.find("blockwise", n, mask), report.find("torch", n, mask)
             if ours and theirs:
                 t.value = ours.gflops / theirs.gflops
@@ -249,5 +250,6 @@ def targets(report: Report) -> list[Target]:
     return out
 
 
-def _label(mask: str) -> str:
+def label(mask: str) -> str:
+    """A mask's name in a target's words."""
     return {"none": "no mask", "causal": "causal"}.get(mask, mask)

@@ -78,12 +78,6 @@ def attention_command(
     if window is not None:
         masks.append("window")
 
-    def progress(result) -> None:
-        c = result.config
-        what = f"{c.method} N={c.n} h={c.heads} {c.mask}"
-        done = result.error or f"{result.seconds * 1e3:.1f} ms"
-        err_console.print(f"[dim]  {what}: {done}[/]", highlight=False)
-
     report = bench.attention(
         _lengths(n),
         heads=heads,
@@ -94,8 +88,19 @@ def attention_command(
         repeats=repeats,
         use_torch=torch,
         isolate=isolate,
-        progress=progress,
+        progress=_progress,
     )
+    _show(report, json_path)
+
+
+def _progress(result) -> None:
+    c = result.config
+    what = f"{c.method} N={c.n} h={c.heads} {c.mask}"
+    done = result.error or f"{result.seconds * 1e3:.1f} ms"
+    err_console.print(f"[dim]  {what}: {done}[/]", highlight=False)
+
+
+def _show(report, json_path: Path | None) -> None:
     text = (
         report.format()
         .replace("  PASS  ", "  [green]PASS[/]  ")
@@ -105,6 +110,55 @@ def attention_command(
     if json_path is not None:
         json_path.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
         console.print(f"wrote {json_path}", highlight=False)
+
+
+@bench_app.command("backward")
+@friendly_errors
+def backward_command(
+    n: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--n",
+            help="Sequence lengths N (= M): repeat the option or give a comma list "
+            "(--n 1024,2048). Default: 1024 to 8192 and the memory check at 16384.",
+        ),
+    ] = None,
+    heads: Annotated[int, typer.Option(min=1, help="Heads h (B = 1).")] = 8,
+    d: Annotated[int, typer.Option(min=1, help="Head width d_k = d_v.")] = 64,
+    causal: Annotated[
+        bool, typer.Option(help="Causal rows only (default: no mask and causal).")
+    ] = False,
+    quick: Annotated[bool, typer.Option(help="N = 512 and 1024, 3 runs each.")] = False,
+    repeats: Annotated[
+        int | None, typer.Option(min=1, help="Timed runs per row (default 7; 3 with --quick).")
+    ] = None,
+    torch: Annotated[
+        bool, typer.Option(help="Time PyTorch's SDPA forward + backward beside attnlab.")
+    ] = True,
+    isolate: Annotated[
+        bool,
+        typer.Option(help="Run each configuration in its own process (peak memory is its own)."),
+    ] = True,
+    json_path: Annotated[
+        Path | None, typer.Option("--json", help="Also write every number to this JSON file.")
+    ] = None,
+) -> None:
+    """Time attnlab's gradients (dense and blockwise) beside torch's fused backward: issue 12.6."""
+    from attnlab import bench
+
+    writable("--json", json_path)
+    report = bench.backward(
+        _lengths(n),
+        heads=heads,
+        d=d,
+        masks=["causal"] if causal else ["none", "causal"],
+        quick=quick,
+        repeats=repeats,
+        use_torch=torch,
+        isolate=isolate,
+        progress=_progress,
+    )
+    _show(report, json_path)
 
 
 @bench_app.command("labs")

@@ -1,0 +1,135 @@
+"""The backward benchmark: attnlab's gradients beside PyTorch's fused CPU backward (issue 12.6).
+
+Shape legend: B = 1, h heads, N queries = M keys, d = d_k = d_v, float32.
+
+Each configuration times the forward and the backward pass together on both sides: attnlab's
+``attention_backward`` runs the forward pass again (the blockwise path keeps each row's
+logsumexp), and torch's is ``scaled_dot_product_attention`` followed by ``.backward()``. As in
+the forward benchmark (``_suite.py``), every ratio compares rows measured in the same run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from attnlab.bench._measure import Config, Result, gemm_ceiling, measure, measure_isolated
+from attnlab.bench._suite import Report, Target, label, machine_info, torch_available
+
+DEFAULT_NS = (1024, 2048, 4096, 8192)
+QUICK_NS = (512, 1024)
+#: The dense backward holds two N x M tables (P, and dP made dS in place): skipped past 2 GiB.
+DENSE_LIMIT = 2 * 2**30
+MEMORY_N = 16_384  # the memory check: one head, where the dense tables alone are 2 GiB
+MEMORY_LIMIT_MIB = 256.0
+
+
+def backward(
+    ns: Sequence[int] | None = None,
+    *,
+    heads: int = 8,
+    d: int = 64,
+    masks: Sequence[str] = ("none", "causal"),
+    quick: bool = False,
+    repeats: int | None = None,
+    use_torch: bool = True,
+    isolate: bool = True,
+    checks: bool | None = None,
+    progress: Callable[[Result], None] | None = None,
+) -> Report:
+    """Run the backward benchmark: attnlab dense and blockwise beside torch, and the targets.
+
+    Args:
+        ns: sequence lengths N (= M); default 1024 to 8192 (512 and 1024 with ``quick``).
+        heads, d: h and d_k = d_v; B = 1, float32.
+        masks: "none" and/or "causal".
+        quick: small sizes and 3 timed runs: a fast look, not the targets.
+        repeats: timed runs per configuration after the first (default 7, 3 with quick);
+            a configuration stops after 20 s once it has 3.
+        use_torch: include torch's SDPA forward and backward when importable.
+        isolate: each configuration in its own subprocess (default; its peak memory is its own).
+        checks: also run the memory check (blockwise, N = 16384, h = 1); default: only for the
+            full default suite.
+        progress: called with each Result as it is measured.
+
+    Returns:
+        A Report; ``report.format()`` is the table ``attnlab bench backward`` prints.
+    """
+    for mask in masks:
+        if mask not in ("none", "causal"):
+            raise ValueError(f"expected masks among 'none', 'causal', but got {mask!r}")
+    full = ns is None and not quick
+    ns = tuple(ns or (QUICK_NS if quick else DEFAULT_NS))
+    repeats = repeats or (3 if quick else 7)
+    checks = full if checks is None else checks
+    with_torch = use_torch and torch_available()
+    run = measure_isolated if isolate else measure
+    report = Report(
+        machine=machine_info(),
+        settings={
+            "ns": list(ns),
+            "heads": heads,
+            "d": d,
+            "masks": list(masks),
+            "dtype": "float32",
+            "repeats": repeats,
+            "isolated": isolate,
+            "torch": with_torch,
+            "backward": True,
+        },
+        gemm_gflops=gemm_ceiling(),
+    )
+
+    def measured(cfg: Config, into: list[Result]) -> None:
+        result = run(cfg)
+        into.append(result)
+        if progress is not None:
+            progress(result)
+
+    methods = ["dense", "blockwise"] + (["torch"] if with_torch else [])
+    for n in ns:
+        for mask in masks:
+            for method in methods:
+                if method == "dense" and 2 * heads * n * n * 4 > DENSE_LIMIT:
+                    continue  # its two tables alone would not fit a sane budget
+                cfg = Config(method, n, heads, d, mask, repeats=repeats, backward=True)
+                measured(cfg, report.results)
+    if checks:
+        base = Config("blockwise", MEMORY_N, 1, d, backward=True)
+        measured(replace(base, repeats=0), report.checks)  # one call: the peak is what matters
+    report.targets = targets(report)
+    return report
+
+
+def targets(report: Report) -> list[Target]:
+    """Issue 12.6's targets, each from numbers measured in this report (None where not run)."""
+    out = []
+    for n in (2048, 4096):
+        for mask in ("none", "causal"):
+            t = Target(f"blockwise backward >= 1.0x torch, N={n}, {label(mask)}", 1.0)
+            ours, theirs = report.find("blockwise", n, mask), report.find("torch", n, mask)
+            if ours and theirs:
+                t.value = ours.gflops / theirs.gflops
+                t.detail = f"{ours.gflops:.0f} vs {theirs.gflops:.0f} GFLOP/s"
+            out.append(t)
+    t = Target("causal >= 1.7x faster than no mask, N=8192", 1.7)
+    full, causal = report.find("blockwise", 8192), report.find("blockwise", 8192, "causal")
+    if full and causal:
+        t.value = full.seconds / causal.seconds
+        t.detail = f"{causal.seconds * 1e3:.0f} ms vs {full.seconds * 1e3:.0f} ms"
+    out.append(t)
+    t = Target(
+        f"peak memory < 256 MiB, blockwise backward N={MEMORY_N}, h=1",
+        MEMORY_LIMIT_MIB,
+        unit="MiB",
+        below=True,
+    )
+    mem = report.find("blockwise", MEMORY_N, heads=1)
+    if mem and mem.peak_mib is not None:
+        t.value = mem.peak_mib
+        tables = 2 * MEMORY_N * MEMORY_N * 4 / 2**30
+        t.detail = (
+            f"above inputs and gradients; the dense backward's tables would be {tables:.0f} GiB"
+        )
+    out.append(t)
+    return out
