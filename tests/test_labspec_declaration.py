@@ -35,6 +35,8 @@ SMALL = {
     "sweep": {"widths": (8, 32), "trials": 20, "draws": 500, "bins": 6},
     "permutation": {"d_model": 4},
     "cost": {"d_model": 16, "lengths": (8, 16), "heads": 2, "repeats": 1},
+    "proof": {"d_k": 16, "draws": 2_000},
+    "gradient": {"widths": (8, 32), "keys": 8, "trials": 20, "d_v": 4},
 }
 
 
@@ -122,7 +124,7 @@ def test_spec_columns_are_the_result_columns(name):
     assert plot.words == result.summary() and all(len(s.y) == len(plot.x) for s in plot.series)
 
 
-@pytest.mark.parametrize("name", ["variance", "permutation"])
+@pytest.mark.parametrize("name", ["variance", "permutation", "proof", "gradient"])
 def test_cli_and_web_write_the_same_csv_and_json(name):
     spec = LABS[name]
     args = []

@@ -35,6 +35,8 @@ MEASURED = {
     "variance": {"widths": (64,), "draws": 200_000},
     "saturation": {"d_k": 256, "keys": 64, "trials": 500},
     "sweep": {"widths": (32, 64), "trials": 100, "draws": 50_000},
+    "proof": {"d_k": 64, "draws": 200_000},
+    "gradient": {"widths": (16, 128, 512), "keys": 64, "trials": 300},
 }
 
 
@@ -57,6 +59,8 @@ def test_the_estimate_is_within_a_factor_of_a_measured_run(name):
         ["saturation", "--trials", str(10**9)],
         ["sweep", "--draws", str(10**9)],
         ["cost", "--n", "60000", "--heads", "1"],
+        ["proof", "--draws", str(10**10)],
+        ["gradient", "--trials", str(10**6), "--width", "4096"],
     ],
 )
 def test_long_work_is_refused_at_once_naming_the_estimate_and_yes(args):
@@ -79,7 +83,13 @@ def test_yes_lets_long_work_run(monkeypatch):
 
 
 def test_estimates_of_memory_do_not_grow_with_the_number_of_draws():
-    for name, key in (("variance", "draws"), ("sweep", "draws"), ("saturation", "trials")):
+    pairs = (
+        ("variance", "draws"),
+        ("sweep", "draws"),
+        ("saturation", "trials"),
+        ("proof", "draws"),
+    )
+    for name, key in pairs:
         spec = LABS[name]
         assert spec.cost(**{key: 10**9}).bytes == spec.cost(**{key: 10**6}).bytes, name
 

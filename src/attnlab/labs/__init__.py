@@ -15,17 +15,22 @@ from it.
     saturation   share of softmax trials with p_max > 0.99, unscaled vs scaled (§6.3, lab 2b)
     sweep        the same over d_k = 16..256, with score histograms (figure sqrt-dk-histogram)
     permutation  "The dog bit the man" vs "The man bit the dog", without and with positions (§6.5)
-    cost         multi-head attention timed across N beside the cost model (§6.6)
+    cost         multi-head attention timed across N beside the cost model (§6.6), and h heads
+                 of width d_model/h against one head of width d_model
+    proof        each step of §6.3's argument for √d_k measured beside its prediction, with SEs
+    gradient     the gradient reaching the scores and the queries, unscaled vs scaled (§6.3)
 
 >>> from attnlab.labs import LABS
 >>> sorted(LABS)
-['cost', 'permutation', 'saturation', 'sweep', 'variance']
+['cost', 'gradient', 'permutation', 'proof', 'saturation', 'sweep', 'variance']
 """
 
 from __future__ import annotations
 
 from attnlab.labs import cost as _cost
+from attnlab.labs import gradient as _gradient
 from attnlab.labs import permutation as _permutation
+from attnlab.labs import proof as _proof
 from attnlab.labs import saturation as _saturation
 from attnlab.labs import sweep as _sweep
 from attnlab.labs import timing
@@ -33,7 +38,9 @@ from attnlab.labs import variance as _variance
 from attnlab.labs._common import jsonable
 from attnlab.labs._spec import Estimate, LabPlot, LabSpec, Param, Series
 from attnlab.labs.cost import CostRow, CostTimingResult, cost_timing
+from attnlab.labs.gradient import GradientResult, GradientRow, gradient
 from attnlab.labs.permutation import PermutationResult, permutation
+from attnlab.labs.proof import ProofResult, ProofRow, proof
 from attnlab.labs.saturation import SaturationResult, saturation
 from attnlab.labs.sweep import ScoreHistogram, SweepResult, SweepRow, score_histogram, width_sweep
 from attnlab.labs.variance import VarianceResult, VarianceRow, variance_scaling
@@ -44,10 +51,14 @@ __all__ = [
     "CostRow",
     "CostTimingResult",
     "Estimate",
+    "GradientResult",
+    "GradientRow",
     "LabPlot",
     "LabSpec",
     "Param",
     "PermutationResult",
+    "ProofResult",
+    "ProofRow",
     "SaturationResult",
     "ScoreHistogram",
     "Series",
@@ -56,8 +67,10 @@ __all__ = [
     "VarianceResult",
     "VarianceRow",
     "cost_timing",
+    "gradient",
     "jsonable",
     "permutation",
+    "proof",
     "saturation",
     "score_histogram",
     "timing",
@@ -68,7 +81,7 @@ __all__ = [
 #: name -> the lab's spec (callable: it runs the lab), the names `attnlab lab NAME` and the web use.
 LABS: dict[str, LabSpec] = {
     spec.name: spec for spec in (_variance.SPEC, _saturation.SPEC, _sweep.SPEC,
-                                 _permutation.SPEC, _cost.SPEC)
+                                 _permutation.SPEC, _cost.SPEC, _proof.SPEC, _gradient.SPEC)
 }  # fmt: skip
 
 #: table() column keys -> short titles for people (terminal, HTML); CSV and JSON keep the keys.

@@ -25,7 +25,7 @@ __all__ = ["LabResult", "Progress", "jsonable", "rng_for"]
 Progress = Callable[[int, int], None]
 
 # Stream tags: one per lab, so two labs never share draws at the same seed.
-VARIANCE, SATURATION, HISTOGRAM, PERMUTATION, COST = range(1, 6)
+VARIANCE, SATURATION, HISTOGRAM, PERMUTATION, COST, PROOF, GRADIENT = range(1, 8)
 
 # Entries per chunk of a lab's own draws (4 MiB of float64), so memory stays bounded.
 CHUNK_ELEMENTS = 1 << 19
