@@ -42,6 +42,11 @@ class Exercise:
     def as_dict(self) -> dict:
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
 
+    def _repr_html_(self) -> str:  # Jupyter: a table, the solution folded away
+        from attnlab.labs._display import exercise_html
+
+        return exercise_html(self)
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -54,6 +59,11 @@ class Verdict:
 
     def as_dict(self) -> dict:
         return {f: getattr(self, f) for f in self.__dataclass_fields__}
+
+    def _repr_html_(self) -> str:  # Jupyter: right or wrong in colour, then the solution
+        from attnlab.labs._display import verdict_html
+
+        return verdict_html(self)
 
 
 def _matrix_text(table: np.ndarray) -> str:

@@ -8,6 +8,7 @@ Counts are multiply-adds unless ``count="flops"``, which counts a multiply and a
 from __future__ import annotations
 
 from dataclasses import dataclass
+from html import escape
 
 import numpy as np
 
@@ -68,6 +69,49 @@ class CostBreakdown:
             "total": self.total,
             "quadratic_share": self.quadratic_share,
         }
+
+    def summary(self) -> list[str]:
+        """Two sentences: where the count goes, and which side of the crossover N is on."""
+        side = "past" if self.n > 2 * self.d_model else "not past"
+        return [
+            f"At N = {self.n} and d_model = {self.d_model} the N² terms (Q Kᵀ and A V) are "
+            f"{self.quadratic_share:.1%} of {self.total:,} {self._unit()}.",
+            f"N is {side} the crossover 2·d_model = {2 * self.d_model}, where the N² terms "
+            "overtake the projections.",
+        ]
+
+    def _unit(self) -> str:
+        return "multiply-adds" if self.count == "madds" else "FLOPs"
+
+    def _repr_html_(self) -> str:
+        """Jupyter: the four terms as a table, the summary, and their shares as one bar.
+
+        The bar is plain HTML and CSS (no script, nothing to load), so it shows offline, in
+        an untrusted notebook and in a static export alike; the core imports nothing above it.
+        """
+        terms = [("Q, K, V projections", "3·N·d²", self.projections, "#4c78a8"),
+                 ("scores Q Kᵀ", "N²·d", self.scores, "#f58518"),
+                 ("weighted sum A V", "N²·d", self.weighted_sum, "#e45756"),
+                 ("output projection Wᴼ", "N·d²", self.output_projection, "#72b7b2")]  # fmt: skip
+        rows = "".join(
+            f"<tr><td>{name}</td><td>{formula}</td><td>{count:,}</td>"
+            f"<td>{count / self.total:.1%}</td></tr>"
+            for name, formula, count, _ in terms
+        )
+        bar = "".join(
+            f'<div title="{name}: {count / self.total:.1%}" style="width:{count / self.total:.4%};'
+            f'background:{colour}"></div>'
+            for name, _, count, colour in terms
+        )
+        words = "".join(f"<p>{escape(line)}</p>" for line in self.summary())
+        return (
+            f'<div class="attnlab-cost"><p><strong>Cost of one multi-head attention layer '
+            f"({self._unit()})</strong></p><table><thead><tr><th>term</th><th>formula</th>"
+            f"<th>{self._unit()}</th><th>share</th></tr></thead><tbody>{rows}<tr><td>total"
+            f"</td><td>4·N·d² + 2·N²·d</td><td>{self.total:,}</td><td>100%</td></tr></tbody>"
+            f'</table>{words}<div style="display:flex;height:18px;max-width:600px">{bar}</div>'
+            "</div>"
+        )
 
 
 def breakdown(n: int, d_model: int, *, count: str = "madds") -> CostBreakdown:

@@ -20,6 +20,9 @@ from it.
     proof        each step of §6.3's argument for √d_k measured beside its prediction, with SEs
     gradient     the gradient reaching the scores and the queries, unscaled vs scaled (§6.3)
 
+In Jupyter every result displays as an HTML table with its summary and its plot, plotly.js
+inline once per kernel (``_display``); ``reset_display()`` makes the next display carry it again.
+
 >>> from attnlab.labs import LABS
 >>> sorted(LABS)
 ['cost', 'gradient', 'permutation', 'proof', 'saturation', 'sweep', 'variance']
@@ -36,6 +39,7 @@ from attnlab.labs import sweep as _sweep
 from attnlab.labs import timing
 from attnlab.labs import variance as _variance
 from attnlab.labs._common import jsonable
+from attnlab.labs._display import reset as reset_display
 from attnlab.labs._spec import Estimate, LabPlot, LabSpec, Param, Series
 from attnlab.labs.cost import CostRow, CostTimingResult, cost_timing
 from attnlab.labs.gradient import GradientResult, GradientRow, gradient
@@ -71,6 +75,7 @@ __all__ = [
     "jsonable",
     "permutation",
     "proof",
+    "reset_display",
     "saturation",
     "score_histogram",
     "timing",

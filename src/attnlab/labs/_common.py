@@ -134,6 +134,12 @@ class LabResult:
         writer.writerows([["" if x is None else x for x in jsonable(row)] for row in rows])
         return out.getvalue()
 
+    def _repr_html_(self) -> str:
+        """Jupyter's display: the table, the summary and the plot, offline (see ``_display``)."""
+        from attnlab.labs._display import result_html
+
+        return result_html(self)
+
 
 def mean_or_none(values: np.ndarray) -> float | None:
     return float(np.mean(values)) if len(values) else None

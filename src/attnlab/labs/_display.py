@@ -1,0 +1,188 @@
+"""Jupyter's rich display of attnlab's results: an HTML table, the summary and the plot inline.
+
+``LabResult._repr_html_`` (every lab's result) and the exercises' ``_repr_html_`` call in here;
+the plain-text display stays the dataclass's own repr. A lab's plot is its spec's ``LabPlot``
+(``LABS[result.lab].figure(result)``) turned into a Plotly figure by ``plotly_figure`` and
+drawn by plotly.js in the page.
+
+Offline, in JupyterLab, the classic Notebook and VS Code alike:
+- plotly.js comes from the installed plotly package, never a CDN. It is large (~5 MB), so the
+  first display of a kernel carries it inline, once, as a <script> that defines the page's
+  global ``Plotly``; every later display only calls ``Plotly.newPlot`` (waiting a moment for
+  the global if its output is drawn first). ``reset()`` makes the next display carry it again,
+  for a notebook whose first output was cleared.
+- plotly.js is wrapped so that it sets ``window.Plotly`` whatever module loader the page runs
+  (the classic Notebook's RequireJS would otherwise take it as an AMD module).
+- plotly is imported here, inside the functions, never on ``import attnlab``.
+
+Nothing at the top of this module imports attnlab: ``labs._common`` reaches it from inside a
+method, and the lab names come from the ``attnlab.labs`` package when a result is drawn.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from html import escape
+
+__all__ = ["exercise_html", "plotly_figure", "reset", "result_html", "verdict_html"]
+
+_embedded = False  # plotly.js already sent to this kernel's page
+_ids = itertools.count()
+
+
+def reset() -> None:
+    """Make the next display carry plotly.js again (after its first output was cleared)."""
+    global _embedded
+    _embedded = False
+
+
+def plotly_figure(plot) -> dict:
+    """A Plotly figure ``{"data": [...], "layout": {...}}`` drawing a ``LabPlot``, JSON-ready.
+
+    The explorer's labs.js draws a plot the same way: bars or lines and markers, one trace per
+    series, ± error bars where the lab measured them, references dashed, log axes as asked.
+    """
+    data = plot.as_dict()
+    traces = []
+    for s in data["series"]:
+        # A log axis cannot show 0 or less: such points are left out, not drawn at the floor.
+        y = [None if plot.log_y and v is not None and v <= 0 else v for v in s["y"]]
+        trace = {"type": "bar" if plot.kind == "bar" else "scatter", "name": s["name"],
+                 "x": data["x"], "y": y}  # fmt: skip
+        if plot.kind != "bar":
+            trace["mode"] = "lines+markers"
+        if s["error"] is not None:
+            errors = [0 if e is None else e for e in s["error"]]
+            trace["error_y"] = {"type": "data", "array": errors, "visible": True}
+        if s["dash"]:
+            trace["line"] = {"dash": "dash"}
+        traces.append(trace)
+    axis = {True: "log", False: "linear"}
+    words = "<br>".join(data["words"][:1])
+    layout = {
+        "title": {"text": f"{data['title']}<br><sup>{words}</sup>" if words else data["title"]},
+        "xaxis": {"title": {"text": data["x_label"]},
+                  "type": "category" if plot.kind == "bar" else axis[plot.log_x]},
+        "yaxis": {"title": {"text": data["y_label"]}, "type": axis[plot.log_y]},
+        "legend": {"orientation": "h", "y": -0.2},
+    }  # fmt: skip
+    return {"data": traces, "layout": layout}
+
+
+# -- lab results --------------------------------------------------------------------------------
+
+
+def result_html(result) -> str:
+    """A lab result as HTML: heading, table (the spec's column titles), summary, plot."""
+    from attnlab.labs import LABS, jsonable  # the package, loaded by the time a result exists
+
+    spec = LABS.get(result.lab)
+    columns, rows = result.table()
+    rows = jsonable(rows)  # plain Python numbers; NaN becomes None
+    titles = spec.titles(columns) if spec is not None else columns
+    parts = [f"<p><strong>{escape(_heading(spec, result))}</strong></p>", _table(titles, rows)]
+    parts += [f"<p>{escape(line)}</p>" for line in result.summary()]
+    if spec is not None:
+        parts.append(_plot_html(plotly_figure(spec.figure(result))))
+    return f'<div class="attnlab-result">{"".join(parts)}</div>'
+
+
+def _heading(spec, result) -> str:
+    if spec is None:
+        return result.lab
+    # The heading names the run's parameters; the result carries them (defaults otherwise).
+    return spec.heading.format(**{p.name: getattr(result, p.name, p.default) for p in spec.params})
+
+
+def _cell(x) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    if isinstance(x, bool) or not isinstance(x, float):
+        return escape(str(x))
+    return f"{x:.5g}" if x == 0 or 1e-3 <= abs(x) < 1e5 else f"{x:.3e}"
+
+
+def _table(titles: list[str], rows: list[list]) -> str:
+    head = "".join(f"<th>{escape(t)}</th>" for t in titles)
+    body = "".join("<tr>" + "".join(f"<td>{_cell(x)}</td>" for x in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def _plotly_script() -> str:
+    """plotly.js as an inline <script>, the first time in this kernel; later, nothing."""
+    global _embedded
+    if _embedded:
+        return ""
+    import plotly  # here: only a rich display pays for importing plotly
+    from plotly.offline import get_plotlyjs
+
+    _embedded = True
+    # Inside this function ``module``, ``exports`` and ``define`` are undefined, so the bundle
+    # takes its browser branch and sets window.Plotly under any module loader.
+    return (
+        f'<script type="text/javascript">/* plotly.js from the installed plotly {plotly.__version__}'
+        f" */\n(function (module, exports, define) {{\n{get_plotlyjs()}\n}}).call(window);</script>"
+    )
+
+
+def _plot_html(figure: dict) -> str:
+    """A div and the script that draws ``figure`` into it once ``window.Plotly`` exists."""
+    div = f"attnlab-plot-{next(_ids)}"
+    data = json.dumps(figure, allow_nan=False).replace("</", "<\\/")  # safe inside <script>
+    missing = (
+        "The plot needs plotly.js, which the first attnlab display of this kernel carried; "
+        "run attnlab.labs.reset_display() and display this result again."
+    )
+    return (
+        _plotly_script()
+        + f'<div id="{div}" style="width:100%;max-width:900px;height:440px;"></div>'
+        + '<script type="text/javascript">(function () {'
+        + f"var figure = {data}, tries = 0;"
+        + "function draw() {"
+        + f'var el = document.getElementById("{div}");'
+        + "if (el && window.Plotly) {"
+        + "window.Plotly.newPlot(el, figure.data, figure.layout,"
+        + " {responsive: true, displaylogo: false}); return; }"
+        + "if (++tries < 100) { setTimeout(draw, 100); return; }"
+        + f"if (el) {{ el.style.height = 'auto'; el.textContent = {json.dumps(missing)}; }}"
+        + "}"
+        + "draw(); })();</script>"
+    )
+
+
+# -- exercises ----------------------------------------------------------------------------------
+
+
+def _fields_table(pairs: list[tuple[str, str]]) -> str:
+    rows = "".join(f"<tr><th>{escape(k)}</th><td>{v}</td></tr>" for k, v in pairs)
+    return f"<table>{rows}</table>"
+
+
+def _solution(text: str) -> str:
+    return f"<details><summary>worked solution</summary><pre>{escape(text)}</pre></details>"
+
+
+def exercise_html(ex) -> str:
+    """An exercise: number, kind, question, how it is graded; the solution folded away."""
+    graded = (
+        f"numeric: {_cell(ex.answer)} ± {_cell(ex.tolerance)}"
+        if ex.answer is not None
+        else "written: compare with the worked solution"
+    )
+    pairs = [("exercise", str(ex.number)), ("kind", escape(ex.kind)),
+             ("question", escape(ex.question)), ("answer", escape(graded))]  # fmt: skip
+    return f'<div class="attnlab-exercise">{_fields_table(pairs)}{_solution(ex.solution)}</div>'
+
+
+def verdict_html(verdict) -> str:
+    """A graded answer: right (green), wrong (red) or written (compare yourself)."""
+    word, colour = {True: ("right", "green"), False: ("wrong", "#c00"),
+                    None: ("written: compare with the solution", "#a60")}[verdict.correct]  # fmt: skip
+    pairs = [("exercise", str(verdict.number)),
+             ("verdict", f'<strong style="color:{colour}">{escape(word)}</strong>'),
+             ("message", escape(verdict.message))]  # fmt: skip
+    if verdict.expected is not None:
+        pairs.append(("expected", f"{_cell(verdict.expected)} ± {_cell(verdict.tolerance)}"))
+    return f'<div class="attnlab-verdict">{_fields_table(pairs)}{_solution(verdict.solution)}</div>'
