@@ -40,7 +40,7 @@ def client():
         threads_per_worker=1,
         processes=True,
         host="127.0.0.1",
-        dashboard_address=None,
+        dashboard_address=":0",  # a free port on 127.0.0.1: None still takes 8787
         memory_limit="2GiB",
     )
     c = distributed.Client(cluster, set_as_default=False)

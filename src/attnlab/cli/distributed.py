@@ -137,7 +137,7 @@ def distributed_command(
                     threads_per_worker=1,
                     processes=True,
                     host="127.0.0.1",
-                    dashboard_address=None,
+                    dashboard_address=":0",  # a free port on 127.0.0.1: None still takes 8787
                 ) as cluster,
                 Client(cluster, set_as_default=False) as client,
             ):
