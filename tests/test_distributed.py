@@ -78,7 +78,7 @@ def _masks():
 
 
 MASKS = _masks()
-CHUNKS = [(1, 1), (2, 3), (5, 7), (N, M)]  # uneven, and one row or key per chunk
+CHUNKS = [(1, 1), (5, 7), (N, 2), (2, M)]  # uneven, and one row or one key per chunk
 
 
 @pytest.mark.parametrize("name", sorted(MASKS))
