@@ -30,13 +30,11 @@ a number.
 from __future__ import annotations
 
 import math
-from collections import deque
-from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
+from attnlab.labs._chunks import in_order
 from attnlab.labs._common import (
     CHUNK_ELEMENTS,
     MAX_WIDTH,
@@ -149,27 +147,6 @@ def _variance_and_se(sums: np.ndarray) -> tuple[float, float]:
     return float(var), math.sqrt(max(m4 - var**2 * (n - 3) / (n - 1), 0.0) / n)
 
 
-def _in_order(fn: Callable[[int], np.ndarray], count: int, workers: int) -> Iterator[np.ndarray]:
-    """fn(0), ..., fn(count - 1) in order, on ``workers`` threads, at most 2 per thread queued.
-
-    The window keeps memory flat at any ``draws``; Ctrl-C or an abandoned generator drops the
-    queued chunks and waits only for the running ones. (The same pattern as ``_scores``.)
-    """
-    if workers == 1 or count == 1:
-        yield from map(fn, range(count))
-        return
-    pool, pending = ThreadPoolExecutor(workers), deque()
-    try:
-        for j in range(count):
-            pending.append(pool.submit(fn, j))
-            if len(pending) >= 2 * workers:
-                yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-
-
 def _pairs_per_chunk(d_k: int) -> int:
     return max(1, CHUNK_ELEMENTS // (2 * d_k))  # q and k of a chunk: about 4 MiB
 
@@ -207,7 +184,7 @@ def proof(
     count = -(-draws // per)
     sums, done = np.zeros((len(_SAMPLES), 5)), 0
     for j, chunk in enumerate(
-        _in_order(lambda j: _chunk(seed, d_k, per, draws, j), count, workers)
+        in_order(lambda j: _chunk(seed, d_k, per, draws, j), count, workers=workers)
     ):
         sums += chunk
         done = min((j + 1) * per, draws)
