@@ -25,7 +25,8 @@ SMALL = {
     "permutation": ([], "token,position,shuffled_position,change_without_positions,"
                     "change_with_positions"),
     "cost": (["--d-model", "16", "--heads", "2", "--n", "8", "--n", "16", "--repeats", "1"],
-             "n,projection_s,core_s,matmul_s,total_s,measured_share,matmul_share,model_share"),
+             "n,projection_s,core_s,matmul_s,total_s,measured_share,matmul_share,model_share,"
+             "heads_core_ratio,heads_matmul_ratio,heads_madds,one_head_madds"),
 }  # fmt: skip
 
 
