@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from decimal import Decimal, localcontext
 
 import numpy as np
@@ -11,7 +12,7 @@ from attnlab import softmax
 from attnlab.errors import AttnlabError
 from attnlab.labs import saturation
 from attnlab.labs._common import SATURATION, rng_for
-from attnlab.labs.saturation import _trial_stats
+from attnlab.labs.saturation import _step, _trial_stats
 
 Z = 5.0  # standard errors of slack; see test_labs_variance.py
 
@@ -135,3 +136,19 @@ def test_a_single_fully_saturated_trial_is_summarised_not_divided_by_zero():
     lines = r.summary()
     assert len(lines) == 2 and "times smaller" in lines[1]
     assert r.as_dict()["jacobian_saturated"] > 0
+
+
+def test_a_chunk_reads_its_stream_state_and_never_changes_it():
+    # A chain of Dask tasks hands each chunk the state the one before left, possibly as the
+    # same object: a chunk must leave it alone, and the same state must give the same chunk.
+    state = rng_for(0, SATURATION, 32, 8).bit_generator.state
+    before = copy.deepcopy(state)
+    (sums, moments, kept), after = _step(32, 8, 100, 0.99, 40, 0, state)
+    assert state == before and after != before
+    (sums2, moments2, kept2), after2 = _step(32, 8, 100, 0.99, 40, 0, state)
+    assert np.array_equal(sums, sums2) and moments == moments2 and kept == kept2
+    assert after2 == after
+    # Chunk 1 from chunk 0's state is the second chunk of the lab's own run.
+    rng = rng_for(0, SATURATION, 32, 8)
+    rng.standard_normal((40, 9, 32))  # chunk 0's trials
+    assert rng.bit_generator.state == after
