@@ -23,6 +23,8 @@ SMALL = {
     "sweep": {"widths": (8, 32), "trials": 20, "draws": 500, "bins": 6},
     "permutation": {},
     "cost": {"d_model": 16, "lengths": (8, 16), "heads": 2, "repeats": 1},
+    "proof": {"d_k": 16, "draws": 2000},
+    "gradient": {"widths": (8, 32), "trials": 20},
 }
 
 
@@ -31,7 +33,7 @@ def results():
     return {name: LABS[name](seed=0, **SMALL[name]) for name in LABS}
 
 
-def test_labs_table_is_exactly_the_five_labs():
+def test_labs_table_is_exactly_the_labs():
     functions = {name: spec.run for name, spec in LABS.items()}
     assert functions == {
         "variance": attnlab.labs.variance_scaling,
@@ -39,6 +41,8 @@ def test_labs_table_is_exactly_the_five_labs():
         "sweep": attnlab.labs.width_sweep,
         "permutation": attnlab.labs.permutation,
         "cost": attnlab.labs.cost_timing,
+        "proof": attnlab.labs.proof,
+        "gradient": attnlab.labs.gradient,
     }
     assert all(spec.name == name for name, spec in LABS.items())
 
