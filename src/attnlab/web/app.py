@@ -25,7 +25,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 import attnlab
-from attnlab.web import config, docs, errors, figures, guard, labs, schema
+from attnlab.web import config, docs, errors, figures, guard, labs, schema, teach
 
 __all__ = ["MAX_BODY_BYTES", "create_app"]
 
@@ -87,6 +87,7 @@ def create_app(hosts: Iterable[str] = ()) -> FastAPI:
     app.include_router(config.router)
     app.include_router(figures.router)
     app.include_router(labs.router)
+    app.include_router(teach.router)
 
     @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
     def index() -> FileResponse:

@@ -7,8 +7,9 @@ import * as labs from "./labs.js";
 import * as multihead from "./multihead.js";
 import * as permutation from "./permutation.js";
 import * as stepper from "./stepper.js";
+import * as why from "./why.js";
 
-const sections = { stepper, equation, histogram, permutation, multihead, labs, exercises };
+const sections = { stepper, equation, why, histogram, permutation, multihead, labs, exercises };
 
 // The numbers quoted in the page's text come from the server's config, like the figures' own.
 const words = { init: async () => fillConfig(await config()) };
