@@ -165,3 +165,12 @@ def test_a_fully_saturated_trial_prints_its_summary():
     result = run("lab", "saturation", "--d-k", "128", "--keys", "2", "--trials", "1", "--seed", "2")
     assert result.exit_code == 0, result.output
     assert "times smaller" in result.stdout and "Traceback" not in result.output
+
+
+def test_words_that_look_like_rich_markup_are_printed_as_text():
+    # "[/x]" used to reach Rich as a closing tag and crash the table with MarkupError.
+    result = runner.invoke(
+        app, ["lab", "permutation", "--sentence", "[/x] y", "--shuffled", "y [/x]", "--word", "y"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "[/x]" in result.stdout

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -89,7 +90,7 @@ def _cell(x) -> str:
         return "-"
     if isinstance(x, float):
         return f"{x:.5g}" if x == 0 or 1e-3 <= abs(x) < 1e5 else f"{x:.3e}"
-    return str(x)
+    return escape(str(x))  # a user's word such as "[/x]" is text, not Rich markup
 
 
 @contextmanager
@@ -127,7 +128,9 @@ def _run(spec: LabSpec, params: dict, as_json: bool, as_csv: bool, plot: Path | 
         return _run_here(spec, params, as_json, as_csv, plot, yes)
     with _scheduler(address) as client:
         threads = sum(client.nthreads().values())
-        err_console.print(f"[dim]on {address}: {threads} worker thread(s)[/]", highlight=False)
+        err_console.print(
+            f"[dim]on {escape(address)}: {threads} worker thread(s)[/]", highlight=False
+        )
         _run_here(spec, {**params, "client": client}, as_json, as_csv, plot, yes)
 
 
@@ -227,21 +230,21 @@ def _present(
 
         figure = plotly_figure(lab_plot(result))
         plotly.io.write_html(figure, str(plot), include_plotlyjs=True, full_html=True)
-        err_console.print(f"wrote {plot}", highlight=False)
+        err_console.print(f"wrote {escape(str(plot))}", highlight=False)
     if as_json:
         typer.echo(result.to_json())
     elif as_csv:
         typer.echo(result.to_csv(), nl=False)
     else:
         columns, rows = result.table()
-        table = Table(title=title, title_justify="left")
+        table = Table(title=escape(title), title_justify="left")
         for c, name in zip(columns, titles(columns), strict=True):
             table.add_column(name, justify="left" if c in ("case", "token", "lab") else "right")
         for row in rows:
             table.add_row(*map(_cell, row))
         console.print(table)
         for line in result.summary():
-            console.print(f"  {line}", highlight=False)
+            console.print(f"  {escape(line)}", highlight=False)
 
 
 def lab_command(name: str):
