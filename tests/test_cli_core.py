@@ -16,6 +16,7 @@ import attnlab
 from attnlab.cli import app
 from attnlab.cli._app import MAX_TEXT
 from attnlab.cli.core import JSON_MAX_CELLS, MAX_D_MODEL, MAX_LENGTHS, MAX_N, PRINT_MAX
+from attnlab.core.example import EXAMPLE_K, EXAMPLE_Q, EXAMPLE_V
 
 CHAPTER_Q, CHAPTER_K, CHAPTER_V = "[[3,-3],[1,1]]", "[[-3,3],[1,1]]", "[[0,-1],[1,2]]"
 
@@ -329,3 +330,29 @@ def test_cost_counts_its_lengths():
     assert f"--n: expected at most {MAX_LENGTHS} lengths" in line
     assert f"but got {MAX_LENGTHS + 1} instead" in line
     assert len(json.loads(ok("cost", *lengths, "--json"))["rows"]) == MAX_LENGTHS + 1
+
+
+def test_example_works_the_softmax_out():
+    out = ok("example")
+    trace = attnlab.trace_attention(
+        EXAMPLE_Q,
+        EXAMPLE_K,
+        EXAMPLE_V,
+        mask=attnlab.masks.Causal(),
+    )
+    assert "The softmax, worked row by row" in out
+    # Row 2 by hand (§6.2): e^0 = 1, e^1.414 = 4.113, sum 5.113, weights 0.1956 and 0.8044.
+    assert in_order(out, ["query 2", "e^0 = 1", "e^1.414 = 4.113", "sum 5.113", "0.1956", "0.8044"])
+    # Row 1: the mask leaves one key; the gap it hid is 12.728, a ratio of e^12.728.
+    gap = float(trace.scaled[0, 1] - trace.scaled[0, 0])
+    assert f"{gap:.3f}" == "12.728"
+    assert in_order(out, ["query 1", "e^-inf = 0", "one allowed key", f"{math.exp(gap):,.0f}"])
+    assert 336_000 < math.exp(gap) < 338_000
+    assert "by 1.414" in out and "4.113 times" in out
+
+
+def test_example_without_the_mask_prints_the_big_ratio():
+    out = ok("example", "--no-mask")
+    assert in_order(
+        out, ["query 1", "by 12.728", "337,0", "times the other", "query 2", "sum 5.113"]
+    )

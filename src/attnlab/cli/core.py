@@ -101,6 +101,56 @@ def example(
         f"causal mask {'off' if no_mask else 'on'}, scaling {'off' if no_scale else 'on'}\n"
     )
     _show_trace(trace)
+    _show_softmax_working(trace)
+
+
+def _show_softmax_working(trace: attnlab.AttentionTrace) -> None:
+    """§6.2 step 4 written out: each row's exponentials, their sum, the division, and the gap.
+
+    The exponentials are of the masked scores as they stand (e^0 = 1, e^-inf = 0), as the chapter
+    writes them by hand; the weights printed are the library's own (trace.weights), which equal
+    the division shown. §6.3's hinge: a gap g between two scores makes one weight e^g times the
+    other, so each row's gap between its two largest scores is printed with e^gap.
+    """
+    console.print("[bold]The softmax, worked row by row[/]", highlight=False)
+    for i, (scaled, masked, weights) in enumerate(
+        zip(trace.scaled, trace.masked, trace.weights, strict=True)
+    ):
+        # Example scores stay small (|s| < 20), so e^s cannot overflow and needs no shift.
+        exps = np.exp(masked)  # (M,)
+        total = float(exps.sum())
+        cells = ", ".join(
+            f"e^{_fmt(float(s))} = {_fmt(float(e))}" for s, e in zip(masked, exps, strict=True)
+        )
+        console.print(f"  query {i + 1}: {cells}", highlight=False)
+        shares = ", ".join(f"{_fmt(float(e))}/{_fmt(total)}" for e in exps)
+        ws = ", ".join(_fmt(float(w)) for w in weights)
+        console.print(f"    sum {_fmt(total)}; weights {shares} = [{ws}]", highlight=False)
+        allowed = np.sort(masked[np.isfinite(masked)])[::-1]
+        if allowed.size >= 2:
+            gap = float(allowed[0] - allowed[1])
+            console.print(
+                f"    top two differ by {gap:.3f}: one weight "
+                f"e^{gap:.3f} = {_times(gap)} times the other",
+                highlight=False,
+            )
+        else:
+            top = np.sort(scaled)[::-1]  # (M,) the scores before the mask
+            gap = float(top[0] - top[1]) if top.size >= 2 else 0.0
+            console.print("    one allowed key, so it takes all the weight", highlight=False)
+            if top.size >= 2:
+                console.print(
+                    f"    unmasked: gap {gap:.3f}, one weight "
+                    f"e^{gap:.3f} = {_times(gap)} times the other",
+                    highlight=False,
+                )
+    console.print()
+
+
+def _times(gap: float) -> str:
+    """e^gap as a reader says it: 4.113, or 337,028 with thousands separated."""
+    ratio = math.exp(gap)
+    return f"{ratio:,.0f}" if ratio >= 1000 else f"{ratio:.4g}"
 
 
 def _check_size(q: list, k: list, v: list, as_json: bool) -> None:
