@@ -1,4 +1,5 @@
-"""The equation explainer: each symbol of Attention(Q, K, V) = softmax(QKᵀ/√d_k + M) V.
+"""The equation explainers: each symbol of Attention(Q, K, V) = softmax(QKᵀ/√d_k + M) V, and
+(``build_equations``) of every other equation of the chapter.
 
 Each symbol says what it is, its shape in the chapter's letters (N queries, M keys, d_k, d_v),
 and where on the page it can be seen: a figure anchor and, for the stepper, the step.
@@ -9,8 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from attnlab.figures._data import as_dict
+from attnlab.figures.explainers import Explainer, Link, Term, parts
+from attnlab.figures.explainers_mha import multihead_explainers
+from attnlab.figures.explainers_why import reasoning_explainers
 
-__all__ = ["SYMBOLS", "EquationFigure", "Symbol", "build_equation"]
+__all__ = ["SYMBOLS", "EquationFigure", "Symbol", "build_equation", "build_equations"]
 
 
 @dataclass(frozen=True)
@@ -117,3 +121,47 @@ def build_equation() -> EquationFigure:
         latex=r"\operatorname{Attention}(Q,K,V)=\operatorname{softmax}(QK^\top/\sqrt{d_k}+M)V",
         symbols=list(SYMBOLS),
     )
+
+
+# The main equation's symbols in the explainers' markup (build_equation keeps the plain text).
+_MARKUP = {"kt": "K^{⊤}", "sqrt-dk": "√d_{k}"}
+_LINK_LABEL = {
+    "figure-attention-stepper": "See it in the stepper, step “{step}”",
+    "figure-sqrt-dk-histogram": "See it in the √d_k histogram",
+}
+_NOTES = [
+    "The letter M means two things: in a shape (N × M) it counts the keys; added to the scores "
+    "(+ M) it is the N × M mask.",
+    "d_k, the width of a query and of a key, is usually 64 or 128 in real models; d_v is the "
+    "width of a value.",
+]
+
+
+def _main_explainer() -> Explainer:
+    def term(s: Symbol) -> Term:
+        label = _LINK_LABEL[s.target].format(step=s.step)
+        meaning = f"{s.name[0].upper()}{s.name[1:]}. {s.what}"
+        link = Link(f"#{s.target}", label, step=s.step if "stepper" in s.target else "")
+        return Term(s.id, _MARKUP.get(s.id, s.text), s.shape, meaning, link)
+
+    return Explainer(
+        "attention",
+        "Scaled dot-product attention",
+        "§6.2",
+        parts(
+            "attention", "==", "softmax", "=(", "q", "kt", "=/", "sqrt-dk", "=+", "mask", "=)", "v"
+        ),
+        [term(s) for s in SYMBOLS],
+        "Score every query against every key, scale, mask, turn each row into weights, and "
+        "average the values with them.",
+        list(_NOTES),
+    )
+
+
+def build_equations() -> list[Explainer]:
+    """Every equation of the chapter, each symbol with its shape, meaning and a live link.
+
+    >>> [e.id for e in build_equations()][:3]
+    ['attention', 'score', 'mean']
+    """
+    return [_main_explainer(), *reasoning_explainers(), *multihead_explainers()]

@@ -1,0 +1,78 @@
+"""The explainers' data types: an equation as parts in reading order, each symbol with a link.
+
+Shape legend: N queries, M keys, d_k query/key width, d_v value width, h heads, d_model model
+width. Symbol text uses a small markup the page renders: ``_{i}`` a subscript, ``^{Q}`` a
+superscript. Every number quoted in a meaning is computed here from attnlab (the cost model, the
+worked example's trace), never typed in.
+
+Each explainer lists its ``parts`` in reading order (an operator's text, or a symbol's id) and its
+symbols: what each is, its shape, and a link to the figure or lab that shows it live.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import attnlab
+from attnlab.core.example import EXAMPLE_K, EXAMPLE_Q, EXAMPLE_V
+from attnlab.figures._data import as_dict
+
+__all__ = ["Explainer", "Link", "Term", "example_gap", "lab", "parts", "term"]
+
+
+@dataclass(frozen=True)
+class Link:
+    href: str  # an anchor of the page: a figure, the labs, or the proof in "The why"
+    label: str
+    step: str = ""  # the stepper step to open, when href is the stepper
+    lab: str = ""  # the lab to select, when href is #labs
+
+
+@dataclass(frozen=True)
+class Term:
+    id: str
+    text: str  # as written, in the markup above
+    shape: str
+    meaning: str
+    link: Link
+
+
+@dataclass(frozen=True)
+class Explainer:
+    id: str
+    title: str
+    section: str  # the chapter section it comes from
+    parts: list[dict]  # [{"op": "="}, {"sym": "q"}, ...] in reading order
+    symbols: list[Term]
+    words: str  # the equation said in a sentence
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return as_dict(self)
+
+
+def term(id: str, text: str, shape: str, meaning: str, link: Link) -> Term:
+    return Term(id, text, shape, meaning, link)
+
+
+def parts(*items: str) -> list[dict]:
+    """``"=op"``-style strings are operators (leading ``=`` stripped); others are symbol ids."""
+    return [{"op": x[1:]} if x.startswith("=") else {"sym": x} for x in items]
+
+
+STEPPER = "#figure-attention-stepper"
+HISTOGRAM = "#figure-sqrt-dk-histogram"
+MULTI = "#figure-multi-head"
+PERMUTATION = "#figure-permutation-demo"
+PROOF = "#why-proof"
+
+
+def lab(name: str, label: str) -> Link:
+    return Link("#labs", label, lab=name)
+
+
+def example_gap() -> float:
+    """The gap between token 1's two scaled scores in §6.2's example: 18/√2 ≈ 12.728."""
+    trace = attnlab.trace_attention(EXAMPLE_Q, EXAMPLE_K, EXAMPLE_V)
+    row = trace.scaled[0]  # (M,)
+    return float(row.max() - row.min())
