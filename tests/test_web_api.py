@@ -266,8 +266,14 @@ REFUSALS = [
     ("POST", "/api/trace", {"q": TOO_WIDE, "k": TOO_WIDE, "v": TOO_WIDE}, "q[0]"),
     ("POST", "/api/trace", {"q": []}, "q"),
     ("POST", "/api/trace", {"q": [[1, 2], [3]]}, "q"),
+    # Entries are named as the page counts them, from 1: "Q row 1, column 2".
     ("POST", "/api/trace", {"q": [[1, "x"]]}, "q[0][1]"),
-    ("POST", "/api/trace", {"q": [[1e6, 0]]}, "q[0][0]"),
+    ("POST", "/api/trace", {"q": [[1e6, 0]]}, "Q row 1, column 1"),
+    ("POST", "/api/trace", {"q": [[1, 0], [0, 2000]]}, "Q row 2, column 2"),
+    ("POST", "/api/trace", {"v": [[1, 0], [0, -2000]]}, "V row 2, column 2"),
+    ("POST", "/api/permutation", {"words": ["one"]}, "words"),
+    ("POST", "/api/permutation", {"words": ["a", "b2"]}, "word 2"),
+    ("POST", "/api/permutation", {"words": ["a", "x" * 21]}, "words"),
     ("POST", "/api/trace", {"k": [[1, 2, 3], [4, 5, 6]]}, "k.shape"),
     ("POST", "/api/trace", {"v": [[1, 2]]}, "v.shape"),
     ("POST", "/api/trace", {"blocked": [[9, 0]]}, "blocked[0]"),
@@ -463,3 +469,42 @@ def test_serve_answers_on_localhost():
         finally:
             server.terminate()
             server.wait(timeout=20)
+
+
+def test_own_words_get_deterministic_vectors(client):
+    body = {"words": ["Cats", "chase", "the", "mice"], "order": [3, 1, 2, 0]}
+    first = client.post("/api/permutation", json=body).json()
+    again = client.post("/api/permutation", json=body).json()
+    assert first == again
+    assert [t["text"] for t in first["tokens"]] == ["mice", "chase", "the", "Cats"]
+    assert max(t["max_change"] for t in first["tokens"]) < 1e-12  # order still invisible
+    the = next(t for t in first["tokens"] if t["text"] == "the")
+    assert the["vector"] == [1.0, 0.0, 0.5, 0.0]  # §6.5's hand-set word keeps its vector
+
+
+def test_static_files_are_compressed_and_cached(client):
+    answer = client.get("/vendor/plotly.min.js", headers={"accept-encoding": "gzip"})
+    assert answer.headers["content-encoding"] == "gzip"
+    assert "max-age" in answer.headers["cache-control"]
+    for path in ("/static/explorer.css", "/static/js/stepper.js"):
+        answer = client.get(path, headers={"accept-encoding": "gzip"})
+        assert answer.headers["cache-control"], path
+        assert answer.headers["content-encoding"] == "gzip", path
+
+
+def test_stepper_writes_out_the_softmax_working(client):
+    fig = client.post("/api/trace", json={}).json()
+    row = fig["softmax"][1]  # the worked example's second row
+    assert row["exps"] == pytest.approx([1, 4.1133], abs=1e-4)
+    assert row["total"] == pytest.approx(5.1133, abs=1e-4)
+    assert row["gap_ratio"] == pytest.approx(4.1133, abs=1e-4)
+    open_ = client.post("/api/trace", json={"causal": False}).json()["softmax"][0]
+    assert open_["gap"] == pytest.approx(12.728, abs=1e-3)
+    assert open_["gap_ratio"] == pytest.approx(337_028, rel=1e-4)
+
+
+def test_empty_row_blames_the_hand_blocked_cells(client):
+    body = {"q": [[1, 0], [0, 1]], "k": [[1, 0], [0, 1]], "v": [[1], [2]]}
+    fig = client.post("/api/trace", json={**body, "blocked": [[1, 0], [1, 1]]}).json()
+    assert "blocked by hand" in fig["row_errors"][1]
+    assert "causal" not in fig["row_errors"][1]

@@ -58,6 +58,9 @@ def test_config_route_equals_the_python_constants(served):
     assert served["permutation"] == {
         "sentence": list(permutation.SENTENCE),
         "swap": list(permutation.SWAP),
+        "min_words": permutation.MIN_WORDS,
+        "max_words": permutation.MAX_WORDS,
+        "max_word_length": permutation.MAX_WORD_LENGTH,
     }
 
 

@@ -26,7 +26,9 @@ __all__ = [
     "KEYS",
     "THRESHOLD",
     "TRIALS",
+    "Curve",
     "HistogramFigure",
+    "Series",
     "build_histogram",
 ]
 
@@ -42,6 +44,27 @@ LIMITS = {False: 5.0 * math.sqrt(D_K_MAX), True: 5.0}
 KEYS = 64  # keys per softmax trial, as in the chapter's measurement
 TRIALS = 500
 THRESHOLD = 0.99
+
+
+@dataclass(frozen=True)
+class Series:
+    """One histogram as a density (draws per unit of score / all draws), so raw and scaled
+    scores share one axis even though their bins differ in width."""
+
+    scaled: bool
+    edges: list[float]
+    density: list[float]
+    std: float
+    predicted_std: float
+
+
+@dataclass(frozen=True)
+class Curve:
+    """Saturation against width: at each slider width, the share of saturated trials."""
+
+    d_k: list[int]
+    unscaled_share: list[float]
+    scaled_share: list[float]
 
 
 @dataclass(frozen=True)
@@ -63,6 +86,8 @@ class HistogramFigure:
     scaled_share: float  # the same with scaling
     gradient_term: float | None  # mean p_max(1 - p_max) over saturated unscaled trials
     seed: int
+    series: list[Series]  # raw and scaled scores at this width, on a common density scale
+    curve: Curve  # saturation share at every slider width, raw and scaled
 
     def as_dict(self) -> dict:
         return as_dict(self)
@@ -81,6 +106,29 @@ def _scores(d_k: int, scaled: bool, seed: int):
 @lru_cache(maxsize=128)
 def _saturation(d_k: int, seed: int):
     return labs.saturation(d_k=d_k, keys=KEYS, trials=TRIALS, threshold=THRESHOLD, seed=seed)
+
+
+def _series(d_k: int, scaled: bool, seed: int) -> Series:
+    hist = _scores(d_k, scaled, seed)
+    edges = vector(hist.edges)
+    width = edges[1] - edges[0]
+    return Series(
+        scaled=scaled,
+        edges=edges,
+        density=[float(c) / (DRAWS * width) for c in hist.counts],
+        std=float(hist.std),
+        predicted_std=1.0 if scaled else math.sqrt(d_k),
+    )
+
+
+def _curve(seed: int) -> Curve:
+    widths = list(range(D_K_MIN, D_K_MAX + 1, D_K_STEP))
+    sats = [_saturation(w, seed) for w in widths]
+    return Curve(
+        d_k=widths,
+        unscaled_share=[float(s.unscaled_share) for s in sats],
+        scaled_share=[float(s.scaled_share) for s in sats],
+    )
 
 
 def warm(widths=None, seed: int = 0) -> None:
@@ -135,4 +183,6 @@ def build_histogram(
         scaled_share=float(sat.scaled_share),
         gradient_term=None if sat.gradient_term is None else float(sat.gradient_term),
         seed=seed,
+        series=[_series(d_k, False, seed), _series(d_k, True, seed)],
+        curve=_curve(seed),
     )

@@ -44,7 +44,8 @@ class Picked:
     query: int
     word: str
     weights: Matrix  # (h, N): each head's weights for this query
-    top: list[int]  # per head, the key with the largest weight
+    top: list[int]  # per head, the key with the largest weight (the first, in a tie)
+    tops: list[list[int]]  # per head, every key that ties for the largest weight
     top_weight: list[float]
     head_outputs: Matrix  # (h, d_v): each head's blend of its values
     joined: list[float]  # (h * d_v,): the head outputs side by side
@@ -141,6 +142,10 @@ def build_multihead(query: int = 3) -> MultiHeadFigure:
         word=SENTENCE[query],
         weights=matrix(row),
         top=[int(j) for j in row.argmax(axis=-1)],
+        tops=[
+            [int(j) for j in np.flatnonzero(np.isclose(r, r.max(), rtol=0, atol=1e-12))]
+            for r in row
+        ],
         top_weight=vector(row.max(axis=-1)),
         head_outputs=matrix(heads_out[:, query, :]),
         joined=vector(joined[query]),

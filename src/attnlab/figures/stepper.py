@@ -9,6 +9,7 @@ an error message instead of weights (attnlab refuses the 0/0 = NaN that softmax 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -30,6 +31,7 @@ __all__ = [
     "RANDOM_RANGE",
     "RANDOM_TOKENS",
     "RANDOM_WIDTH",
+    "SoftmaxRow",
     "Step",
     "StepperFigure",
     "Table",
@@ -42,6 +44,7 @@ _STAGES = ("scores", "scaled", "masked", "weights", "output")
 MAX_TOKENS = 8  # rows of Q, K and V
 MAX_WIDTH = 8  # d_k and d_v
 MAX_ABS = 1000.0  # keeps every score finite: 8 * 1000 * 1000 is far from overflow
+EXP_LIMIT = 50.0  # e^50 is about 5e21: still printable; past it the working shifts the row
 # The page's "Random" button: this many tokens of this width, whole entries in ±RANDOM_RANGE,
 # small enough to check a dot product by hand.
 RANDOM_TOKENS, RANDOM_WIDTH, RANDOM_RANGE = 4, 3, 2
@@ -78,6 +81,25 @@ class Step:
 
 
 @dataclass(frozen=True)
+class SoftmaxRow:
+    """The softmax step's working for one query row, as the page writes it out.
+
+    ``exps[j]`` is e^(x_j - shift) for each allowed key (None where blocked); ``shift`` is 0
+    unless the row's largest score is beyond ±EXP_LIMIT, when it is that score (softmax does not
+    change when one number is taken from the whole row). ``gap`` is the top score minus the
+    runner-up (None with fewer than two allowed keys), and ``gap_ratio`` = e^gap: how many
+    times more weight the top key gets than the next.
+    """
+
+    exps: list[float | None]
+    shift: float
+    total: float
+    weights: list[float | None]
+    gap: float | None
+    gap_ratio: float | None
+
+
+@dataclass(frozen=True)
 class StepperFigure:
     figure: str
     causal: bool
@@ -88,6 +110,7 @@ class StepperFigure:
     steps: list[Step]
     row_errors: list[str | None]  # per query row: why it has no weights, or None
     blocked: list[list[int]]  # the pairs (i, j) blocked by hand
+    softmax: list[SoftmaxRow | None]  # per query row, the softmax working (None: empty row)
 
     def as_dict(self) -> dict:
         return as_dict(self)
@@ -183,7 +206,46 @@ def _mask(causal: bool, blocked: Sequence[Sequence[int]], n: int, m: int) -> Mas
     return mask
 
 
-def _partial(q, k, v, mask: Mask, scale, err: FullyMaskedRowError, culprit: str):
+def _culprit(i: int, m: int, causal: bool, blocked: Sequence[Sequence[int]]) -> str:
+    """Which part of the mask empties row ``i``, part by part as ``Mask.blame`` does: the cells
+    blocked by hand alone, or only the causal mask and the hand-blocked cells together. (The
+    causal mask alone never empties a row: query i always sees key 1.)"""
+    hand = {int(j) for a, j in blocked if int(a) == i}
+    if len(hand) >= m:
+        return "by hand"
+    if causal:
+        return "by the causal mask together with the cells blocked by hand"
+    return "by hand"  # pragma: no cover - without the causal mask only the hand blocks
+
+
+def _working(masked: list[list[float | None]]) -> list[SoftmaxRow | None]:
+    """The softmax step written out for each row: exponentials, their sum, the division, gap."""
+    rows: list[SoftmaxRow | None] = []
+    for row in masked:
+        open_ = [x for x in row if x is not None]
+        if not open_:
+            rows.append(None)
+            continue
+        top = max(open_)
+        shift = top if abs(top) > EXP_LIMIT else 0.0
+        exps = [None if x is None else math.exp(x - shift) for x in row]
+        total = math.fsum(e for e in exps if e is not None)
+        ranked = sorted(open_, reverse=True)
+        gap = ranked[0] - ranked[1] if len(ranked) > 1 else None
+        rows.append(
+            SoftmaxRow(
+                exps=exps,
+                shift=shift,
+                total=total,
+                weights=[None if e is None else e / total for e in exps],
+                gap=gap,
+                gap_ratio=None if gap is None or gap > 700 else math.exp(gap),
+            )
+        )
+    return rows
+
+
+def _partial(q, k, v, mask: Mask, scale, err: FullyMaskedRowError, culprit):
     """The tables when some query rows allow no key: those rows get a message, not NaN.
 
     Attention treats each query row on its own, so the other rows are traced without them.
@@ -205,7 +267,7 @@ def _partial(q, k, v, mask: Mask, scale, err: FullyMaskedRowError, culprit: str)
     row_errors: list[str | None] = [None] * n
     for i in empty:
         row_errors[i] = (
-            f"query {i + 1} may attend to no key: every key of its row is blocked {culprit}. "
+            f"query {i + 1} may attend to no key: every key of its row is blocked {culprit(i)}. "
             "Softmax of a row of −∞ is 0/0 = NaN, so this row has no weights and no output"
         )
     return tables, row_errors, full.scale
@@ -281,11 +343,10 @@ def build_stepper(
         row_errors: list[str | None] = [None] * n
         used_scale = trace.scale
     except FullyMaskedRowError as err:
-        culprit = {
-            (True, True): "by the causal mask together with the cells blocked by hand",
-            (True, False): "by the causal mask",
-            (False, True): "by hand",
-        }[(causal, bool(blocked))]
+
+        def culprit(i: int) -> str:
+            return _culprit(i, m, causal, blocked)
+
         tables, row_errors, used_scale = _partial(q, k, v, mask, scale, err, culprit)
     additive = np.zeros((n, m)) if mask is None else mask.additive(n, m)  # (N, M), 0 / -inf
     d_v = v.shape[1]
@@ -316,4 +377,5 @@ def build_stepper(
         steps=_steps(used_scale, scaled, mask is not None),
         row_errors=row_errors,
         blocked=[[int(i), int(j)] for i, j in blocked],
+        softmax=_working(tables["masked"]),
     )

@@ -22,6 +22,7 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.middleware.gzip import GZipMiddleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 import attnlab
@@ -31,6 +32,29 @@ __all__ = ["MAX_BODY_BYTES", "create_app"]
 
 STATIC = Path(__file__).parent / "static"
 MAX_BODY_BYTES = 64 * 1024  # the largest valid request (three 8 x 8 matrices) is ~2 KiB
+GZIP_MIN_BYTES = 1024  # smaller answers are not worth compressing
+# plotly.js changes only with the installed package: a day. The page's own files may change
+# while the server runs (an edit, a new version): the browser keeps them but asks first.
+CACHE_VENDOR = "public, max-age=86400"
+CACHE_STATIC = "no-cache"
+
+
+class _Compressed(GZipMiddleware):
+    """GZip for everything but the page itself (13 KB), whose HEAD must match its GET."""
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["path"] == "/":
+            return await self.app(scope, receive, send)
+        return await super().__call__(scope, receive, send)
+
+
+class _CachedStatic(StaticFiles):
+    """StaticFiles with a Cache-Control header (ETag and Last-Modified come with StaticFiles)."""
+
+    def file_response(self, *args, **kwargs):
+        response = super().file_response(*args, **kwargs)
+        response.headers["Cache-Control"] = CACHE_STATIC
+        return response
 
 
 def _plotly_js() -> Path:
@@ -81,6 +105,7 @@ def create_app(hosts: Iterable[str] = ()) -> FastAPI:
     errors.install(app)
     allowed = guard.allowed_hosts(hosts)
     # Added last is outermost: the Host check runs first, then the cross-site check.
+    app.add_middleware(_Compressed, minimum_size=GZIP_MIN_BYTES)  # plotly.js: 4.7 -> 1.4 MB
     app.add_middleware(_ServerTiming)
     app.add_middleware(guard.CrossSiteGuard, hosts=allowed)
     app.add_middleware(TrustedHostMiddleware, allowed_hosts=allowed, www_redirect=False)
@@ -91,20 +116,22 @@ def create_app(hosts: Iterable[str] = ()) -> FastAPI:
 
     @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
     def index() -> FileResponse:
-        return FileResponse(STATIC / "index.html", media_type="text/html")
+        return FileResponse(
+            STATIC / "index.html", media_type="text/html", headers={"Cache-Control": CACHE_STATIC}
+        )
 
     @app.get("/vendor/plotly.min.js", include_in_schema=False)
     def plotly_js() -> FileResponse:
         return FileResponse(
             _plotly_js(),
             media_type="text/javascript",
-            headers={"Cache-Control": "public, max-age=86400"},
+            headers={"Cache-Control": CACHE_VENDOR},
         )
 
     @app.get("/docs", include_in_schema=False)
     def api_docs() -> HTMLResponse:
         return HTMLResponse(docs.render(app.openapi()))
 
-    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.mount("/static", _CachedStatic(directory=STATIC), name="static")
     schema.document_refusals(app)
     return app

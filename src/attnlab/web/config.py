@@ -49,6 +49,9 @@ class HistogramConfig(BaseModel):
 class PermutationConfig(BaseModel):
     sentence: list[str]
     swap: list[int] = Field(description="The order of the swap button: order[slot] = token.")
+    min_words: int = Field(description="Fewest words of your own sentence.")
+    max_words: int = Field(description="Most words of your own sentence.")
+    max_word_length: int = Field(description="Most letters a word.")
 
 
 class ExplorerConfig(BaseModel):
@@ -89,7 +92,11 @@ def explorer_config() -> ExplorerConfig:
             threshold=histogram.THRESHOLD,
         ),
         permutation=PermutationConfig(
-            sentence=list(permutation.SENTENCE), swap=list(permutation.SWAP)
+            sentence=list(permutation.SENTENCE),
+            swap=list(permutation.SWAP),
+            min_words=permutation.MIN_WORDS,
+            max_words=permutation.MAX_WORDS,
+            max_word_length=permutation.MAX_WORD_LENGTH,
         ),
     )
 

@@ -57,7 +57,7 @@ def histogram(query: Annotated[HistogramQuery, Query()]) -> HistogramFigure:
 def permutation(request: PermutationRequest | None = None) -> PermutationFigure:
     """Figure permutation-demo: self-attention outputs of a sentence with its tokens reordered."""
     request = request or PermutationRequest()
-    return build_permutation(request.order, positions=request.positions)
+    return build_permutation(request.order, positions=request.positions, words=request.words)
 
 
 @router.get("/multihead", response_model=MultiHeadFigure)

@@ -65,6 +65,25 @@ class TraceRequest(BaseModel):
         description="Extra pairs [i, j] (0-based) blocked by hand, on top of the causal mask.",
     )
 
+    @field_validator("q", "k", "v", mode="before")
+    @classmethod
+    def _entries(cls, value, info):
+        """Name a bad entry the way the page does: "Q row 2, column 1" (1-based)."""
+        name = info.field_name.upper()
+        if not isinstance(value, list):
+            return value
+        for i, row in enumerate(value):
+            for j, x in enumerate(row if isinstance(row, list) else []):
+                # A number out of range is named here; a value that is no number at all is left
+                # to the type check below, which lists every such entry (q[0][1], 0-based).
+                number = isinstance(x, int | float) and not isinstance(x, bool)
+                if number and x == x and abs(x) != float("inf") and abs(x) > stepper.MAX_ABS:
+                    where = f"{name} row {i + 1}, column {j + 1}"
+                    raise FieldError(
+                        where, f"expected a number within ±{stepper.MAX_ABS:g}, but got {x!r}"
+                    )
+        return value
+
     @field_validator("q", "k", "v")
     @classmethod
     def _rectangular(cls, value: list[list[float]]) -> list[list[float]]:
@@ -98,9 +117,29 @@ class PermutationRequest(BaseModel):
 
     order: list[Annotated[int, Field(strict=True)]] | None = Field(
         None,
-        max_length=len(permutation.SENTENCE),
+        max_length=permutation.MAX_WORDS,
         description="order[slot] = index of the token placed there; null keeps the sentence.",
     )
+    words: list[str] | None = Field(
+        None,
+        description=(
+            f"Your own sentence, {permutation.MIN_WORDS} to {permutation.MAX_WORDS} words of "
+            f"letters (at most {permutation.MAX_WORD_LENGTH} each); null: §6.5's sentence."
+        ),
+    )
+
+    @field_validator("words", mode="before")
+    @classmethod
+    def _words(cls, value):
+        if value is None:
+            return value
+        if not isinstance(value, list) or not all(isinstance(w, str) for w in value):
+            raise FieldError("words", "expected a list of words (strings)")
+        try:
+            return permutation.check_words(value)
+        except AttnlabError as err:
+            raise FieldError("words", str(err)) from None
+
     positions: StrictBool = Field(False, description="Add sinusoidal position vectors first.")
 
 
