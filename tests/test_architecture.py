@@ -112,5 +112,13 @@ def test_core_imports_nothing_above_it():
 
 def test_kernels_never_import_the_dispatcher():
     graph = _graph()
-    for kernel in ("attnlab.core.dense", "attnlab.core.blockwise", "attnlab.core._validate"):
+    kernels = (
+        "attnlab.core.dense",
+        "attnlab.core.blockwise",
+        "attnlab.core._validate",
+        "attnlab.core.dense_backward",
+        "attnlab.core.blockwise_backward",
+    )
+    for kernel in kernels:
         assert "attnlab.core.attention" not in graph[kernel], kernel
+        assert "attnlab.core.backward" not in graph[kernel], kernel

@@ -199,3 +199,12 @@ def test_backward_configuration_in_its_own_process():
     result = measure_isolated(cfg)
     assert result.error is None, result.error
     assert result.seconds > 0 and result.config.useful_flops == 14 * (32 * 32 // 2) * 4
+
+
+@pytest.mark.parametrize("value", ["99999999999999999999999", "1_000", "0", "+5", "2048,x"])
+def test_bench_lengths_are_refused_before_any_run(value):
+    # A 23-digit N used to start a run that never ended; "1_000" was read as 1000.
+    result = CliRunner().invoke(app, ["bench", "attention", "--n", value, "--quick"])
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --n:")

@@ -8,12 +8,24 @@ from typing import Annotated
 
 import typer
 
-from attnlab.cli._app import app, console, err_console, fail, friendly_errors, writable
+from attnlab.cli._app import (
+    OneLineErrors,
+    app,
+    console,
+    err_console,
+    fail,
+    friendly_errors,
+    writable,
+)
 
 bench_app = typer.Typer(
+    cls=OneLineErrors,
     help="Side-by-side benchmarks: attnlab beside PyTorch and the machine's GEMM ceiling.",
     no_args_is_help=True,
 )
+
+#: The longest sequence a benchmark times: N = 2^20 already takes hours per configuration here.
+MAX_N = 2**20
 app.add_typer(bench_app, name="bench")
 
 
@@ -24,14 +36,13 @@ def _lengths(values: list[str] | None) -> list[int] | None:
     out = []
     for value in values:
         for part in value.split(","):
-            try:
-                n = int(part)
-            except ValueError:
-                raise fail(
-                    f"--n: expected whole numbers such as 512,1024, but got {part!r}"
-                ) from None
-            if n < 1:
-                raise fail(f"--n: expected lengths >= 1, but got {n}")
+            part = part.strip()
+            # Digits only: int() would also take "1_000", "+5" and 10,000-digit numbers.
+            if not part.isascii() or not part.isdigit() or len(part) > 9:
+                raise fail(f"--n: expected whole numbers such as 512,1024, but got {part[:40]!r}")
+            n = int(part)
+            if not 1 <= n <= MAX_N:
+                raise fail(f"--n: expected lengths from 1 to {MAX_N:,}, but got {n:,}")
             out.append(n)
     return out
 
