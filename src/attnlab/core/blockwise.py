@@ -95,8 +95,6 @@ _LN2 = math.log(2.0)
 
 
 # -- the public entry point ---------------------------------------------------------------------
-
-
 def blockwise_attention(
     q,
     k,
@@ -153,8 +151,6 @@ def dense_table_bytes(lead: tuple[int, ...], n: int, m: int, dtype) -> int:
 
 
 # -- the kernel ---------------------------------------------------------------------------------
-
-
 def _fast(q_rows, kT, v, steps, idx, c):
     """One query block of one lead element, every base left at 0: two matmuls, an exp2 and a
     row sum per step, nothing else. Returns (acc (Bq, d_v), l (Bq,)), to be checked by _solve.
@@ -260,11 +256,14 @@ def _solve(q_rows, kT, v, steps, idx, c, floor, tiny):
 
 
 def run(
-    x: Inputs, bq=DEFAULT_BLOCK_Q, bk=DEFAULT_BLOCK_K, threads=1, check=None, lse=None
-) -> np.ndarray:
+    x: Inputs, bq=DEFAULT_BLOCK_Q, bk=DEFAULT_BLOCK_K, threads=1, check=None, lse=None,
+    empty_rows="raise",
+) -> np.ndarray:  # fmt: skip
     """Blockwise attention on validated inputs (``_validate.Inputs``); returns (..., N, d_v).
     ``lse``, an array (..., N), receives each row's log Σ exp(score · scale + mask) (natural
     log), for the backward pass: (base + log2 l) · ln 2, base in the log2 units of q · c.
+    ``empty_rows="keep"``: a row that allows no key gets output 0 and lse -inf instead of
+    FullyMaskedRowError (a chunk of keys in ``attnlab.distributed`` may allow a row none).
 
     ``check``, if given, is validate's finite-input check: it runs on the pool beside the first
     tiles (at N = 2048, 5% of the time was this check alone, before any tile could start) and
@@ -368,6 +367,7 @@ def run(
                     lse[idx][rows[0] : rows[1]] = (np.log2(l) + base) * _LN2  # (Bq,)
                 hollow = np.flatnonzero(l == 0)  # rows that allowed no key at all
                 if hollow.size:
+                    l[hollow] = 1.0  # their acc is 0: output 0, not 0/0
                     with lock:
                         empty.extend(idx + (rows[0] + int(i),) for i in hollow)
                 np.divide(acc, l[:, None], out=out[idx][rows[0] : rows[1]])  # (Bq, d_v)
@@ -382,14 +382,13 @@ def run(
         list(each(work, items))
     if refused:
         raise refused[0]
-    if empty:
+    if empty and empty_rows == "raise":
         raise_empty_rows(x, sorted(_table_rows(empty, x.table_lead())))
     return out
 
 
 def _table_rows(rows, table_lead: tuple[int, ...]) -> set[tuple[int, ...]]:
-    # The dense path reports rows of its score table, whose leading axes may be fewer than the
-    # full broadcast (when only v carries a batch axis): map to the same indices.
+    # Rows of the dense path's score table, whose leading axes may be fewer (only v batched).
     keep = len(table_lead)
     out = set()
     for r in rows:

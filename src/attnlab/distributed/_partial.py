@@ -16,10 +16,8 @@ commutative, so any tree of merges gives the attention output over all keys (§6
 
     lse = logaddexp(lse_a, lse_b);  o = exp(lse_a - lse) o_a + exp(lse_b - lse) o_b
 
-Numpy only: nothing here imports Dask. The kernel follows the fast path of
-``attnlab.core.blockwise`` (scale · log2 e folded into q, exp2, a base of 0, row sums as a
-matrix-vector product, blocked pairs multiplied by 0); the rows whose sums leave the safe range
-(huge scores, or no allowed key in the chunk) are redone exactly with their row maximum.
+Numpy only: nothing here imports Dask. The kernel is ``attnlab.core.blockwise.run`` itself,
+asked for each row's logsumexp and to keep rows the chunk allows no key (lse = -inf, o = 0).
 """
 
 from __future__ import annotations
@@ -28,12 +26,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnlab.core._validate import refuse_non_finite
-from attnlab.core.masks import Combined, Dense, Mask, TileState, raise_fully_masked, tile_at
-from attnlab.errors import NonFiniteInputError
+from attnlab.core import blockwise
+from attnlab.core._validate import Inputs, refuse_non_finite
+from attnlab.core.masks import Combined, Dense, Mask, raise_fully_masked
 
-LOG2E = 1.4426950408889634  # exp(x) = exp2(x · log2 e)
-LN2 = 0.6931471805599453
 BLOCK = 512  # query rows x keys per tile: blockwise's measured default (core/blockwise.py)
 
 
@@ -97,130 +93,22 @@ def chunk_mask(mask: Mask | None, rows, cols, n: int, m: int) -> Mask | None:
     return parts[0] if len(parts) == 1 else Combined(tuple(parts))
 
 
-def _render(mask: Mask, rows, cols, n: int, m: int, lead_ndim: int, dtype):
-    """(allowed bool, bias in log2 units or None), each broadcastable to (..., rows, cols)."""
-    allowed, bias = None, None
-    for part in mask.parts():
-        if part.boolean:
-            ok = part.block(rows, cols, n, m, lead_ndim)
-        else:
-            b = np.asarray(part.bias(rows, cols, n, m, lead_ndim), dtype=dtype)
-            ok = ~np.isneginf(b)
-            # Blocked pairs get 0 here and a weight of 0 from ``allowed``: numpy's float32 exp2
-            # takes a slow path for -inf (see core/_tiles.TileMask).
-            b = np.where(ok, b * dtype.type(LOG2E), dtype.type(0.0))
-            bias = b if bias is None else bias + b
-        allowed = ok if allowed is None else allowed & ok
-    return allowed, bias
-
-
-# -- the kernel -----------------------------------------------------------------------------------
+# -- the kernel: the blockwise path's, on one chunk -----------------------------------------------
 
 
 def partial(q, k, v, mask: Mask | None, scale: float, block: int = BLOCK):
     """(lse (..., n), o (..., n, d_v)) of q (..., n, d_k) against k (..., m, d_k), v (..., m, d_v).
 
-    ``mask`` is in the chunk's coordinates (see ``chunk_mask``); inputs are validated.
+    ``mask`` is in the chunk's coordinates (see ``chunk_mask``); inputs are validated. The
+    single-process blockwise kernel does the work (same tiles, same skipping, same exact pass
+    for huge scores); a row the chunk allows no key keeps lse = -inf and o = 0 for the merge.
     """
-    lead = np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    n, m, dv = q.shape[-2], k.shape[-2], v.shape[-1]
-    dtype = q.dtype
-    c = dtype.type(scale * LOG2E)
-    tiny = dtype.type(2.0 ** -(np.finfo(dtype).maxexp // 2))  # f32: 2^-64, as blockwise
-    out = np.empty(lead + (n, dv), dtype)  # (..., n, d_v)
-    lse = np.empty(lead + (n,), dtype)  # (..., n)
-    keys: dict[tuple, np.ndarray] = {}
-    bufs: dict[tuple, np.ndarray] = {}
-    ones = np.ones(block, dtype)  # (Bk,)
-    with np.errstate(all="ignore"):  # overflow and underflow are detected and redone
-        for r0 in range(0, n, block):
-            rows = (r0, min(n, r0 + block))
-            tiles = _tiles(mask, rows, n, m, block, len(lead), dtype)
-            for idx in np.ndindex(lead):
-                qs = tile_at(q, idx)[rows[0] : rows[1]] * c  # (rows, d_k), log2 units
-                own = _own(k, idx)
-                if own not in keys:
-                    keys[own] = np.ascontiguousarray(k[own].T)  # (d_k, m)
-                vv = tile_at(v, idx)  # (m, d_v)
-                acc, l = _fast(qs, keys[own], vv, tiles, idx, ones, bufs)
-                lse2 = np.log2(l)  # (rows,)
-                bad = ~(l >= tiny) | ~np.isfinite(acc).all(axis=1)
-                if bad.any():
-                    _exact(qs, keys[own], vv, mask, rows, n, m, idx, len(lead), bad, acc, l, lse2)
-                np.divide(acc, l[:, None], out=out[idx][rows[0] : rows[1]])  # (rows, d_v)
-                lse[idx][rows[0] : rows[1]] = lse2 * dtype.type(LN2)
+    lead = tuple(np.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
+    n, m = q.shape[-2], k.shape[-2]
+    x = Inputs(q, k, v, mask, float(scale), lead, n, m)
+    lse = np.empty(lead + (n,), q.dtype)  # (..., n)
+    out = blockwise.run(x, block, block, threads=1, lse=lse, empty_rows="keep")  # (..., n, d_v)
     return lse, out
-
-
-def _own(arr: np.ndarray, idx: tuple) -> tuple:
-    """The index of ``arr``'s own leading axes at broadcast index ``idx`` (size 1 broadcasts)."""
-    extra = arr.ndim - 2
-    own = idx[len(idx) - extra :] if extra else ()
-    return tuple(i if s != 1 else 0 for i, s in zip(own, arr.shape[:extra], strict=True))
-
-
-def _tiles(mask, rows, n, m, bk, lead_ndim, dtype):
-    """(c0, c1, keep or None, bias or None) for each key tile the mask does not block whole."""
-    out = []
-    for c0 in range(0, m, bk):
-        cols = (c0, min(m, c0 + bk))
-        state = TileState.OPEN if mask is None else mask.tile_state(rows, cols, n, m, lead_ndim)
-        if state is TileState.BLOCKED:
-            continue
-        if state is TileState.OPEN and (mask is None or mask.boolean):
-            out.append((*cols, None, None))
-            continue
-        allowed, bias = _render(mask, rows, cols, n, m, lead_ndim, dtype)
-        out.append((*cols, allowed.astype(dtype), bias))
-    return out
-
-
-def _fast(qs, kT, v, tiles, idx, ones, bufs):
-    """Σ exp2(score) v and Σ exp2(score) with every base at 0: two matmuls, an exp2 and a
-    matrix-vector product per tile. Returns (acc (rows, d_v), l (rows,)), checked by the caller."""
-    rows, dv = qs.shape[0], v.shape[1]
-    acc = np.zeros((rows, dv), qs.dtype)  # (rows, d_v)
-    l = np.zeros(rows, qs.dtype)  # (rows,)
-    for c0, c1, keep, bias in tiles:
-        shape = (rows, c1 - c0)
-        if shape not in bufs:  # a fresh tile each step costs page faults (see core/_tiles.py)
-            bufs[shape] = (np.empty(shape, qs.dtype), np.empty((rows, dv), qs.dtype))
-        s, pv = bufs[shape]
-        np.matmul(qs, kT[:, c0:c1], out=s)  # (rows, cols): score, in log2 units
-        if bias is not None:
-            s += tile_at(bias, idx)
-        np.exp2(s, out=s)
-        if keep is not None:
-            s *= tile_at(keep, idx)  # blocked pairs weigh exactly 0
-        l += s @ ones[: c1 - c0]  # (rows,)
-        acc += np.matmul(s, v[c0:c1], out=pv)  # (rows, d_v)
-    return acc, l
-
-
-def _exact(qs, kT, v, mask, rows, n, m, idx, lead_ndim, bad, acc, l, lse2) -> None:
-    """Redo the ``bad`` rows with their maximum over allowed keys as the base, in place."""
-    sel = np.flatnonzero(bad)
-    s = qs[sel] @ kT  # (bad, m), log2 units
-    allowed = np.ones(s.shape, bool)
-    if mask is not None:
-        ok, bias = _render(mask, rows, (0, m), n, m, lead_ndim, s.dtype)
-        allowed = np.broadcast_to(tile_at(ok, idx), (rows[1] - rows[0], m))[sel]  # (bad, m)
-        if bias is not None:
-            s += np.broadcast_to(tile_at(bias, idx), (rows[1] - rows[0], m))[sel]
-    if not np.isfinite(s[allowed]).all():
-        where = np.argwhere(allowed & ~np.isfinite(s))[0]
-        raise NonFiniteInputError(
-            f"expected finite scores, but q·kᵀ·scale overflowed in query row {idx} "
-            f"{rows[0] + int(sel[where[0]])} of this chunk (q and k are finite, but "
-            f"{s.dtype} tops out near {np.finfo(s.dtype).max:.3g}); rescale q or k"
-        )
-    top = np.max(s, axis=1, where=allowed, initial=-np.inf)  # (bad,), -inf: nothing allowed
-    base = np.where(np.isneginf(top), 0.0, top).astype(s.dtype)
-    p = np.exp2(s - base[:, None]) * allowed  # (bad, m), each <= 1
-    total = p.sum(axis=1)  # (bad,), 0 where nothing is allowed
-    acc[sel] = p @ v  # (bad, d_v), 0 for an empty row
-    l[sel] = np.where(total == 0, 1.0, total)  # an empty row divides 0 by 1
-    lse2[sel] = top + np.log2(total)  # -inf + -inf = -inf for an empty row
 
 
 # -- merging, and the end of a query chunk --------------------------------------------------------
