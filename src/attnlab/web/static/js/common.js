@@ -105,17 +105,43 @@ export function clearError(node) {
   node.hidden = true;
 }
 
+// A number as a person types it: 2, -0.5, 1e-3, "−2" with a real minus sign. Not "0x10" (which
+// Number() would read as 16), not "", not "1,5". null when the text is no such number.
+export function parseNumber(text) {
+  const t = String(text).trim().replace(/^−/, "-");
+  if (!/^[+-]?(\d+\.?\d*|\.\d+)(e[+-]?\d+)?$/i.test(t)) return null;
+  const x = Number(t);
+  return Number.isFinite(x) ? x : null;
+}
+
+// Plotly's toolbar holds only "download as image": no cloud sharing, no logo, no selection tools,
+// so it adds one tab stop and stays clear of the titles (which sit on the left).
+export const PLOT_CONFIG = {
+  displaylogo: false,
+  responsive: true,
+  showSendToCloud: false,
+  showEditInChartStudio: false,
+  showLink: false,
+  modeBarButtons: [["toImage"]],
+  toImageButtonOptions: { format: "png", scale: 2 },
+};
+
 // Plotly is a classic script loaded before the modules; draw only if it arrived.
 export function plot(node, data, layout, config = {}) {
   if (!window.Plotly) {
     node.textContent = "The plotting library did not load; the numbers beside the chart still hold.";
     return Promise.resolve();
   }
+  const big = Boolean(node.closest(".presenting"));
+  const title = layout.title ? { x: 0.01, xanchor: "left", ...layout.title, font: { size: big ? 24 : 14 } } : undefined;
   return window.Plotly.react(node, data, {
-    margin: { t: 30, r: 10, b: 45, l: 55 },
-    font: { family: "system-ui, sans-serif", size: 13 },
+    margin: { t: 40, r: 10, b: 45, l: 55 },
+    font: { family: "system-ui, sans-serif", size: big ? 20 : 13 },
     paper_bgcolor: "rgba(0,0,0,0)",
     plot_bgcolor: "rgba(0,0,0,0)",
     ...layout,
-  }, { displaylogo: false, responsive: true, ...config });
+    title,
+  }, { ...PLOT_CONFIG, ...config });
 }
+
+export const narrow = () => window.matchMedia("(max-width: 600px)").matches;

@@ -46,6 +46,13 @@ function select(name, focus = false) {
     if (on && focus) tab.focus();
   });
   $("#lab-panel").setAttribute("aria-label", current.title);
+  // A new lab starts clean: no plot, table, status or error of the previous one.
+  if (window.Plotly) window.Plotly.purge($("#lab-plot"));
+  $("#lab-plot").replaceChildren();
+  $("#lab-table-box").replaceChildren();
+  $("#lab-status").textContent = "";
+  clearError($("#lab-error"));
+  delete root.dataset.lab;
   const form = $("#lab-form");
   $("#lab-doc").textContent = current.doc;
   form.replaceChildren(
@@ -65,18 +72,25 @@ function updateLinks() {
 }
 
 function drawPlot(p) {
-  const traces = p.series.map((s) => ({
+  // Each series its own marker and dash, and later ones drawn smaller on top, so one that
+  // coincides with another still shows.
+  const symbols = ["circle", "diamond", "square", "triangle-up", "x", "cross"];
+  const dashes = ["solid", "dot", "dash", "dashdot", "longdash", "longdashdot"];
+  const traces = p.series.map((s, n) => ({
     type: p.kind === "bar" ? "bar" : "scatter",
     mode: p.kind === "bar" ? undefined : "lines+markers",
     name: s.name,
     x: p.x,
     y: s.y.map((y) => (p.log_y && y !== null && y <= 0 ? null : y)),
     error_y: s.error ? { type: "data", array: s.error.map((e) => e ?? 0), visible: true } : undefined,
-    line: s.dash ? { dash: "dash" } : undefined,
+    marker: { symbol: symbols[n % symbols.length], size: Math.max(5, 11 - 2 * n) },
+    line: { dash: s.dash ? "dash" : dashes[n % dashes.length], width: Math.max(1.5, 3 - 0.5 * n) },
   }));
+  // Log axes name the numbers measured (32, 64, 128, 256), not Plotly's 2-3-5 minor ticks.
+  const logTicks = (on, xs) => (on ? { type: "log", tickvals: xs, ticktext: xs.map(String) } : {});
   plot($("#lab-plot"), traces, {
     title: { text: p.title, font: { size: 14 } },
-    xaxis: { title: { text: p.x_label }, type: p.log_x ? "log" : undefined },
+    xaxis: { title: { text: p.x_label }, ...logTicks(p.log_x, p.x.filter((x) => typeof x === "number" && x > 0)) },
     yaxis: { title: { text: p.y_label }, type: p.log_y ? "log" : undefined },
     legend: { orientation: "h", y: -0.25 },
     height: 380,

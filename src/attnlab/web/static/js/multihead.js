@@ -1,5 +1,7 @@
 // Figure multi-head: four hand-set heads on one sentence (GET /api/multihead?query=i).
-import { api, clearError, el, fmt, matrixTable, plot, showError } from "./common.js";
+import { api, clearError, el, fmt, matrixTable, narrow, plot, showError } from "./common.js";
+import { figureTools } from "./export.js";
+import { onUrlChange, readUrl, writeUrl } from "./state.js";
 
 const root = document.getElementById("figure-multi-head");
 const $ = (sel) => root.querySelector(sel);
@@ -10,24 +12,29 @@ function headCards(fig) {
   return fig.heads.map((head, h) => {
     const weights = p.weights[h];
     const top = p.top[h];
-    const bars = fig.tokens.map((word, j) => el("li", { class: j === top ? "top" : null, "data-key": j, "data-value": String(weights[j]) },
+    const tops = p.tops[h]; // every key tied for the largest weight
+    const names = tops.map((j) => `“${fig.tokens[j]}”`);
+    const named = names.length > 1 ? `${names.slice(0, -1).join(", ")} and ${names.at(-1)}` : names[0];
+    const bars = fig.tokens.map((word, j) => el("li", { class: tops.includes(j) ? "top" : null, "data-key": j, "data-value": String(weights[j]) },
       el("span", { class: "word", text: word }),
       el("span", { class: "bar", "aria-hidden": "true" }, el("span", { style: `width:${100 * weights[j]}%` })),
       el("span", { class: "num", text: fmt(weights[j]) }),
-      el("span", { class: "star" }, j === top ? el("span", { title: "largest weight", text: "★" }) : null,
-        j === top ? el("span", { class: "sr-only", text: " largest" }) : null)));
+      el("span", { class: "star" }, tops.includes(j) ? el("span", { title: "largest weight", text: "★" }) : null,
+        tops.includes(j) ? el("span", { class: "sr-only", text: " largest" }) : null)));
     return el("article", { class: "head", "data-head": h },
       el("h4", {}, `Head ${h + 1}: ${head.name}`),
       el("p", { class: "describes", text: head.describes }),
       el("p", { class: "top-line" }, `“${p.word}” puts its largest weight on `,
-        el("strong", { class: "top-word", text: `“${fig.tokens[top]}”` }), ` (${fmt(p.top_weight[h])}).`),
+        el("strong", { class: "top-word", text: named }), tops.length > 1 ? ` (${fmt(p.top_weight[h])} each, a tie).` : ` (${fmt(p.top_weight[h])}).`),
       el("ol", { class: "weights", "aria-label": `Head ${h + 1} weights of “${p.word}” over the sentence` }, bars));
   });
 }
 
 function tensorPlot(fig) {
   const n = fig.tokens.length;
-  const ticks = { tickvals: [...Array(n).keys()], ticktext: fig.tokens, tickfont: { size: 10 } };
+  const big = Boolean(root.closest(".presenting")) || root.classList.contains("presenting");
+  const small = narrow() && !big;
+  const ticks = { tickvals: [...Array(n).keys()], ticktext: fig.tokens, tickfont: { size: big ? 18 : small ? 10 : 12 } };
   const data = fig.heads.map((head, h) => ({
     type: "heatmap",
     z: head.weights,
@@ -44,9 +51,10 @@ function tensorPlot(fig) {
     hovertemplate: `head ${h + 1}<br>%{customdata[0]} → %{customdata[1]}: %{z:.3f}<extra></extra>`,
   }));
   const layout = {
-    grid: { rows: 2, columns: 2, pattern: "independent", xgap: 0.2, ygap: 0.3 },
-    height: 620,
-    margin: { t: 40, r: 10, b: 70, l: 70 },
+    // On a phone the heads stack (one a row), so no label runs into the next heatmap.
+    grid: small ? { rows: 4, columns: 1, pattern: "independent", ygap: 0.22 } : { rows: 2, columns: 2, pattern: "independent", xgap: 0.2, ygap: 0.3 },
+    height: small ? 1400 : big ? 900 : 640,
+    margin: { t: 40, r: 10, b: big ? 110 : 70, l: big ? 110 : 70 },
     shapes: [],
     annotations: [],
   };
@@ -60,11 +68,17 @@ function tensorPlot(fig) {
       line: { color: "#d9480f", width: 2, dash: "dot" },
     });
     layout.annotations.push({
-      text: `layer ${h}: ${head.name}`, xref: `x${sx} domain`, yref: `y${sx} domain`,
-      x: 0.5, y: 1.08, showarrow: false, font: { size: 12 },
+      text: `Head ${h + 1}: ${head.name}`, xref: `x${sx} domain`, yref: `y${sx} domain`,
+      x: 0.5, y: 1.02, yanchor: "bottom", showarrow: false, font: { size: big ? 20 : 13 },
     });
   });
-  plot($("#mh-tensor"), data, layout);
+  plot($("#mh-tensor"), data, layout).then(() => {
+    const node = $("#mh-tensor");
+    if (node.on && !node.dataset.clicks) {
+      node.dataset.clicks = "on"; // a heatmap cell picks its row's word, as BertViz does
+      node.on("plotly_click", (event) => { const pt = event.points?.[0]; if (pt) pick(pt.y); });
+    }
+  });
   $("#mh-tensor").setAttribute("aria-label",
     `Four heatmaps, one per head, forming a tensor of shape (${fig.shape.join(", ")}); the row of “${fig.picked.word}” is outlined with a dotted line.`);
 }
@@ -89,24 +103,49 @@ function render(fig) {
   mixing(fig);
   $("#mh-shape").textContent = `(${fig.shape.join(", ")})`;
   root.dataset.query = String(fig.picked.query);
+  root.querySelectorAll("#mh-words input").forEach((input) => { input.checked = +input.value === fig.picked.query; });
 }
 
-async function pick(query) {
+async function pick(query, { push = true } = {}) {
   try {
     current = await api(`/api/multihead?query=${query}`);
     clearError($("#mh-error"));
     render(current);
+    if (push !== null) writeUrl({ "mh.word": current.picked.query + 1 }, { push });
   } catch (err) {
     showError($("#mh-error"), err);
   }
+}
+
+function tableData() {
+  const fig = current;
+  const p = fig.picked;
+  return {
+    caption: `Multi-head attention on “${fig.tokens.join(" ")}”: query word “${p.word}” (word ${p.query + 1}), ${fig.heads.length} hand-set heads, weights tensor (${fig.shape.join(", ")}).`,
+    state: { word: p.query + 1 },
+    tables: [
+      { title: `Each head's weights for “${p.word}”`, rows: fig.heads.map((_, h) => `Head ${h + 1}`), cols: fig.tokens, values: p.weights },
+      ...fig.heads.map((head, h) => ({ title: `Head ${h + 1} (${head.name}) weights`, rows: fig.tokens, cols: fig.tokens, values: head.weights })),
+      { title: "Mixed output = joined · Wᴼ", rows: ["output"], cols: p.mixed.map((_, c) => `out ${c + 1}`), values: [p.mixed] },
+    ],
+  };
+}
+
+function restore() {
+  const word = Number(readUrl("mh.word"));
+  return pick(Number.isInteger(word) && word >= 1 ? word - 1 : 3, { push: null });
 }
 
 export async function init() {
   const fig = await api("/api/multihead");
   const group = $("#mh-words");
   group.replaceChildren(el("legend", { text: "Query word" }), ...fig.tokens.map((word, i) => el("label", { class: "chip" },
-    el("input", { type: "radio", name: "mh-query", value: i, checked: i === fig.picked.query, onchange: () => pick(i) }),
+    el("input", { type: "radio", name: "mh-query", value: i, autocomplete: "off", checked: i === fig.picked.query, onchange: () => pick(i) }),
     el("span", { text: word }))));
   current = fig;
-  render(fig);
+  root.addEventListener("presentchange", () => current && render(current));
+  figureTools(root, { name: "multi-head", data: tableData, plots: () => [$("#mh-tensor")] });
+  onUrlChange(restore);
+  if (readUrl("mh.word")) await restore();
+  else render(fig);
 }

@@ -1,10 +1,14 @@
-// Figure permutation-demo: shuffle the tokens, watch the outputs (POST /api/permutation).
+// Figure permutation-demo: reorder the tokens (or type your own), watch the outputs
+// (POST /api/permutation).
 import { api, clearError, config, el, fmt, showError } from "./common.js";
+import { figureTools } from "./export.js";
+import { listFromUrl, onUrlChange, readUrl, writeUrl } from "./state.js";
 
 const root = document.getElementById("figure-permutation-demo");
 const $ = (sel) => root.querySelector(sel);
-const state = { order: null, positions: false, fig: null };
+const state = { order: null, positions: false, words: null, fig: null };
 const reduceMotion = window.matchMedia("(prefers-reduced-motion: reduce)").matches;
+let cfg = null;
 
 function shuffled(order) {
   // Fisher-Yates until the order differs, so every press visibly moves something.
@@ -14,7 +18,7 @@ function shuffled(order) {
       const j = Math.floor(Math.random() * (i + 1));
       [next[i], next[j]] = [next[j], next[i]];
     }
-  } while (next.every((x, i) => x === order[i]));
+  } while (next.length > 1 && next.every((x, i) => x === order[i]));
   return next;
 }
 
@@ -27,22 +31,44 @@ function positionsBefore() {
   return tops;
 }
 
+// Move the token in `slot` by `delta` places (the ▲/▼ buttons, or a drag and drop).
+function move(slot, to) {
+  const order = state.order.slice();
+  const [token] = order.splice(slot, 1);
+  order.splice(to, 0, token);
+  refresh({ order }).then(() => root.querySelector(`#perm-table tr[data-token="${token}"] button[data-move="${to < slot ? "up" : "down"}"]`)?.focus());
+}
+
+function moveButtons(t, n) {
+  const word = `“${t.text}”`;
+  return el("td", { class: "move" },
+    el("button", { type: "button", "data-move": "up", "aria-label": `Move ${word} earlier`, disabled: t.slot === 0, onclick: () => move(t.slot, t.slot - 1) }, "▲"),
+    el("button", { type: "button", "data-move": "down", "aria-label": `Move ${word} later`, disabled: t.slot === n - 1, onclick: () => move(t.slot, t.slot + 1) }, "▼"));
+}
+
 function render(before) {
   const fig = state.fig;
   const d = fig.d_model;
+  const n = fig.tokens.length;
   const head = el("tr", {},
     el("th", { scope: "col", text: "slot" }),
     el("th", { scope: "col", text: "token" }),
+    el("th", { scope: "col", text: "move" }),
     el("th", { scope: "col", colspan: d, text: `output vector (${d} features)` }),
     el("th", { scope: "col", text: "vs. the sentence as written" }));
   const rows = fig.tokens.map((t) => {
     const same = shownSame(t);
-    return el("tr", { "data-token": t.id, "data-text": t.text },
+    const tr = el("tr", { "data-token": t.id, "data-text": t.text, draggable: "true" },
       el("td", { text: t.slot + 1 }),
       el("th", { scope: "row", class: "token" }, t.text, el("span", { class: "token-id", text: ` #${t.id + 1}` })),
+      moveButtons(t, n),
       t.output.map((x, f) => el("td", { class: "num", "data-value": String(x), "data-feature": f, title: String(x), text: fmt(x) })),
       el("td", { class: same ? "same" : "changed", "data-change": String(t.max_change) },
         same ? "✓ same values" : `✗ changed by up to ${fmt(t.max_change)}`));
+    tr.addEventListener("dragstart", (e) => e.dataTransfer.setData("text/plain", String(t.slot)));
+    tr.addEventListener("dragover", (e) => e.preventDefault());
+    tr.addEventListener("drop", (e) => { e.preventDefault(); move(+e.dataTransfer.getData("text/plain"), t.slot); });
+    return tr;
   });
   $("#perm-table").replaceChildren(
     el("caption", {}, `Self-attention outputs, ${fig.positions ? "with" : "without"} position vectors`),
@@ -51,8 +77,9 @@ function render(before) {
   $("#perm-sentence").textContent = `Now reading: “${fig.tokens.map((t) => t.text).join(" ")}”.`;
   const changed = fig.tokens.filter((t) => !shownSame(t)).length;
   $("#perm-summary").textContent = changed
-    ? `${changed} of ${fig.tokens.length} tokens have different output values from the sentence as written: with position vectors, where a token sits matters.`
-    : `Every token's output has the same values as in the sentence as written; only the rows moved.`;
+    ? `${changed} of ${n} tokens have different output values from the sentence as written: with position vectors, where a token sits matters.`
+    : "Every token's output has the same values as in the sentence as written; only the rows moved.";
+  $("#perm-positions").checked = fig.positions;
   if (before && !reduceMotion) {
     root.querySelectorAll("#perm-table tbody tr").forEach((tr) => {
       const from = before[tr.dataset.token];
@@ -63,25 +90,66 @@ function render(before) {
   }
 }
 
-async function refresh() {
+// change: the controls that differ from the current state. push: null leaves the URL alone.
+async function refresh(change = {}, { push = true } = {}) {
+  const next = { order: state.order, positions: state.positions, words: state.words, ...change };
   const before = state.fig ? positionsBefore() : null;
   try {
-    state.fig = await api("/api/permutation", { method: "POST", body: { order: state.order, positions: state.positions } });
-    state.order = state.fig.order;
+    const fig = await api("/api/permutation", { method: "POST", body: { order: next.order, positions: next.positions, words: next.words } });
+    Object.assign(state, next, { fig, order: fig.order });
     clearError($("#perm-error"));
     render(before);
+    const identity = fig.order.every((x, i) => x === i);
+    if (push !== null) {
+      writeUrl({
+        "perm.order": identity ? null : fig.order.map((x) => x + 1).join(","),
+        "perm.pos": fig.positions ? 1 : null,
+        "perm.words": state.words ? state.words.join(" ") : null,
+      }, { push });
+    }
   } catch (err) {
     showError($("#perm-error"), err);
+    $("#perm-positions").checked = state.positions;
   }
 }
 
+function ownWords(event) {
+  event.preventDefault();
+  const words = $("#perm-words").value.trim().split(/\s+/).filter(Boolean);
+  refresh({ words: words.length ? words : null, order: null }); // the server checks and names a bad word
+}
+
+function restore() {
+  const words = readUrl("perm.words");
+  const order = listFromUrl(readUrl("perm.order"));
+  $("#perm-words").value = words || "";
+  return refresh({
+    words: words ? words.split(/\s+/) : null,
+    order: order ? order.map((x) => x - 1) : null,
+    positions: readUrl("perm.pos") === "1",
+  }, { push: null });
+}
+
+function tableData() {
+  const fig = state.fig;
+  return {
+    caption: `Permutation demo: “${fig.tokens.map((t) => t.text).join(" ")}”, position vectors ${fig.positions ? "added" : "off"}, no mask, d_model = ${fig.d_model}.`,
+    state: { order: fig.order, positions: fig.positions, words: state.words },
+    tables: [{ title: "Self-attention outputs", rows: fig.tokens.map((t) => `${t.slot + 1}. ${t.text}`), cols: [...Array(fig.d_model).keys()].map((f) => `feature ${f + 1}`), values: fig.tokens.map((t) => t.output) }],
+  };
+}
+
 export async function init() {
-  const { permutation: p } = await config();
+  cfg = (await config()).permutation;
   const swap = $("#perm-swap");
-  swap.textContent = `“${p.swap.map((token) => p.sentence[token]).join(" ")}”`;
-  $("#perm-shuffle").addEventListener("click", () => { state.order = shuffled(state.order); refresh(); });
-  swap.addEventListener("click", () => { state.order = p.swap.slice(); refresh(); });
-  $("#perm-reset").addEventListener("click", () => { state.order = null; refresh(); });
-  $("#perm-positions").addEventListener("change", (e) => { state.positions = e.target.checked; refresh(); });
-  await refresh();
+  swap.textContent = `“${cfg.swap.map((token) => cfg.sentence[token]).join(" ")}”`;
+  $("#perm-shuffle").addEventListener("click", () => refresh({ order: shuffled(state.order) }));
+  swap.addEventListener("click", () => refresh({ order: cfg.swap.slice(), words: null }).then(() => { $("#perm-words").value = ""; }));
+  $("#perm-reset").addEventListener("click", () => refresh({ order: null }));
+  $("#perm-positions").addEventListener("change", (e) => refresh({ positions: e.target.checked }));
+  $("#perm-words-form").addEventListener("submit", ownWords);
+  $("#perm-words").setAttribute("placeholder", cfg.sentence.join(" "));
+  figureTools(root, { name: "permutation-demo", data: tableData });
+  onUrlChange(restore);
+  await restore();
 }

@@ -1,103 +1,74 @@
 // Figure attention-stepper: walk one attention call table by table (numbers from POST /api/trace).
+// The figure always shows the last input the server accepted; a refused one leaves it marked
+// stale, with the refusal named, until an accepted input replaces it.
 import { api, clearError, config, el, fmt, matrixTable, showError } from "./common.js";
+import { figureTools } from "./export.js";
+import { isPresenting } from "./present.js";
+import { matrixFromUrl, matrixToUrl, onUrlChange, readUrl, writeUrl } from "./state.js";
+import { checkEntry, makeEditable, parseMatrix, toText } from "./stepper-input.js";
 
-// The worked example and the limits come from GET /api/config (set in init).
-let cfg = null;
+let cfg = null; // the worked example and the limits, from GET /api/config (set in init)
 
 const root = document.getElementById("figure-attention-stepper");
 const $ = (sel) => root.querySelector(sel);
-const state = {
-  q: [],
-  k: [],
-  v: [],
-  causal: true,
-  scaled: true,
-  blocked: [],
-  step: 0,
-  sel: { i: 1, j: 0 },
-  fig: null,
-};
+// The accepted input (what the figure shows), where the reader is, and the server's answer.
+const state = { q: [], k: [], v: [], causal: true, scaled: true, blocked: [], step: 0, sel: { i: 1, j: 0 }, fig: null };
 
 const DIGITS = { weights: 6 };
 const sub = (n) => String(n + 1);
+const NAMES = { q: "Q", k: "K", v: "V" };
 
 // -- which entries feed entry (i, j) of the current step's result ---------------------------
 function feeds(step, tableName, i, j) {
   switch (step.feeds) {
-    case "qk":
-      return (r) => (tableName === "q" ? r.i === i : r.i === j);
-    case "cell":
-      return (r) => r.i === i && r.j === j;
-    case "row":
-      return (r) => r.i === i;
-    case "av":
-      return (r) => (tableName === "weights" ? r.i === i : r.j === j);
-    default:
-      return () => false;
+    case "qk": return (r) => (tableName === "q" ? r.i === i : r.i === j);
+    case "cell": return (r) => r.i === i && r.j === j;
+    case "row": return (r) => r.i === i;
+    case "av": return (r) => (tableName === "weights" ? r.i === i : r.j === j);
+    default: return () => false;
   }
 }
 
-function rowError(i) {
-  return state.fig.row_errors[i];
+const rowError = (i) => state.fig.row_errors[i];
+const currentStep = () => state.fig.steps[state.step];
+
+function inputTable(step, name) {
+  const t = state.fig.tables[name];
+  const table = matrixTable({
+    caption: t.label, rows: t.rows, cols: t.cols, values: t.values, digits: DIGITS[name] ?? 3,
+    rowError: name === "weights" ? rowError : null,
+    cell: (r, c, value) => (name === "mask" ? { text: value === null ? "−∞" : "0" } : {}),
+  });
+  table.dataset.table = name;
+  table.classList.add("step-input");
+  if (name === "mask") makeMaskButtons(table);
+  if (!step.result && name in NAMES) makeEditable(table, NAMES[name], (i, j, text, input) => editCell(name, i, j, text, input));
+  return table;
 }
 
-function stepTables(step) {
-  const fig = state.fig;
-  const { i, j } = state.sel;
-  const inputs = step.inputs.map((name) => {
-    const t = fig.tables[name];
-    const isFeed = feeds(step, name, i, j);
-    const editableMask = name === "mask";
-    const table = matrixTable({
-      caption: t.label,
-      rows: t.rows,
-      cols: t.cols,
-      values: t.values,
-      digits: DIGITS[name] ?? 3,
-      rowError: name === "weights" ? rowError : null,
-      cell: (r, c, value) => {
-        const attrs = {};
-        if (step.result && isFeed({ i: r, j: c })) attrs.class = "feed";
-        if (editableMask) attrs.text = value === null ? "−∞" : "0";
-        return attrs;
-      },
-    });
-    table.dataset.table = name;
-    table.classList.add("step-input");
-    if (editableMask) makeMaskButtons(table);
-    return table;
-  });
-  if (!step.result) return { inputs, result: null };
-  const t = fig.tables[step.result];
-  const result = matrixTable({
-    caption: t.label,
-    rows: t.rows,
-    cols: t.cols,
-    values: t.values,
-    digits: DIGITS[step.result] ?? 3,
+function resultTable(step) {
+  const t = state.fig.tables[step.result];
+  const table = matrixTable({
+    caption: t.label, rows: t.rows, cols: t.cols, values: t.values, digits: DIGITS[step.result] ?? 3,
     rowError: ["weights", "output"].includes(step.result) ? rowError : null,
-    cell: (r, c) => ({
-      tabindex: r === i && c === j ? "0" : "-1",
-      class: r === i && c === j ? "selected" : null,
-      "aria-selected": r === i && c === j ? "true" : "false",
-    }),
+    cell: () => ({ tabindex: "-1", "aria-selected": "false" }),
   });
-  result.dataset.table = step.result;
-  result.classList.add("step-result");
-  result.setAttribute("role", "grid");
-  result.setAttribute("aria-label", `${t.label}: use the arrow keys to pick an entry`);
-  result.addEventListener("keydown", onGridKey);
-  result.addEventListener("click", (event) => {
+  table.dataset.table = step.result;
+  table.classList.add("step-result");
+  table.setAttribute("role", "grid");
+  table.setAttribute("aria-label", `${t.label}: use the arrow keys to pick an entry`);
+  table.addEventListener("keydown", onGridKey);
+  // Hover previews the entry in place (nothing is redrawn, focus stays); a click pins it.
+  table.addEventListener("click", (event) => {
     const td = event.target.closest("td[data-row]");
     if (td) select(+td.dataset.row, +(td.dataset.col ?? 0), true);
   });
-  result.addEventListener("mouseover", (event) => {
+  table.addEventListener("mouseover", (event) => {
     const td = event.target.closest("td[data-col]");
-    if (td && (+td.dataset.row !== state.sel.i || +td.dataset.col !== state.sel.j)) {
-      select(+td.dataset.row, +td.dataset.col, false);
-    }
+    if (td) highlight(+td.dataset.row, +td.dataset.col, false);
   });
-  return { inputs, result };
+  table.addEventListener("mouseleave", () => highlight(state.sel.i, state.sel.j, false));
+  return table;
 }
 
 function makeMaskButtons(table) {
@@ -108,9 +79,7 @@ function makeMaskButtons(table) {
     const byCausal = state.causal && j > i;
     const what = byCausal ? "blocked by the causal mask" : byHand ? "blocked by hand" : "allowed";
     const button = el("button", {
-      type: "button",
-      class: "mask-cell",
-      "aria-pressed": byHand ? "true" : "false",
+      type: "button", class: "mask-cell", "aria-pressed": byHand ? "true" : "false",
       "aria-label": `query ${i + 1}, key ${j + 1}: ${what}. Press to ${byHand ? "unblock" : "block"} by hand`,
       onclick: () => toggleBlocked(i, j),
     }, td.textContent, byHand ? el("span", { class: "mark", "aria-hidden": "true", text: " ✎" }) : null);
@@ -119,119 +88,146 @@ function makeMaskButtons(table) {
   });
 }
 
-function toggleBlocked(i, j) {
-  const at = state.blocked.findIndex(([a, b]) => a === i && b === j);
-  if (at >= 0) state.blocked.splice(at, 1);
-  else state.blocked.push([i, j]);
-  refresh().then(() => {
-    const button = root.querySelector(`table[data-table="mask"] td[data-row="${i}"][data-col="${j}"] button`);
-    if (button) button.focus();
-  });
+async function toggleBlocked(i, j) {
+  const blocked = state.blocked.filter(([a, b]) => !(a === i && b === j));
+  if (blocked.length === state.blocked.length) blocked.push([i, j]);
+  await submit({ ...inputs(), blocked });
+  root.querySelector(`table[data-table="mask"] td[data-row="${i}"][data-col="${j}"] button`)?.focus();
 }
 
-// -- the explanation of the selected entry, written out ----------------------------------------
-function detail(step) {
+// -- the explanation of the picked entry, written out -----------------------------------------
+function detail(step, i, j) {
   const fig = state.fig;
-  const { i, j } = state.sel;
   const T = fig.tables;
-  const error = fig.row_errors[i];
-  if (!step.result) {
-    return `${fig.tables.q.rows.length} queries and ${fig.tables.k.rows.length} keys, d_k = ${fig.d_k}, d_v = ${T.v.cols.length}.`;
-  }
-  if (error && ["weights", "output"].includes(step.result)) return `⚠ ${error}.`;
+  if (!step.result) return `${T.q.rows.length} queries and ${T.k.rows.length} keys, d_k = ${fig.d_k}, d_v = ${T.v.cols.length}. Edit any entry of Q, K or V in its cell.`;
+  if (fig.row_errors[i] && ["weights", "output"].includes(step.result)) return `⚠ ${fig.row_errors[i]}.`;
   const q = T.q.values[i];
   const k = T.k.values[j];
   switch (step.result) {
-    case "scores": {
-      const terms = q.map((x, d) => `(${fmt(x)})(${fmt(k[d])})`).join(" + ");
-      return `score of query ${sub(i)} and key ${sub(j)}: q${sub(i)} · k${sub(j)} = ${terms} = ${fmt(T.scores.values[i][j])}`;
-    }
+    case "scores":
+      return `score of query ${sub(i)} and key ${sub(j)}: q${sub(i)} · k${sub(j)} = ${q.map((x, d) => `(${fmt(x)})(${fmt(k[d])})`).join(" + ")} = ${fmt(T.scores.values[i][j])}`;
     case "scaled":
       return `${fmt(T.scores.values[i][j])} × ${fmt(fig.scale, 4)} = ${fmt(T.scaled.values[i][j])}`;
     case "masked": {
       const m = T.mask.values[i][j];
-      const why = m === null ? (fig.causal && j > i ? ": key " + sub(j) + " comes after query " + sub(i) : ": blocked by hand") : "";
+      const why = m === null ? (fig.causal && j > i ? `: key ${sub(j)} comes after query ${sub(i)}` : ": blocked by hand") : "";
       return `${fmt(T.scaled.values[i][j])} + ${m === null ? "(−∞)" : "0"} = ${fmt(T.masked.values[i][j])}${why}`;
     }
-    case "weights": {
-      const row = T.masked.values[i].map((x) => fmt(x)).join(", ");
-      const w = T.weights.values[i].map((x) => fmt(x, 6)).join(", ");
-      return `softmax of row ${sub(i)}, [${row}], gives [${w}]: the weights add up to 1.`;
-    }
-    case "output": {
-      const terms = T.weights.values[i].map((a, m) => `(${fmt(a)})(${fmt(T.v.values[m][j])})`).join(" + ");
-      return `output ${sub(i)}, feature ${sub(j)}: weights of query ${sub(i)} times column ${sub(j)} of V = ${terms} = ${fmt(T.output.values[i][j])}`;
-    }
+    case "weights":
+      return `softmax of row ${sub(i)}, [${T.masked.values[i].map((x) => fmt(x)).join(", ")}], gives [${T.weights.values[i].map((x) => fmt(x, 6)).join(", ")}]: the weights add up to 1.`;
+    case "output":
+      return `output ${sub(i)}, feature ${sub(j)}: weights of query ${sub(i)} times column ${sub(j)} of V = ${T.weights.values[i].map((a, m) => `(${fmt(a)})(${fmt(T.v.values[m][j])})`).join(" + ")} = ${fmt(T.output.values[i][j])}`;
     default:
       return "";
   }
+}
+
+// The softmax step's working, row by row, from the server's numbers (fig.softmax).
+function working() {
+  const T = state.fig.tables;
+  return state.fig.softmax.map((row, i) => {
+    if (!row) return el("li", { "data-row": i }, `Row ${sub(i)}: no allowed key, so no weights.`);
+    const shift = row.shift ? ` − ${fmt(row.shift)}` : "";
+    const exps = T.masked.values[i].map((x, j) => (x === null ? null : `e^(${fmt(x)}${shift}) = ${fmt(row.exps[j], 4)}`)).filter(Boolean).join(", ");
+    const divs = row.exps.map((e, j) => (e === null ? null : `${fmt(e, 4)} / ${fmt(row.total, 4)} = ${fmt(row.weights[j], 4)}`)).filter(Boolean).join(", ");
+    const gap = row.gap === null ? "" : ` Gap between the top two scores: ${fmt(row.gap)}, so the top key gets e^${fmt(row.gap)} ≈ ${row.gap_ratio === null ? "more than 10^300" : Math.round(row.gap_ratio) >= 1000 ? Math.round(row.gap_ratio).toLocaleString("en") : fmt(row.gap_ratio)} times the weight of the next.`;
+    return el("li", { "data-row": i, "data-total": String(row.total), "data-gap-ratio": String(row.gap_ratio) },
+      el("strong", { text: `Row ${sub(i)}: ` }), `${exps}; sum = ${fmt(row.total, 4)}; ${divs}.${gap}`);
+  });
 }
 
 // -- drawing ----------------------------------------------------------------------------------
 function render(focusGrid = false) {
   const fig = state.fig;
   const steps = fig.steps;
-  const step = steps[state.step];
-  const result = step.result ? fig.tables[step.result] : null;
-  if (result) {
-    state.sel.i = Math.min(state.sel.i, result.rows.length - 1);
-    state.sel.j = Math.min(state.sel.j, result.cols.length - 1);
+  const step = currentStep();
+  if (step.result) {
+    const t = fig.tables[step.result];
+    state.sel.i = Math.min(state.sel.i, t.rows.length - 1);
+    state.sel.j = Math.min(state.sel.j, t.cols.length - 1);
   }
-  $("#stepper-steps").replaceChildren(
-    ...steps.map((s, n) =>
-      el("li", {},
-        el("button", {
-          type: "button",
-          "aria-current": n === state.step ? "step" : false,
-          onclick: () => go(n, true),
-        }, `${n + 1}. ${s.title}`)),
-    ),
-  );
+  $("#stepper-steps").replaceChildren(...steps.map((s, n) => el("li", {},
+    el("button", { type: "button", "aria-current": n === state.step ? "step" : false, onclick: () => go(n, true) }, `${n + 1}. ${s.title}`))));
   $("#stepper-title").textContent = `Step ${state.step + 1} of ${steps.length}: ${step.title}`;
   $("#stepper-formula").textContent = step.formula;
   $("#stepper-explain").textContent = step.explain;
-  const { inputs, result: resultTable } = stepTables(step);
-  const stage = $("#stepper-tables");
-  const parts = [el("div", { class: "inputs" }, inputs)];
-  if (resultTable) parts.push(el("div", { class: "arrow", "aria-hidden": "true", text: "→" }), el("div", { class: "result" }, resultTable));
-  stage.replaceChildren(...parts);
-  $("#stepper-detail").textContent = detail(step);
-  $("#stepper-back").disabled = state.step === 0;
-  $("#stepper-next").disabled = state.step === steps.length - 1;
+  const parts = [el("div", { class: "inputs" }, step.inputs.map((name) => inputTable(step, name)))];
+  if (step.result) parts.push(el("div", { class: "arrow", "aria-hidden": "true" }), el("div", { class: "result" }, resultTable(step)));
+  $("#stepper-tables").replaceChildren(...parts);
+  const work = $("#stepper-working");
+  work.hidden = step.result !== "weights";
+  work.querySelector("ol").replaceChildren(...(step.result === "weights" ? working() : []));
+  for (const [id, off] of [["#stepper-back", state.step === 0], ["#stepper-next", state.step === steps.length - 1]]) {
+    $(id).setAttribute("aria-disabled", String(off)); // stays focusable: focus never drops to the page
+  }
   const errors = fig.row_errors.map((e, i) => (e ? i : -1)).filter((i) => i >= 0);
   $("#stepper-rows").textContent = errors.length
-    ? `⚠ ${errors.length === 1 ? "Query " + sub(errors[0]) + " has" : "Queries " + errors.map(sub).join(", ") + " have"} no allowed key: shown as an error on that row, not as NaN.`
+    ? `⚠ ${errors.length === 1 ? `Query ${sub(errors[0])} has` : `Queries ${errors.map(sub).join(", ")} have`} no allowed key: shown as an error on that row, not as NaN.`
     : "";
-  if (focusGrid) {
-    const cell = stage.querySelector(".step-result td[tabindex='0']");
-    if (cell) cell.focus();
+  $("#stepper-causal").checked = state.causal;
+  $("#stepper-scaled").checked = state.scaled;
+  root.dataset.step = step.id;
+  highlight(state.sel.i, state.sel.j, true);
+  if (focusGrid) $("#stepper-tables .step-result td[tabindex='0']")?.focus();
+}
+
+// Mark the entry (i, j) of the result and the entries that feed it, in place. pinned: it is also
+// the keyboard's entry (tabindex 0) and the one announced.
+function highlight(i, j, pinned) {
+  const step = currentStep();
+  const stage = $("#stepper-tables");
+  stage.querySelectorAll(".feed, .selected, .previewed").forEach((td) => td.classList.remove("feed", "selected", "previewed"));
+  $("#stepper-detail").textContent = detail(step, i, j);
+  if (!step.result) {
+    $("#stepper-live").textContent = `Step ${state.step + 1}: ${step.title}.`;
+    return;
+  }
+  for (const name of step.inputs) {
+    const isFeed = feeds(step, name, i, j);
+    stage.querySelectorAll(`table[data-table="${name}"] td[data-col]`).forEach((td) => {
+      if (isFeed({ i: +td.dataset.row, j: +td.dataset.col })) td.classList.add("feed");
+    });
+  }
+  stage.querySelectorAll(".step-result td[data-row]").forEach((td) => {
+    const on = +td.dataset.row === i && +(td.dataset.col ?? 0) === j;
+    if (on) td.classList.add(pinned ? "selected" : "previewed");
+    if (pinned) {
+      td.tabIndex = on ? 0 : -1;
+      td.setAttribute("aria-selected", String(on));
+    } else if (+td.dataset.row === state.sel.i && +(td.dataset.col ?? 0) === state.sel.j) td.classList.add("selected");
+  });
+  if (pinned) {
+    const t = state.fig.tables[step.result];
+    const value = t.values[i]?.[j];
+    $("#stepper-live").textContent = `Step ${state.step + 1}: ${step.title}. ${t.label}, row ${sub(i)}, column ${sub(j)}: ${rowError(i) && ["weights", "output"].includes(step.result) ? "no weights" : fmt(value, DIGITS[step.result] ?? 3)}.`;
   }
 }
 
 function select(i, j, focus) {
   state.sel = { i, j };
-  render(focus);
+  highlight(i, j, true);
+  if (focus) $("#stepper-tables .step-result td[tabindex='0']")?.focus();
+  writeUrl(urlEntries(), { push: false });
 }
 
 function onGridKey(event) {
+  const moves = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1] };
+  if (!(event.key in moves)) return;
   const table = event.currentTarget;
   const rows = table.tBodies[0].rows.length;
   const cols = table.tHead.rows[0].cells.length - 1;
-  let { i, j } = state.sel;
-  const moves = { ArrowUp: [-1, 0], ArrowDown: [1, 0], ArrowLeft: [0, -1], ArrowRight: [0, 1] };
-  if (event.key in moves) {
-    const [di, dj] = moves[event.key];
-    i = Math.max(0, Math.min(rows - 1, i + di));
-    j = Math.max(0, Math.min(cols - 1, j + dj));
-    event.preventDefault();
-    select(i, j, true);
-  }
+  const [di, dj] = moves[event.key];
+  event.preventDefault();
+  event.stopPropagation();
+  select(Math.max(0, Math.min(rows - 1, state.sel.i + di)), Math.max(0, Math.min(cols - 1, state.sel.j + dj)), true);
 }
 
 function go(n, focusButton = false) {
-  const steps = state.fig.steps;
-  state.step = Math.max(0, Math.min(steps.length - 1, n));
+  const next = Math.max(0, Math.min(state.fig.steps.length - 1, n));
+  if (next === state.step) return;
+  state.step = next;
   render();
+  writeUrl(urlEntries());
   if (focusButton) $("#stepper-steps [aria-current='step']")?.focus();
 }
 
@@ -240,36 +236,88 @@ export function goToStep(id) {
   if (n >= 0) go(n);
 }
 
-async function refresh() {
+// -- the URL: stepper.step, .cell (1-based "row,column"), .causal, .scaled, .q/.k/.v, .blocked --
+const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
+function urlEntries() {
+  const ex = cfg.example;
+  return {
+    "stepper.step": state.step ? state.fig.steps[state.step].id : null,
+    "stepper.cell": `${state.sel.i + 1},${state.sel.j + 1}`,
+    "stepper.causal": state.causal ? null : 0,
+    "stepper.scaled": state.scaled ? null : 0,
+    "stepper.q": same(state.q, ex.q) ? null : matrixToUrl(state.q),
+    "stepper.k": same(state.k, ex.k) ? null : matrixToUrl(state.k),
+    "stepper.v": same(state.v, ex.v) ? null : matrixToUrl(state.v),
+    "stepper.blocked": state.blocked.map(([i, j]) => `${i + 1}-${j + 1}`).join(";") || null,
+  };
+}
+
+function fromUrl() {
+  const ex = structuredClone(cfg.example);
+  const blocked = (readUrl("stepper.blocked") || "").split(";").filter(Boolean)
+    .map((pair) => pair.split("-").map((x) => Number(x) - 1)).filter((p) => p.length === 2 && p.every(Number.isInteger));
+  const cell = (readUrl("stepper.cell") || "").split(",").map((x) => Number(x) - 1);
+  return {
+    request: {
+      q: matrixFromUrl(readUrl("stepper.q")) ?? ex.q,
+      k: matrixFromUrl(readUrl("stepper.k")) ?? ex.k,
+      v: matrixFromUrl(readUrl("stepper.v")) ?? ex.v,
+      causal: readUrl("stepper.causal") !== "0",
+      scaled: readUrl("stepper.scaled") !== "0",
+      blocked,
+    },
+    step: readUrl("stepper.step"),
+    sel: cell.length === 2 && cell.every((x) => Number.isInteger(x) && x >= 0) ? { i: cell[0], j: cell[1] } : { i: 1, j: 0 },
+  };
+}
+
+// -- asking the server ------------------------------------------------------------------------
+const inputs = () => ({ q: state.q, k: state.k, v: state.v, causal: state.causal, scaled: state.scaled, blocked: state.blocked });
+
+async function submit(request, { push = true } = {}) {
   const error = $("#stepper-error");
   try {
-    state.fig = await api("/api/trace", {
-      method: "POST",
-      body: { q: state.q, k: state.k, v: state.v, causal: state.causal, scaled: state.scaled, blocked: state.blocked },
-    });
+    const fig = await api("/api/trace", { method: "POST", body: request });
+    Object.assign(state, request, { fig });
     clearError(error);
+    root.classList.remove("stale");
     render();
+    if (push !== null) writeUrl(urlEntries(), { push });
+    return true;
   } catch (err) {
-    showError(error, err);
+    refused(err);
+    return false;
   }
 }
 
-// -- editing Q, K and V -----------------------------------------------------------------------
-const toText = (m) => m.map((row) => row.join(" ")).join("\n");
+// A refused input: say why, name the entry, and mark the figure as the last accepted one.
+function refused(err) {
+  showError($("#stepper-error"), err);
+  if (!state.fig) return;
+  root.classList.add("stale");
+  $("#stepper-stale").textContent = "The tables below still show the last input the server accepted. Fix the entry named above, or press “Chapter example”.";
+  $("#stepper-causal").checked = state.causal;
+  $("#stepper-scaled").checked = state.scaled;
+  const where = String(err.message).match(/^[QKV] row \d+, column \d+/)?.[0];
+  if (where) root.querySelector(`input[data-entry="${where}"]`)?.setAttribute("aria-invalid", "true");
+}
 
-function parse(name, text) {
-  const rows = text.trim().split(/\n+/).map((line) => line.trim().split(/[\s,;]+/).filter(Boolean));
-  if (!rows.length || !rows[0].length) throw new Error(`${name}: expected at least one row of numbers`);
-  const { max_tokens: tokens, max_width: width } = cfg;
-  if (rows.length > tokens) throw new Error(`${name}: expected at most ${tokens} rows (tokens), but got ${rows.length}`);
-  return rows.map((row, i) => {
-    if (row.length > width) throw new Error(`${name}: expected at most ${width} numbers a row, but row ${i + 1} has ${row.length}`);
-    return row.map((cell, j) => {
-      const x = Number(cell.replace("−", "-"));
-      if (!Number.isFinite(x)) throw new Error(`${name}: expected a number at row ${i + 1}, column ${j + 1}, but got “${cell}”`);
-      return x;
-    });
-  });
+async function editCell(name, i, j, text, input) {
+  input.removeAttribute("aria-invalid");
+  let x;
+  try {
+    x = checkEntry(NAMES[name], i, j, text, cfg.max_abs);
+  } catch (err) {
+    input.setAttribute("aria-invalid", "true");
+    refused(err);
+    return;
+  }
+  const matrix = state[name].map((row) => row.slice());
+  matrix[i][j] = x;
+  if (await submit({ ...inputs(), [name]: matrix })) {
+    fillEditors();
+    root.querySelector(`input[data-entry="${NAMES[name]} row ${i + 1}, column ${j + 1}"]`)?.focus();
+  }
 }
 
 function fillEditors() {
@@ -278,44 +326,66 @@ function fillEditors() {
 
 async function apply(event) {
   event.preventDefault();
-  const error = $("#stepper-error");
+  const next = {};
   try {
-    const next = {};
-    for (const name of ["q", "k", "v"]) next[name] = parse(name.toUpperCase(), $(`#stepper-edit-${name}`).value);
-    Object.assign(state, next, { blocked: [] });
+    for (const name of ["q", "k", "v"]) next[name] = parseMatrix(NAMES[name], $(`#stepper-edit-${name}`).value, cfg);
   } catch (err) {
-    showError(error, err);
+    refused(err);
     return;
   }
-  await refresh();
+  await submit({ ...inputs(), ...next, blocked: [] });
 }
 
 function randomExample() {
   const { random_tokens: n, random_width: d, random_range: r } = cfg;
   const entry = () => Math.floor(Math.random() * (2 * r + 1)) - r; // a whole number in -r..r
   const draw = () => Array.from({ length: n }, () => Array.from({ length: d }, entry));
-  Object.assign(state, { q: draw(), k: draw(), v: draw(), blocked: [] });
-  fillEditors();
-  refresh();
+  submit({ ...inputs(), q: draw(), k: draw(), v: draw(), blocked: [] }).then(fillEditors);
 }
 
-const example = () => structuredClone(cfg.example);
+async function restore() {
+  const { request, step, sel } = fromUrl();
+  state.sel = sel;
+  if (!state.fig || !same(request, inputs())) {
+    await submit(request, { push: null });
+    fillEditors();
+  }
+  if (!state.fig) return;
+  const n = state.fig.steps.findIndex((s) => s.id === step);
+  state.step = Math.max(0, n);
+  render();
+}
+
+function tableData() {
+  const fig = state.fig;
+  const step = currentStep();
+  const names = step.result ? [...step.inputs, step.result] : step.inputs;
+  return {
+    caption: `Attention stepper, step ${state.step + 1} (${step.title}): d_k = ${fig.d_k}, causal mask ${fig.causal ? "on" : "off"}, scaling ${fig.scaled ? `by 1/√d_k = ${fmt(fig.scale, 4)}` : "off"}${state.blocked.length ? `, ${state.blocked.length} pair(s) blocked by hand` : ""}.`,
+    state: urlEntries(),
+    tables: names.map((name) => ({ title: fig.tables[name].label, rows: fig.tables[name].rows, cols: fig.tables[name].cols, values: fig.tables[name].values, digits: DIGITS[name] ?? 3 })),
+  };
+}
 
 export async function init() {
   cfg = (await config()).stepper;
-  Object.assign(state, example());
   $("#stepper-random").textContent = `Random ${cfg.random_tokens} tokens`;
-  $("#stepper-back").addEventListener("click", () => go(state.step - 1));
-  $("#stepper-next").addEventListener("click", () => go(state.step + 1));
-  $("#stepper-causal").addEventListener("change", (e) => { state.causal = e.target.checked; refresh(); });
-  $("#stepper-scaled").addEventListener("change", (e) => { state.scaled = e.target.checked; refresh(); });
+  const stepBy = (d) => { go(state.step + d); };
+  $("#stepper-back").addEventListener("click", () => stepBy(-1));
+  $("#stepper-next").addEventListener("click", () => stepBy(1));
+  $("#stepper-causal").addEventListener("change", (e) => submit({ ...inputs(), causal: e.target.checked }));
+  $("#stepper-scaled").addEventListener("change", (e) => submit({ ...inputs(), scaled: e.target.checked }));
   $("#stepper-form").addEventListener("submit", apply);
-  $("#stepper-reset").addEventListener("click", () => {
-    Object.assign(state, example(), { blocked: [] });
-    fillEditors();
-    refresh();
-  });
+  $("#stepper-reset").addEventListener("click", () => submit({ ...inputs(), ...structuredClone(cfg.example), blocked: [] }).then(fillEditors));
   $("#stepper-random").addEventListener("click", randomExample);
-  fillEditors();
-  await refresh();
+  // Presenting: the arrow keys step (unless a grid or a text box has them).
+  document.addEventListener("keydown", (event) => {
+    if (!isPresenting(root) || event.target.closest("input, textarea, [role='grid']")) return;
+    const d = { ArrowRight: 1, ArrowLeft: -1, PageDown: 1, PageUp: -1 }[event.key];
+    if (d) { event.preventDefault(); stepBy(d); }
+  });
+  figureTools(root, { name: "attention-stepper", data: tableData });
+  onUrlChange(restore);
+  await restore();
+  if (!state.fig) await submit({ ...structuredClone(cfg.example), causal: true, scaled: true, blocked: [] }, { push: null });
 }

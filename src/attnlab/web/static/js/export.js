@@ -1,0 +1,151 @@
+// Each figure's tool row: copy a link to its state, present it, and export it. Tables are written
+// here from the numbers the server sent (CSV, JSON, Markdown, LaTeX); images are one SVG holding
+// a caption that states the figure's state, the Plotly chart (Plotly.toImage) and the tables, and
+// the PNG is that SVG drawn on a canvas. Nothing leaves the machine: downloads are blob: URLs.
+import { el, fmt } from "./common.js";
+import { togglePresentation } from "./present.js";
+import { linkTo } from "./state.js";
+
+const cellText = (x) => (x === null || x === undefined ? "-inf" : String(x));
+
+export function toCsv({ caption, tables }) {
+  const quote = (s) => (/[",\n]/.test(s) ? `"${s.replaceAll('"', '""')}"` : s);
+  const lines = [`# ${caption}`];
+  for (const t of tables) {
+    lines.push("", `# ${t.title}`, ["", ...t.cols].map(quote).join(","));
+    t.values.forEach((row, i) => lines.push([t.rows[i], ...row.map(cellText)].map(quote).join(",")));
+  }
+  return `${lines.join("\n")}\n`;
+}
+
+export const toJson = ({ caption, state, tables }) =>
+  `${JSON.stringify({ caption, state, tables: tables.map(({ title, rows, cols, values }) => ({ title, rows, cols, values })) }, null, 2)}\n`;
+
+export function toMarkdown({ caption, tables }) {
+  const out = [`*${caption}*`];
+  for (const t of tables) {
+    out.push("", `**${t.title}**`, "", `| | ${t.cols.join(" | ")} |`, `|---|${t.cols.map(() => "---:").join("|")}|`);
+    t.values.forEach((row, i) => out.push(`| ${t.rows[i]} | ${row.map((x) => fmt(x, t.digits ?? 3)).join(" | ")} |`));
+  }
+  return `${out.join("\n")}\n`;
+}
+
+const tex = (s) => String(s).replace(/[\\&%$#_{}~^]/g, (c) => `\\${c}`).replace("−∞", "$-\\infty$").replace("−", "-");
+export function toLatex({ caption, tables }) {
+  const out = [`% ${caption}`];
+  for (const t of tables) {
+    const num = (x) => (x === null || x === undefined ? "$-\\infty$" : fmt(x, t.digits ?? 3).replace("−", "-"));
+    out.push("\\begin{table}[h]", "\\centering", `\\caption{${tex(t.title)}. ${tex(caption)}}`,
+      `\\begin{tabular}{l${"r".repeat(t.cols.length)}}`, "\\hline",
+      ` & ${t.cols.map(tex).join(" & ")} \\\\`, "\\hline");
+    t.values.forEach((row, i) => out.push(`${tex(t.rows[i])} & ${row.map(num).join(" & ")} \\\\`));
+    out.push("\\hline", "\\end{tabular}", "\\end{table}", "");
+  }
+  return `${out.join("\n")}\n`;
+}
+
+// -- images ------------------------------------------------------------------------------------
+const esc = (s) => String(s).replace(/[<>&"]/g, (c) => ({ "<": "&lt;", ">": "&gt;", "&": "&amp;", '"': "&quot;" })[c]);
+
+function tableSvg(t, y0) {
+  const cw = 86;
+  const rh = 24;
+  const lw = Math.max(70, 8 * Math.max(...t.rows.map((r) => String(r).length)));
+  const parts = [`<text x="10" y="${y0 + 16}" font-weight="bold">${esc(t.title)}</text>`];
+  let y = y0 + 24;
+  t.cols.forEach((c, j) => parts.push(`<text x="${10 + lw + cw * (j + 1) - 6}" y="${y + 16}" text-anchor="end" fill="#555">${esc(c)}</text>`));
+  t.values.forEach((row, i) => {
+    y += rh;
+    parts.push(`<line x1="10" x2="${10 + lw + cw * t.cols.length}" y1="${y}" y2="${y}" stroke="#ccc"/>`);
+    parts.push(`<text x="10" y="${y + 16}" fill="#555">${esc(t.rows[i])}</text>`);
+    row.forEach((x, j) => parts.push(`<text x="${10 + lw + cw * (j + 1) - 6}" y="${y + 16}" text-anchor="end">${esc(fmt(x, t.digits ?? 3))}</text>`));
+  });
+  return { svg: parts.join(""), height: y + rh + 16 - y0, width: 20 + lw + cw * t.cols.length };
+}
+
+export async function toSvg(data, plots = []) {
+  const width0 = 900;
+  const parts = [];
+  let y = 10;
+  let width = width0;
+  const lines = data.caption.match(/.{1,110}(\s|$)/g) || [data.caption];
+  lines.forEach((line) => { y += 20; parts.push(`<text x="10" y="${y}" font-size="15">${esc(line.trim())}</text>`); });
+  y += 12;
+  for (const node of plots) {
+    if (!window.Plotly || !node.querySelector(".main-svg")) continue;
+    const w = Math.max(node.clientWidth, 400);
+    const h = Math.max(node.clientHeight, 300);
+    const url = await window.Plotly.toImage(node, { format: "svg", width: w, height: h });
+    parts.push(`<image x="0" y="${y}" width="${w}" height="${h}" href="${esc(url)}"/>`);
+    y += h + 10;
+    width = Math.max(width, w);
+  }
+  for (const t of data.tables) {
+    const drawn = tableSvg(t, y);
+    parts.push(drawn.svg);
+    y += drawn.height;
+    width = Math.max(width, drawn.width);
+  }
+  return `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${y + 10}" font-family="DejaVu Sans, sans-serif" font-size="13">`
+    + `<rect width="100%" height="100%" fill="#fff"/>${parts.join("")}</svg>`;
+}
+
+export async function toPng(svg) {
+  const image = new Image();
+  image.src = `data:image/svg+xml;charset=utf-8,${encodeURIComponent(svg)}`;
+  await image.decode();
+  const canvas = el("canvas", { width: image.width * 2, height: image.height * 2 });
+  const ctx = canvas.getContext("2d");
+  ctx.scale(2, 2);
+  ctx.drawImage(image, 0, 0);
+  return new Promise((resolve) => canvas.toBlob(resolve, "image/png"));
+}
+
+function download(name, content, type) {
+  const blob = content instanceof Blob ? content : new Blob([content], { type });
+  const url = URL.createObjectURL(blob);
+  const a = el("a", { href: url, download: name, hidden: true });
+  document.body.append(a);
+  a.click();
+  a.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 10_000);
+}
+
+const FORMATS = {
+  csv: ["CSV", (d) => toCsv(d), "text/csv"],
+  json: ["JSON", (d) => toJson(d), "application/json"],
+  md: ["Markdown", (d) => toMarkdown(d), "text/markdown"],
+  tex: ["LaTeX", (d) => toLatex(d), "application/x-tex"],
+};
+
+// data() -> { caption, state, tables: [{ title, rows, cols, values, digits }] }; plots() -> nodes.
+export function figureTools(root, { name, data, plots = () => [] }) {
+  const status = el("span", { class: "tool-status", role: "status" });
+  const linkBox = el("input", { type: "text", readonly: true, class: "link-box", "aria-label": "Link to this figure", hidden: true });
+  const copy = el("button", { type: "button", class: "copy-link", onclick: async () => {
+    const link = linkTo(root.id);
+    copy.dataset.link = link;
+    try {
+      await navigator.clipboard.writeText(link);
+      status.textContent = "Link copied.";
+    } catch {
+      linkBox.hidden = false; // no clipboard permission: show the link, selected, to copy by hand
+      linkBox.value = link;
+      linkBox.select();
+      status.textContent = "Copy the selected link.";
+    }
+  } }, "Copy link");
+  const present = el("button", { type: "button", class: "present-button", "aria-pressed": "false", onclick: () => togglePresentation(root) }, "Present");
+  const image = (format) => el("button", { type: "button", "data-export": format, onclick: async () => {
+    const svg = await toSvg(data(), plots());
+    if (format === "svg") download(`${name}.svg`, svg, "image/svg+xml");
+    else download(`${name}.png`, await toPng(svg), "image/png");
+  } }, format.toUpperCase());
+  const tables = Object.entries(FORMATS).map(([ext, [label, make, type]]) =>
+    el("button", { type: "button", "data-export": ext, onclick: () => download(`${name}.${ext}`, make(data()), type) }, label));
+  const bar = el("div", { class: "figure-tools", role: "group", "aria-label": "Link, present and export" },
+    copy, present, el("span", { class: "tools-label", text: "Export:" }), image("png"), image("svg"), ...tables, status, linkBox);
+  root.querySelector("h2").after(bar);
+  root.exportData = data; // for the tests and the console: the figure's numbers as exported
+  return bar;
+}
