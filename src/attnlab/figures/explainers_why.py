@@ -54,7 +54,7 @@ def _variance_chain() -> list[Explainer]:
                 ),
                 term(
                     "sum",
-                    "Σ_{i=1}^{d_k}",
+                    "Σ_{i=1}^{d_{k}}",
                     "d_k terms",
                     "Add up over the d_k coordinates.",
                     _proof_step(5, "E(q·k)"),
@@ -87,7 +87,7 @@ def _variance_chain() -> list[Explainer]:
                 ),
                 term(
                     "sum",
-                    "Σ_{i=1}^{d_k}",
+                    "Σ_{i=1}^{d_{k}}",
                     "d_k terms",
                     "A sum over the d_k coordinates; an average of a sum is the sum of averages.",
                     _proof_step(5, "E(q·k)"),
@@ -154,7 +154,7 @@ def _variance_chain() -> list[Explainer]:
                 ),
                 term(
                     "sum",
-                    "Σ_{i=1}^{d_k}",
+                    "Σ_{i=1}^{d_{k}}",
                     "d_k terms",
                     "Independent terms: their variances simply add.",
                     _proof_step(6, "Var(q·k)"),
