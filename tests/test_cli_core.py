@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -356,3 +357,37 @@ def test_example_without_the_mask_prints_the_big_ratio():
     assert in_order(
         out, ["query 1", "by 12.728", "337,0", "times the other", "query 2", "sum 5.113"]
     )
+
+
+# -- the backward pass, traced (issue 12.2) -------------------------------------------------------
+
+
+def test_example_backward_prints_the_chain_rule_tables():
+    result = run("example", "--backward")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "Backward" in out and "grad_v" in out and "grad_k" in out
+    # dV = Pᵀ dO with dO all ones: key 1 collects 1 + 0.196, key 2 collects 0.804 (§6.2's P).
+    assert "1.196" in out and "0.8044" in out and "-0.6293" in out
+
+
+def test_attention_backward_json_equals_attention_backward():
+    q, k, v = [[1.0, 2.0], [0.5, -1.0], [2.0, 0.0]], [[1.0, 0.0], [0.0, 1.0]], [[1.0], [3.0]]
+    d_o = [[1.0], [-2.0], [0.5]]
+    result = run(
+        "attention", "--q", json.dumps(q), "--k", json.dumps(k), "--v", json.dumps(v),
+        "--grad-output", json.dumps(d_o), "--json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    dq, dk, dv = attnlab.attention_backward(q, k, v, d_o)
+    np.testing.assert_allclose(data["grad_q"], dq, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(data["grad_k"], dk, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(data["grad_v"], dv, rtol=0, atol=1e-12)
+
+
+def test_a_grad_output_of_the_wrong_shape_is_one_line():
+    result = run("example", "--grad-output", "[[1, 1, 1]]")
+    assert result.exit_code == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--grad-output" in lines[0] and "(2, 2)" in lines[0]

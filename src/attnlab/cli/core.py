@@ -38,7 +38,17 @@ _EXPLAIN = {
     "masked": "Blocked pairs become -inf; allowed pairs are unchanged.",
     "weights": "Softmax along each row: non-negative weights that sum to 1, blocked pairs get 0.",
     "output": "Each query's output is its weights times the value rows: a weighted average of values.",
+    # The backward pass, read as the chain rule from the output back to q, k and v.
+    "grad_output": "The upstream gradient ∂L/∂output: how the loss moves with each output entry.",
+    "grad_v": "Value row j collects dO from every query, in proportion to the weight it got.",
+    "grad_weights": "How the loss moves with each weight: query i's dO dotted with value row j.",
+    "grad_scores": "Softmax's Jacobian applied to each row: rows sum to 0, blocked pairs get 0.",
+    "grad_q": "Each query moves along the keys, by how much its scores should change, times scale.",
+    "grad_k": "Each key moves along the queries that scored it, times scale.",
 }
+# Row and column labels of each table: (row, column).
+_AXES = {"output": ("query", "dim"), "grad_output": ("query", "dim"), "grad_v": ("key", "dim"),
+         "grad_q": ("query", "dim"), "grad_k": ("key", "dim")}  # fmt: skip
 
 
 def _table(title: str, mat: np.ndarray, row_label: str = "query", col_label: str = "key") -> None:
@@ -58,8 +68,10 @@ def _show_trace(trace: attnlab.AttentionTrace) -> None:
     _table("Keys K", trace.k, "token", "dim")
     _table("Values V", trace.v, "token", "dim")
     for name, caption, mat in trace.stages():
-        cols = "dim" if name == "output" else "key"
-        _table(f"Step {caption}", mat, "query", cols)
+        if name == "grad_output":
+            console.print("[bold]Backward: the chain rule, from the output back to Q, K, V[/]\n")
+        rows, cols = _AXES.get(name, ("query", "key"))
+        _table(f"Step {caption}", mat, rows, cols)
         extra = f" (scale = {trace.scale:.6g})" if name == "scaled" else ""
         console.print(f"  [dim]{_EXPLAIN[name]}{extra}[/]\n")
 
@@ -82,11 +94,38 @@ def _trace_json(trace: attnlab.AttentionTrace) -> str:
     return "{\n" + ",\n".join(fields) + "\n}"
 
 
+GradOutput = Annotated[
+    str | None,
+    typer.Option(
+        "--grad-output",
+        help="The upstream gradient dO as a JSON matrix (N rows, d_v columns); implies "
+        "--backward. Default with --backward: all ones.",
+    ),
+]
+
+
+def _upstream(backward: bool, text: str | None, n: int, d_v: int) -> list | None:
+    """dO for a traced backward pass: the given matrix, ones, or None for no backward pass."""
+    if text is None:
+        return [[1.0] * d_v for _ in range(n)] if backward else None
+    rows = to_floats("grad-output", load_matrix("grad-output", text))
+    if (len(rows), len(rows[0])) != (n, d_v):
+        raise fail(
+            f"--grad-output: expected the output's shape (N, d_v) = ({n}, {d_v}), but got "
+            f"({len(rows)}, {len(rows[0])}) instead"
+        )
+    return rows
+
+
 @app.command()
 @friendly_errors
 def example(
     no_mask: Annotated[bool, typer.Option("--no-mask", help="Drop the causal mask.")] = False,
     no_scale: Annotated[bool, typer.Option("--no-scale", help="Skip the 1/√d_k scaling.")] = False,
+    backward: Annotated[
+        bool, typer.Option("--backward", help="Also trace the gradients (dO all ones).")
+    ] = False,
+    grad_output: GradOutput = None,
 ) -> None:
     """Walk the chapter's two-token worked example (§6.2) step by step."""
     trace = attnlab.trace_attention(
@@ -95,6 +134,7 @@ def example(
         EXAMPLE_V,
         mask=None if no_mask else attnlab.masks.Causal(),
         scale=1.0 if no_scale else None,
+        grad_output=_upstream(backward, grad_output, len(EXAMPLE_Q), len(EXAMPLE_V[0])),
     )
     console.print(
         "[bold]The two-token example of §6.2[/]: "
@@ -201,14 +241,24 @@ def attention(
             f"{JSON_MAX_CELLS:,} cells.",
         ),
     ] = False,
+    backward: Annotated[
+        bool, typer.Option("--backward", help="Also trace the gradients (dO all ones).")
+    ] = False,
+    grad_output: GradOutput = None,
 ) -> None:
-    """Trace attention on any small case, showing every table."""
+    """Trace attention on any small case, showing every table (and the gradients' with
+    --backward)."""
     raw = {name: load_matrix(name, text) for name, text in (("q", q), ("k", k), ("v", v))}
     _check_size(raw["q"], raw["k"], raw["v"], as_json)
     qm, km, vm = (to_floats(name, rows) for name, rows in raw.items())
     # Scores that overflow (finite entries, huge products) are refused by the library itself.
     trace = attnlab.trace_attention(
-        qm, km, vm, mask=attnlab.masks.Causal() if causal else None, scale=1.0 if no_scale else None
+        qm,
+        km,
+        vm,
+        mask=attnlab.masks.Causal() if causal else None,
+        scale=1.0 if no_scale else None,
+        grad_output=_upstream(backward, grad_output, len(qm), len(vm[0])),
     )
     if as_json:
         typer.echo(_trace_json(trace))
