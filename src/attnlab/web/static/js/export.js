@@ -50,17 +50,18 @@ const esc = (s) => String(s).replace(/[<>&"]/g, (c) => ({ "<": "&lt;", ">": "&gt
 function tableSvg(t, y0) {
   const cw = 86;
   const rh = 24;
+  const base = rh - 8; // text baseline within a row
   const lw = Math.max(70, 8 * Math.max(...t.rows.map((r) => String(r).length)));
-  const parts = [`<text x="10" y="${y0 + 16}" font-weight="bold">${esc(t.title)}</text>`];
+  const parts = [`<text x="10" y="${y0 + base}" font-weight="bold">${esc(t.title)}</text>`];
   let y = y0 + 24;
-  t.cols.forEach((c, j) => parts.push(`<text x="${10 + lw + cw * (j + 1) - 6}" y="${y + 16}" text-anchor="end" fill="#555">${esc(c)}</text>`));
+  t.cols.forEach((c, j) => parts.push(`<text x="${10 + lw + cw * (j + 1) - 6}" y="${y + base}" text-anchor="end" fill="#555">${esc(c)}</text>`));
   t.values.forEach((row, i) => {
     y += rh;
     parts.push(`<line x1="10" x2="${10 + lw + cw * t.cols.length}" y1="${y}" y2="${y}" stroke="#ccc"/>`);
-    parts.push(`<text x="10" y="${y + 16}" fill="#555">${esc(t.rows[i])}</text>`);
-    row.forEach((x, j) => parts.push(`<text x="${10 + lw + cw * (j + 1) - 6}" y="${y + 16}" text-anchor="end">${esc(fmt(x, t.digits ?? 3))}</text>`));
+    parts.push(`<text x="10" y="${y + base}" fill="#555">${esc(t.rows[i])}</text>`);
+    row.forEach((x, j) => parts.push(`<text x="${10 + lw + cw * (j + 1) - 6}" y="${y + base}" text-anchor="end">${esc(fmt(x, t.digits ?? 3))}</text>`));
   });
-  return { svg: parts.join(""), height: y + rh + 16 - y0, width: 20 + lw + cw * t.cols.length };
+  return { svg: parts.join(""), height: y + rh + base - y0, width: 20 + lw + cw * t.cols.length };
 }
 
 export async function toSvg(data, plots = []) {

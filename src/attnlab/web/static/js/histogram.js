@@ -36,7 +36,7 @@ function drawScores(fig) {
     yaxis: { title: { text: "share of draws per unit score" } },
     barmode: "overlay",
     bargap: 0,
-    legend: { x: 0.99, xanchor: "right", y: 0.99, bgcolor: "rgba(255,255,255,0.8)" },
+    legend: { x: 0.98, xanchor: "right", y: 0.98, bgcolor: "rgba(255,255,255,0.8)" },
     height: narrow() ? 300 : 340,
   });
 }
@@ -51,7 +51,7 @@ function drawCurve(fig) {
     title: { text: `Share of trials with max weight > ${fig.threshold}, by width` },
     xaxis: { title: { text: "d_k" }, tickvals: c.d_k.filter((_, n) => n % 2 === 1), range: [0, cfg.d_k_max + 8] },
     yaxis: { title: { text: "saturated trials" }, tickformat: ".0%", rangemode: "tozero" },
-    legend: { x: 0.01, y: 0.99, bgcolor: "rgba(255,255,255,0.8)" },
+    legend: { x: 0.01, y: 0.98, bgcolor: "rgba(255,255,255,0.8)" },
     height: narrow() ? 280 : 300,
   });
 }

@@ -130,7 +130,7 @@ function working() {
     const shift = row.shift ? ` − ${fmt(row.shift)}` : "";
     const exps = T.masked.values[i].map((x, j) => (x === null ? null : `e^(${fmt(x)}${shift}) = ${fmt(row.exps[j], 4)}`)).filter(Boolean).join(", ");
     const divs = row.exps.map((e, j) => (e === null ? null : `${fmt(e, 4)} / ${fmt(row.total, 4)} = ${fmt(row.weights[j], 4)}`)).filter(Boolean).join(", ");
-    const gap = row.gap === null ? "" : ` Gap between the top two scores: ${fmt(row.gap)}, so the top key gets e^${fmt(row.gap)} ≈ ${row.gap_ratio === null ? "more than 10^300" : Math.round(row.gap_ratio) >= 1000 ? Math.round(row.gap_ratio).toLocaleString("en") : fmt(row.gap_ratio)} times the weight of the next.`;
+    const gap = row.gap === null ? "" : ` Gap between the top two scores: ${fmt(row.gap)}, so the top key gets e^${fmt(row.gap)} ≈ ${row.gap_ratio === null ? "more than 10^300" : Math.round(row.gap_ratio) >= 1e3 ? Math.round(row.gap_ratio).toLocaleString("en") : fmt(row.gap_ratio)} times the weight of the next.`;
     return el("li", { "data-row": i, "data-total": String(row.total), "data-gap-ratio": String(row.gap_ratio) },
       el("strong", { text: `Row ${sub(i)}: ` }), `${exps}; sum = ${fmt(row.total, 4)}; ${divs}.${gap}`);
   });
