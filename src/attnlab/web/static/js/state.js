@@ -5,6 +5,7 @@
 // figure reads the URL again through the callbacks given to onUrlChange.
 
 const listeners = [];
+let seen = location.search; // the query the figures last showed
 
 export function readUrl(key) {
   return new URLSearchParams(location.search).get(key);
@@ -21,13 +22,19 @@ export function writeUrl(entries, { push = true } = {}) {
   const url = `${location.pathname}${search ? `?${search}` : ""}${location.hash}`;
   if (url === `${location.pathname}${location.search}${location.hash}`) return;
   history[push ? "pushState" : "replaceState"](history.state, "", url);
+  seen = location.search;
 }
 
 export function onUrlChange(callback) {
   listeners.push(callback);
 }
 
-window.addEventListener("popstate", () => listeners.forEach((callback) => callback()));
+// A click on an in-page link (#figure-...) also fires popstate: only a changed query is news.
+window.addEventListener("popstate", () => {
+  if (location.search === seen) return;
+  seen = location.search;
+  listeners.forEach((callback) => callback());
+});
 
 // The link to one figure in its current state: the whole query (so every figure comes along)
 // and the figure's anchor.
