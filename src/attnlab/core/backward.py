@@ -79,8 +79,8 @@ def attention_backward(
     array([[1.196, 1.196],
            [0.804, 0.804]])
     >>> dq.round(3)     # row 1 sees one key: moving q1 changes nothing
-    array([[ 0.   ,  0.   ],
-           [ 1.782, -0.891]])
+    array([[ 0.  ,  0.  ],
+           [ 1.78, -0.89]])
     """
     method = check_method(method)
     block = check_block_size(block_size, (blockwise.DEFAULT_BLOCK_Q, blockwise.DEFAULT_BLOCK_K))
