@@ -134,14 +134,21 @@ export function plot(node, data, layout, config = {}) {
   }
   const big = Boolean(node.closest(".presenting"));
   const title = layout.title ? { x: 0.01, xanchor: "left", ...layout.title, font: { size: big ? 24 : 14 } } : undefined;
-  return window.Plotly.react(node, data, {
-    margin: { t: 40, r: 10, b: 45, l: 55 },
+  // Presenting: room for the larger tick labels and axis titles, and a plot tall enough to read
+  // from the back of a room; the width follows the (wider) column once the layout has settled.
+  const sized = big && layout.height ? { height: Math.round(layout.height * 1.6) } : {};
+  const drawn = window.Plotly.react(node, data, {
+    margin: big ? { t: 60, r: 20, b: 80, l: 110 } : { t: 40, r: 10, b: 45, l: 55 },
     font: { family: "system-ui, sans-serif", size: big ? 20 : 13 },
     paper_bgcolor: "rgba(0,0,0,0)",
     plot_bgcolor: "rgba(0,0,0,0)",
     ...layout,
+    ...sized,
     title,
   }, { ...PLOT_CONFIG, ...config });
+  // (relayout, not Plots.resize: a resize would also shrink the height back to the container's)
+  if (big) drawn.then(() => requestAnimationFrame(() => window.Plotly.relayout(node, { width: node.clientWidth })));
+  return drawn;
 }
 
 export const narrow = () => window.matchMedia("(max-width: 600px)").matches;
