@@ -226,3 +226,25 @@ def test_figure_sources_do_not_name_those_libraries():
             assert not re.search(
                 r"^\s*(from|import) (plotly|fastapi|rich)", source.read_text(), re.M
             )
+
+
+def test_histogram_gap_shares_match_the_normal_closed_form_at_a_wide_width():
+    # q·k1 − q·k2 = q·(k1 − k2) has variance 2·d_k; at d_k = 256 it is close to normal (excess
+    # kurtosis 3/d_k), so P(|gap| > g) ≈ 2(1 − Φ(g / √(2 d_k))), and after 1/√d_k, with √2.
+    from math import erf, sqrt
+
+    from attnlab.figures.histogram import GAP_PAIRS, GAPS, build_histogram
+
+    def tail(z: float) -> float:
+        return 1.0 - erf(z / sqrt(2.0))  # 2(1 − Φ(z))
+
+    fig = build_histogram(256)
+    assert [g.gap for g in fig.gaps] == list(GAPS)
+    se = 0.5 / sqrt(GAP_PAIRS)  # the largest binomial standard error
+    for g in fig.gaps:
+        assert abs(g.unscaled_share - tail(g.gap / sqrt(2 * 256))) < 4 * se + 0.01
+        assert abs(g.scaled_share - tail(g.gap / sqrt(2))) < 4 * se + 0.01
+        assert g.ratio == pytest.approx(np.exp(g.gap))
+    # §6.3: at d_k = 128 a gap of 20 is common unscaled, and never seen scaled.
+    wide = {g.gap: g for g in build_histogram(128).gaps}[20.0]
+    assert wide.unscaled_share > 0.15 and wide.scaled_share == 0.0

@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numpy as np
+
 from attnlab import labs
 from attnlab.errors import AttnlabError
 from attnlab.figures._data import as_dict, vector
@@ -23,10 +25,13 @@ __all__ = [
     "D_K_MAX",
     "D_K_MIN",
     "D_K_STEP",
+    "GAPS",
+    "GAP_PAIRS",
     "KEYS",
     "THRESHOLD",
     "TRIALS",
     "Curve",
+    "GapShare",
     "HistogramFigure",
     "Series",
     "build_histogram",
@@ -68,6 +73,17 @@ class Curve:
 
 
 @dataclass(frozen=True)
+class GapShare:
+    """How often two random scores of one query differ by more than ``gap`` (§6.3: a gap g
+    makes one softmax weight e^g times the other)."""
+
+    gap: float
+    ratio: float  # e^gap
+    unscaled_share: float  # share of score pairs q·k1, q·k2 with |difference| > gap
+    scaled_share: float  # the same pairs divided by √d_k
+
+
+@dataclass(frozen=True)
 class HistogramFigure:
     figure: str
     d_k: int
@@ -88,6 +104,7 @@ class HistogramFigure:
     seed: int
     series: list[Series]  # raw and scaled scores at this width, on a common density scale
     curve: Curve  # saturation share at every slider width, raw and scaled
+    gaps: list[GapShare]  # how often a pair of scores differs by more than each of GAPS
 
     def as_dict(self) -> dict:
         return as_dict(self)
@@ -128,6 +145,28 @@ def _curve(seed: int) -> Curve:
         d_k=widths,
         unscaled_share=[float(s.unscaled_share) for s in sats],
         scaled_share=[float(s.scaled_share) for s in sats],
+    )
+
+
+#: The gaps the figure reports: weight ratios of e^2 ≈ 7, e^5 ≈ 148, e^10 ≈ 22,000, e^20 ≈ 5e8.
+GAPS = (2.0, 5.0, 10.0, 20.0)
+GAP_PAIRS = 8192  # score pairs per width: a share's standard error is at most 0.006
+_GAP_STREAM = 101  # the random stream's tag, apart from the labs' own
+
+
+@lru_cache(maxsize=64)
+def _gaps(d_k: int, seed: int) -> tuple[GapShare, ...]:
+    """Shares of score pairs (q·k1, q·k2), one query and two keys with N(0, 1) entries, whose
+    difference passes each gap, raw and divided by √d_k, from the same draws."""
+    rng = np.random.default_rng([seed, _GAP_STREAM, d_k])  # keyed as the labs key theirs
+    diff = np.empty(GAP_PAIRS)  # (P,): q·k1 − q·k2 = q·(k1 − k2)
+    for a in range(0, GAP_PAIRS, 1024):  # 1,024 pairs at a time: at most 6 MiB at d_k = 256
+        q, k1, k2 = rng.standard_normal((3, min(1024, GAP_PAIRS - a), d_k))  # (3, P', d_k)
+        diff[a : a + len(q)] = np.einsum("pd,pd->p", q, k1 - k2)
+    gap = np.abs(diff)
+    scaled = gap / math.sqrt(d_k)  # §6.3: the same pairs after the 1/√d_k
+    return tuple(
+        GapShare(g, math.exp(g), float(np.mean(gap > g)), float(np.mean(scaled > g))) for g in GAPS
     )
 
 
@@ -185,4 +224,5 @@ def build_histogram(
         seed=seed,
         series=[_series(d_k, False, seed), _series(d_k, True, seed)],
         curve=_curve(seed),
+        gaps=list(_gaps(d_k, seed)),
     )

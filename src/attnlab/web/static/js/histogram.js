@@ -12,6 +12,8 @@ let cfg = null;
 let current = null;
 
 const pct = (x) => `${fmt(100 * x, 1)}%`;
+// A share of pairs: two decimals below 1% (0.04%), one above, never an exponent.
+const pairShare = (x) => (x === 0 ? "0%" : `${(100 * x).toFixed(x < 0.01 ? 2 : 1)}%`);
 
 function drawScores(fig) {
   // Both on one axis, as densities: the raw scores widen with d_k, the scaled ones never do.
@@ -66,6 +68,14 @@ function render(fig) {
     el("strong", { id: "hist-std", "data-value": String(fig.std), text: fmt(fig.std, 2) }),
     `. The proof predicts ${fig.scaled ? "1 at every width" : `√${fig.d_k} = ${fmt(fig.predicted_std, 2)}`}.`,
   );
+  // §6.3's hinge: a gap g between two scores makes one weight e^g times the other.
+  $("#hist-gaps caption").textContent =
+    `Two scores of one query at d_k = ${fig.d_k}: how often they differ by more than g`;
+  $("#hist-gaps tbody").replaceChildren(...fig.gaps.map((g) => el("tr", {},
+    el("th", { scope: "row", text: fmt(g.gap, 3) }),
+    el("td", { text: Math.round(g.ratio).toLocaleString("en") }),
+    el("td", { "data-value": String(g.unscaled_share), text: pairShare(g.unscaled_share) }),
+    el("td", { "data-value": String(g.scaled_share), text: pairShare(g.scaled_share) }))));
   const rows = [
     ["without scaling", fig.unscaled_share, fig.gradient_term, !fig.scaled],
     ["with scaling", fig.scaled_share, null, fig.scaled],
