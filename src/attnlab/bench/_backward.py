@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from attnlab.bench._measure import Config, Result, gemm_ceiling, measure, measure_isolated
-from attnlab.bench._suite import Report, Target, label, machine_info, torch_available
+from attnlab.bench._measure import Config, Result, gemm_ceiling
+from attnlab.bench._suite import Report, Target, label, machine_info, plan_run
 
 DEFAULT_NS = (1024, 2048, 4096, 8192)
 QUICK_NS = (512, 1024)
@@ -58,12 +58,9 @@ def backward(
     for mask in masks:
         if mask not in ("none", "causal"):
             raise ValueError(f"expected masks among 'none', 'causal', but got {mask!r}")
-    full = ns is None and not quick
-    ns = tuple(ns or (QUICK_NS if quick else DEFAULT_NS))
-    repeats = repeats or (3 if quick else 7)
-    checks = full if checks is None else checks
-    with_torch = use_torch and torch_available()
-    run = measure_isolated if isolate else measure
+    ns, repeats, checks, with_torch, run = plan_run(
+        ns, (QUICK_NS if quick else DEFAULT_NS), quick, repeats, checks, use_torch, isolate
+    )
     report = Report(
         machine=machine_info(),
         settings={

@@ -116,6 +116,20 @@ def torch_available() -> bool:
     return importlib.util.find_spec("torch") is not None
 
 
+def plan_run(ns, default_ns, quick: bool, repeats, checks, use_torch: bool, isolate: bool):
+    """What a benchmark run measures, the same for every suite: (lengths, timed runs, whether
+    to run the target checks, whether torch runs beside attnlab, the measuring function).
+    The checks default to on only for the full default run (no ``ns``, not ``quick``)."""
+    full = ns is None and not quick
+    return (
+        tuple(ns or default_ns),
+        repeats or (3 if quick else 7),
+        full if checks is None else checks,
+        use_torch and torch_available(),
+        measure_isolated if isolate else measure,
+    )
+
+
 def attention(
     ns: Sequence[int] | None = None,
     *,
@@ -153,12 +167,9 @@ def attention(
     for mask in masks:
         if mask not in ("none", "causal", "window"):
             raise ValueError(f"expected masks among 'none', 'causal', 'window', but got {mask!r}")
-    full = ns is None and not quick
-    ns = tuple(ns or (QUICK_NS if quick else DEFAULT_NS))
-    repeats = repeats or (3 if quick else 7)
-    checks = full if checks is None else checks
-    with_torch = use_torch and torch_available()
-    run = measure_isolated if isolate else measure
+    ns, repeats, checks, with_torch, run = plan_run(
+        ns, (QUICK_NS if quick else DEFAULT_NS), quick, repeats, checks, use_torch, isolate
+    )
     report = Report(
         machine=machine_info(),
         settings={
