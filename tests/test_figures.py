@@ -55,7 +55,7 @@ def test_stepper_steps_name_existing_tables():
     for step in fig.steps:
         assert all(name in fig.tables for name in step.inputs)
         assert step.result == "" or step.result in fig.tables
-        assert step.feeds in ("", "qk", "cell", "row", "av")
+        assert step.feeds in ("", "qk", "cell", "row", "av", "ta")
 
 
 def test_stepper_cross_attention_shapes():

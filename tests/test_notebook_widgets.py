@@ -37,8 +37,13 @@ def test_stepper_is_an_anywidget_whose_step_changes_the_tables_it_sends():
     w.causal = False  # the mask traitlet: token 1 now looks at token 2 too
     weights = np.array(_table(w.view, "weights")["values"], dtype=float)
     np.testing.assert_allclose(weights[0], [0.000003, 0.999997], **CHAPTER)
+    # The backward steps follow: step 8 is dS, whose rows add up to 0 (dO all ones).
+    w.step = 8
+    ds = np.array(_table(w.view, "grad_scores")["values"], dtype=float)
+    np.testing.assert_allclose(ds.sum(axis=1), 0, **F64)
+    assert ds[1, 1] > 0.0  # key 2 of query 2 (the larger weight) gains
     with pytest.raises(traitlets.TraitError, match="step"):
-        w.step = 9
+        w.step = 11
 
 
 def test_stepper_takes_inputs_and_a_bool_mask():

@@ -75,7 +75,32 @@ def test_trace_default_is_the_chapters_two_token_example(client):
         "masked",
         "weights",
         "output",
+        "grad_v",
+        "grad_weights",
+        "grad_scores",
+        "grad_q",
+        "grad_k",
     ]
+    # The backward steps start from dO = all ones; a row of dS adds up to 0.
+    assert t["grad_output"]["values"] == [[1, 1], [1, 1]]
+    assert sum(t["grad_scores"]["values"][1]) == pytest.approx(0, abs=1e-12)
+
+
+def test_trace_takes_an_upstream_gradient_and_names_a_bad_one(client):
+    g = [[1, 2], [3, 4]]
+    fig = ok(client.post("/api/trace", json={**EXAMPLE, "grad_output": g}))
+    trace = al.trace_attention(
+        np.array(EXAMPLE["q"], float), np.array(EXAMPLE["k"], float),
+        np.array(EXAMPLE["v"], float), al.masks.Causal(), grad_output=np.array(g, float),
+    )  # fmt: skip
+    for name in ("grad_v", "grad_weights", "grad_scores", "grad_q", "grad_k"):
+        np.testing.assert_allclose(fig["tables"][name]["values"], getattr(trace, name), **F64)
+    bad = client.post("/api/trace", json={**EXAMPLE, "grad_output": [[1, 2, 3], [4, 5, 6]]})
+    assert bad.status_code == 422
+    assert "(N, d_v) = (2, 2), but got shape (2, 3)" in bad.json()["message"]
+    far = client.post("/api/trace", json={**EXAMPLE, "grad_output": [[1, 2], [3, 1e9]]})
+    assert far.status_code == 422
+    assert far.json()["detail"][0]["field"] == "dO row 2, column 2"
 
 
 @pytest.mark.parametrize("causal", [True, False])

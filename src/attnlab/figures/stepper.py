@@ -18,7 +18,15 @@ import numpy as np
 from attnlab import trace_attention
 from attnlab.core.example import EXAMPLE_K, EXAMPLE_Q, EXAMPLE_V
 from attnlab.errors import AttnlabError, FullyMaskedRowError
-from attnlab.figures._data import Matrix, as_dict, matrix
+from attnlab.figures._data import as_dict, matrix, vector
+from attnlab.figures._steps import Step, Table, float_matrix
+from attnlab.figures.stepper_backward import (
+    BACKWARD_STAGES,
+    LABELS,
+    QUERY_ROWS,
+    backward_steps,
+    grad_output_matrix,
+)
 from attnlab.masks import Causal, Dense, Mask
 
 __all__ = [
@@ -40,6 +48,7 @@ __all__ = [
 
 FIGURE_ID = "attention-stepper"
 _STAGES = ("scores", "scaled", "masked", "weights", "output")
+_QUERY_ROWS = ("masked", "weights", "output") + QUERY_ROWS[1:]  # what an empty row leaves blank
 
 MAX_TOKENS = 8  # rows of Q, K and V
 MAX_WIDTH = 8  # d_k and d_v
@@ -48,36 +57,6 @@ EXP_LIMIT = 50.0  # e^50 is about 5e21: still printable; past it the working shi
 # The page's "Random" button: this many tokens of this width, whole entries in ±RANDOM_RANGE,
 # small enough to check a dot product by hand.
 RANDOM_TOKENS, RANDOM_WIDTH, RANDOM_RANGE = 4, 3, 2
-
-
-@dataclass(frozen=True)
-class Table:
-    """One labelled table. ``values`` uses None for -inf (a blocked pair) and for the entries
-    of a row that has no weights because every key is blocked."""
-
-    name: str
-    label: str
-    rows: list[str]
-    cols: list[str]
-    values: Matrix
-
-
-@dataclass(frozen=True)
-class Step:
-    """One step of the walk: which tables feed it and which table it produces.
-
-    ``feeds`` says which entries of the inputs make one entry (i, j) of the result:
-    "qk" (row i of Q and row j of K), "cell" (entry (i, j) of each input), "row" (row i of the
-    input), "av" (row i of the weights and column j of V), or "" for the opening step.
-    """
-
-    id: str
-    title: str
-    formula: str
-    explain: str
-    inputs: list[str]
-    result: str
-    feeds: str
 
 
 @dataclass(frozen=True)
@@ -111,6 +90,8 @@ class StepperFigure:
     row_errors: list[str | None]  # per query row: why it has no weights, or None
     blocked: list[list[int]]  # the pairs (i, j) blocked by hand
     softmax: list[SoftmaxRow | None]  # per query row, the softmax working (None: empty row)
+    # per query row, δ_i = Σ_j A_ij dA_ij = dO_i · O_i, the backward softmax step's subtrahend
+    grad_delta: list[float | None]
 
     def as_dict(self) -> dict:
         return as_dict(self)
@@ -245,32 +226,47 @@ def _working(masked: list[list[float | None]]) -> list[SoftmaxRow | None]:
     return rows
 
 
-def _partial(q, k, v, mask: Mask, scale, err: FullyMaskedRowError, culprit):
+def _delta(trace) -> list[float]:
+    return vector((trace.weights * trace.grad_weights).sum(axis=-1))  # (N,)
+
+
+def _partial(q, k, v, mask: Mask, scale, g, err: FullyMaskedRowError, culprit):
     """The tables when some query rows allow no key: those rows get a message, not NaN.
 
-    Attention treats each query row on its own, so the other rows are traced without them.
+    Attention treats each query row on its own, so the other rows are traced without them; an
+    empty row has no output, so it sends no gradient back, and dK and dV sum the other rows.
     """
-    n, m, d_v = q.shape[0], k.shape[0], v.shape[1]
+    n, m = q.shape[0], k.shape[0]
     empty = sorted({int(row[-1]) for row in err.rows})
     full = trace_attention(q, k, v, None, scale=scale)  # scores and scaled need no mask
     tables = {"scores": matrix(full.scores), "scaled": matrix(full.scaled)}
-    tables["masked"] = [[None] * m for _ in range(n)]  # an empty row is all -inf
-    tables["weights"] = [[None] * m for _ in range(n)]
-    tables["output"] = [[None] * d_v for _ in range(n)]
+    tables["grad_output"] = matrix(g)
+    widths = {"output": v.shape[1], "grad_q": q.shape[1]}
+    for stage in _QUERY_ROWS:  # an empty row is all -inf, then has nothing
+        tables[stage] = [[None] * widths.get(stage, m) for _ in range(n)]
+    for stage, width in (("grad_v", v.shape[1]), ("grad_k", k.shape[1])):
+        tables[stage] = [[None] * width for _ in range(m)]
+    delta: list[float | None] = [None] * n
     open_rows = [i for i in range(n) if i not in empty]
     if open_rows:
         allowed = mask.allowed(n, m)[open_rows]  # (N_open, M)
-        part = trace_attention(q[open_rows], k, v, Dense(allowed), scale=scale)
-        for stage in ("masked", "weights", "output"):
+        part = trace_attention(
+            q[open_rows], k, v, Dense(allowed), scale=scale, grad_output=g[open_rows]
+        )
+        for stage in _QUERY_ROWS:
             for row, values in zip(open_rows, matrix(getattr(part, stage)), strict=True):
                 tables[stage][row] = values
+        tables["grad_v"], tables["grad_k"] = matrix(part.grad_v), matrix(part.grad_k)
+        for row, value in zip(open_rows, _delta(part), strict=True):
+            delta[row] = value
     row_errors: list[str | None] = [None] * n
     for i in empty:
         row_errors[i] = (
             f"query {i + 1} may attend to no key: every key of its row is blocked {culprit(i)}. "
-            "Softmax of a row of −∞ is 0/0 = NaN, so this row has no weights and no output"
+            "Softmax of a row of −∞ is 0/0 = NaN, so this row has no weights, no output and "
+            "no gradient"
         )
-    return tables, row_errors, full.scale
+    return tables, row_errors, full.scale, delta
 
 
 def _check_size(name: str, arr: np.ndarray) -> None:
@@ -306,6 +302,7 @@ def build_stepper(
     causal: bool = True,
     scaled: bool = True,
     blocked: Sequence[Sequence[int]] = (),
+    grad_output=None,
 ) -> StepperFigure:
     """Every table of attention on a small case, for the stepper.
 
@@ -315,41 +312,42 @@ def build_stepper(
         causal: add the causal mask (query i sees keys 1..i).
         scaled: multiply the scores by 1/√d_k (False: by 1).
         blocked: extra pairs [i, j] (0-based) to block by hand, added to the causal mask.
+        grad_output: the upstream gradient dO for the backward steps, (N, d_v), entries
+            within ±1000; None: all ones (the loss is the sum of the outputs).
 
     >>> fig = build_stepper()
     >>> [round(x, 3) for x in fig.tables["weights"].values[1]]
     [0.196, 0.804]
     >>> [round(x, 3) for x in fig.tables["output"].values[1]]
     [0.804, 1.413]
+    >>> [round(x, 3) for x in fig.tables["grad_scores"].values[1]]  # rows of dS add up to 0
+    [-0.629, 0.629]
     """
     arrays = {}
     for name, value in (("q", q), ("k", k), ("v", v)):
-        try:
-            arr = np.asarray(value, dtype=np.float64)
-        except (TypeError, ValueError):
-            raise AttnlabError(
-                f"expected {name} to be a rectangular matrix of numbers, but got {value!r}"
-            ) from None
+        arr = float_matrix(name, value)
         _check_size(name, arr)
         arrays[name] = arr
     q, k, v = arrays["q"], arrays["k"], arrays["v"]  # (N, d_k), (M, d_k), (M, d_v)
     n, m = q.shape[0], k.shape[0]
-    mask = _mask(causal, blocked, n, m) if k.shape[0] == v.shape[0] else None
+    d_v = v.shape[1]
+    fits = m == v.shape[0]  # else trace_attention names the mismatch first
+    mask = _mask(causal, blocked, n, m) if fits else None
     scale = None if scaled else 1.0
+    g = grad_output_matrix(grad_output if fits else None, n, d_v, MAX_ABS)  # (N, d_v)
 
     try:
-        trace = trace_attention(q, k, v, mask, scale=scale)
-        tables = {s: matrix(getattr(trace, s)) for s in _STAGES}
+        trace = trace_attention(q, k, v, mask, scale=scale, grad_output=g)
+        tables = {s: matrix(getattr(trace, s)) for s in _STAGES + BACKWARD_STAGES}
         row_errors: list[str | None] = [None] * n
-        used_scale = trace.scale
+        used_scale, delta = trace.scale, _delta(trace)
     except FullyMaskedRowError as err:
 
         def culprit(i: int) -> str:
             return _culprit(i, m, causal, blocked)
 
-        tables, row_errors, used_scale = _partial(q, k, v, mask, scale, err, culprit)
+        tables, row_errors, used_scale, delta = _partial(q, k, v, mask, scale, g, err, culprit)
     additive = np.zeros((n, m)) if mask is None else mask.additive(n, m)  # (N, M), 0 / -inf
-    d_v = v.shape[1]
     tokens, queries, keys = _labels("token", m), _labels("query", n), _labels("key", m)
     out = {
         "q": Table("q", "Queries Q", queries, _labels("dim", q.shape[1]), matrix(q)),
@@ -367,6 +365,11 @@ def build_stepper(
     for name, label in labels.items():
         cols = _labels("dim", d_v) if name == "output" else keys
         out[name] = Table(name, label, queries, cols, tables[name])
+    width = {"grad_output": d_v, "grad_v": d_v, "grad_q": q.shape[1], "grad_k": k.shape[1]}
+    for name in BACKWARD_STAGES:
+        rows = queries if name in QUERY_ROWS else tokens
+        cols = _labels("dim", width[name]) if name in width else keys
+        out[name] = Table(name, LABELS[name], rows, cols, tables[name])
     return StepperFigure(
         figure=FIGURE_ID,
         causal=causal,
@@ -374,8 +377,10 @@ def build_stepper(
         scale=used_scale,
         d_k=int(q.shape[1]),
         tables=out,
-        steps=_steps(used_scale, scaled, mask is not None),
+        steps=_steps(used_scale, scaled, mask is not None)
+        + backward_steps(used_scale, scaled, ones=grad_output is None),
         row_errors=row_errors,
         blocked=[[int(i), int(j)] for i, j in blocked],
         softmax=_working(tables["masked"]),
+        grad_delta=delta,
     )

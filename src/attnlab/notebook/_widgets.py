@@ -63,7 +63,8 @@ class StepperWidget(_Figure):
 
     @t.validate("step")
     def _step_in_range(self, proposal):
-        value, last = proposal["value"], 5  # six steps: inputs, scores ... output
+        # eleven steps: inputs, scores ... output, then the gradients dV ... dK
+        value, last = proposal["value"], len(_step.build_stepper().steps) - 1
         if not 0 <= value <= last:
             raise t.TraitError(f"expected step from 0 to {last}, but got {value} instead")
         return value

@@ -44,6 +44,7 @@ def trace(request: TraceRequest | None = None) -> StepperFigure:
         causal=request.causal,
         scaled=request.scaled,
         blocked=request.blocked,
+        grad_output=request.grad_output,
     )
 
 

@@ -64,12 +64,17 @@ class TraceRequest(BaseModel):
         max_length=stepper.MAX_TOKENS**2,
         description="Extra pairs [i, j] (0-based) blocked by hand, on top of the causal mask.",
     )
+    grad_output: MatrixIn | None = Field(
+        None,
+        description="The backward steps' upstream gradient dO, N × d_v like the output; "
+        "null: all ones.",
+    )
 
-    @field_validator("q", "k", "v", mode="before")
+    @field_validator("q", "k", "v", "grad_output", mode="before")
     @classmethod
     def _entries(cls, value, info):
         """Name a bad entry the way the page does: "Q row 2, column 1" (1-based)."""
-        name = info.field_name.upper()
+        name = {"grad_output": "dO"}.get(info.field_name, info.field_name.upper())
         if not isinstance(value, list):
             return value
         for i, row in enumerate(value):
@@ -84,9 +89,11 @@ class TraceRequest(BaseModel):
                     )
         return value
 
-    @field_validator("q", "k", "v")
+    @field_validator("q", "k", "v", "grad_output")
     @classmethod
-    def _rectangular(cls, value: list[list[float]]) -> list[list[float]]:
+    def _rectangular(cls, value: list[list[float]] | None) -> list[list[float]] | None:
+        if value is None:
+            return value
         widths = [len(row) for row in value]
         if len(set(widths)) != 1:
             raise ValueError(

@@ -1,4 +1,5 @@
-// Figure attention-stepper: walk one attention call table by table (numbers from POST /api/trace).
+// Figure attention-stepper: walk one attention call table by table (numbers from POST /api/trace),
+// forward to the output and then backward through the gradients dV, dA, dS, dQ and dK.
 // The figure always shows the last input the server accepted; a refused one leaves it marked
 // stale, with the refusal named, until an accepted input replaces it.
 import { api, clearError, config, el, fmt, matrixTable, showError } from "./common.js";
@@ -8,41 +9,59 @@ import { matrixFromUrl, matrixToUrl, onUrlChange, readUrl, writeUrl } from "./st
 import { checkEntry, makeEditable, parseMatrix, toText } from "./stepper-input.js";
 
 let cfg = null; // the worked example and the limits, from GET /api/config (set in init)
+let saturated = null; // a row is saturated past this largest weight (the histogram's threshold)
 
 const root = document.getElementById("figure-attention-stepper");
 const $ = (sel) => root.querySelector(sel);
 // The accepted input (what the figure shows), where the reader is, and the server's answer.
-const state = { q: [], k: [], v: [], causal: true, scaled: true, blocked: [], step: 0, sel: { i: 1, j: 0 }, fig: null };
+// grad_output: the upstream gradient dO of the backward steps; null means all ones.
+const state = { q: [], k: [], v: [], causal: true, scaled: true, blocked: [], grad_output: null, step: 0, sel: { i: 1, j: 0 }, fig: null };
 
 const DIGITS = { weights: 6 };
 const sub = (n) => String(n + 1);
-const NAMES = { q: "Q", k: "K", v: "V" };
+const NAMES = { q: "Q", k: "K", v: "V", grad_output: "dO" };
+// Tables with one row per query that an empty query row (no allowed key) leaves without numbers.
+const ROW_TABLES = ["weights", "output", "grad_weights", "grad_scores", "grad_q"];
+// A backward table's null is "no number" (every row empty), not −∞.
+const GRADS = ["grad_output", "grad_v", "grad_weights", "grad_scores", "grad_q", "grad_k"];
 
 // -- which entries feed entry (i, j) of the current step's result ---------------------------
+// "first" is the step's first input. qk: A Bᵀ, av: A B, ta: Aᵀ B (see figures/_steps.py).
 function feeds(step, tableName, i, j) {
+  const first = tableName === step.inputs[0];
   switch (step.feeds) {
-    case "qk": return (r) => (tableName === "q" ? r.i === i : r.i === j);
+    case "qk": return (r) => (first ? r.i === i : r.i === j);
+    case "av": return (r) => (first ? r.i === i : r.j === j);
+    case "ta": return (r) => (first ? r.j === i : r.j === j);
     case "cell": return (r) => r.i === i && r.j === j;
     case "row": return (r) => r.i === i;
-    case "av": return (r) => (tableName === "weights" ? r.i === i : r.j === j);
     default: return () => false;
   }
 }
 
 const rowError = (i) => state.fig.row_errors[i];
 const currentStep = () => state.fig.steps[state.step];
+const rowErrorFor = (name) => (ROW_TABLES.includes(name) ? rowError : null);
+const ones = () => state.fig.tables.grad_output.values.map((row) => row.map(() => 1));
+
+function cellText(name, value) {
+  if (name === "mask") return { text: value === null ? "−∞" : "0" };
+  if (GRADS.includes(name) && value === null) return { text: "—", title: "no gradient: no query row has an allowed key" };
+  return {};
+}
 
 function inputTable(step, name) {
   const t = state.fig.tables[name];
   const table = matrixTable({
     caption: t.label, rows: t.rows, cols: t.cols, values: t.values, digits: DIGITS[name] ?? 3,
-    rowError: name === "weights" ? rowError : null,
-    cell: (r, c, value) => (name === "mask" ? { text: value === null ? "−∞" : "0" } : {}),
+    rowError: rowErrorFor(name),
+    cell: (r, c, value) => cellText(name, value),
   });
   table.dataset.table = name;
   table.classList.add("step-input");
   if (name === "mask") makeMaskButtons(table);
-  if (!step.result && name in NAMES) makeEditable(table, NAMES[name], (i, j, text, input) => editCell(name, i, j, text, input));
+  const editable = name === "grad_output" || (!step.result && name in NAMES);
+  if (editable) makeEditable(table, NAMES[name], (i, j, text, input) => editCell(name, i, j, text, input));
   return table;
 }
 
@@ -50,8 +69,8 @@ function resultTable(step) {
   const t = state.fig.tables[step.result];
   const table = matrixTable({
     caption: t.label, rows: t.rows, cols: t.cols, values: t.values, digits: DIGITS[step.result] ?? 3,
-    rowError: ["weights", "output"].includes(step.result) ? rowError : null,
-    cell: () => ({ tabindex: "-1", "aria-selected": "false" }),
+    rowError: rowErrorFor(step.result),
+    cell: (r, c, value) => ({ tabindex: "-1", "aria-selected": "false", ...cellText(step.result, value) }),
   });
   table.dataset.table = step.result;
   table.classList.add("step-result");
@@ -100,7 +119,8 @@ function detail(step, i, j) {
   const fig = state.fig;
   const T = fig.tables;
   if (!step.result) return `${T.q.rows.length} queries and ${T.k.rows.length} keys, d_k = ${fig.d_k}, d_v = ${T.v.cols.length}. Edit any entry of Q, K or V in its cell.`;
-  if (fig.row_errors[i] && ["weights", "output"].includes(step.result)) return `⚠ ${fig.row_errors[i]}.`;
+  if (fig.row_errors[i] && ROW_TABLES.includes(step.result)) return `⚠ ${fig.row_errors[i]}.`;
+  if (step.phase === "backward") return backwardDetail(step.result, i, j);
   const q = T.q.values[i];
   const k = T.k.values[j];
   switch (step.result) {
@@ -120,6 +140,55 @@ function detail(step, i, j) {
     default:
       return "";
   }
+}
+
+// A sum of products written out: "(a)(b) + (c)(d)", over the pairs [a, b] given.
+const products = (pairs) => pairs.map(([a, b]) => `(${fmt(a)})(${fmt(b)})`).join(" + ") || "0";
+// The query rows that have weights (an empty row sends no gradient back).
+const openRows = () => state.fig.row_errors.map((e, r) => (e ? -1 : r)).filter((r) => r >= 0);
+
+function backwardDetail(result, i, j) {
+  const fig = state.fig;
+  const T = fig.tables;
+  const value = T[result].values[i][j];
+  if (value === null) return "No query row has an allowed key, so nothing flows back.";
+  const by = fig.scaled ? `1/√d_k = ${fmt(fig.scale, 4)}` : "1";
+  switch (result) {
+    case "grad_v":
+      return `dV for token ${sub(i)}, feature ${sub(j)}: column ${sub(i)} of A times column ${sub(j)} of dO = ${products(openRows().map((r) => [T.weights.values[r][i], T.grad_output.values[r][j]]))} = ${fmt(value)}`;
+    case "grad_weights":
+      return `dA for query ${sub(i)} and key ${sub(j)}: row ${sub(i)} of dO · row ${sub(j)} of V = ${products(T.grad_output.values[i].map((g, c) => [g, T.v.values[j][c]]))} = ${fmt(value)}`;
+    case "grad_scores": {
+      const a = T.weights.values[i][j];
+      const delta = fig.grad_delta[i];
+      if (T.masked.values[i][j] === null) return `Key ${sub(j)} is blocked for query ${sub(i)}, so its weight is 0 and dS = 0 × (${fmt(T.grad_weights.values[i][j])} − ${fmt(delta)}) = 0: no gradient reaches a blocked score.`;
+      return `δ_${sub(i)} = Σ_j A_${sub(i)}j dA_${sub(i)}j = ${fmt(delta)}; dS = A × (dA − δ) = ${fmt(a, 4)} × (${fmt(T.grad_weights.values[i][j])} − ${fmt(delta)}) = ${fmt(value)}`;
+    }
+    case "grad_q":
+      return `dQ for query ${sub(i)}, feature ${sub(j)}: ${by} × (row ${sub(i)} of dS · column ${sub(j)} of K) = ${fmt(fig.scale, 4)} × [${products(T.grad_scores.values[i].map((d, c) => [d, T.k.values[c][j]]))}] = ${fmt(value)}`;
+    case "grad_k":
+      return `dK for token ${sub(i)}, feature ${sub(j)}: ${by} × (column ${sub(i)} of dS · column ${sub(j)} of Q) = ${fmt(fig.scale, 4)} × [${products(openRows().map((r) => [T.grad_scores.values[r][i], T.q.values[r][j]]))}] = ${fmt(value)}`;
+    default:
+      return "";
+  }
+}
+
+// The backward softmax step's working, row by row: δ, then dS = A ∘ (dA − δ).
+function backWorking() {
+  const T = state.fig.tables;
+  return state.fig.grad_delta.map((delta, i) => {
+    if (delta === null) return el("li", { "data-row": i }, `Row ${sub(i)}: no allowed key, so no gradient.`);
+    const a = T.weights.values[i];
+    const dA = T.grad_weights.values[i];
+    const open = a.map((w, j) => (T.masked.values[i][j] === null ? null : j)).filter((j) => j !== null);
+    const top = Math.max(...open.map((j) => a[j]));
+    const note = open.length === 1
+      ? " One allowed key: its weight is 1 whatever its score, so the whole row gets 0."
+      : top > saturated ? ` One weight is ${fmt(top, 4)}: the row is saturated, so its gradient is nearly 0.` : "";
+    return el("li", { "data-row": i, "data-delta": String(delta) },
+      el("strong", { text: `Row ${sub(i)}: ` }),
+      `δ = ${products(open.map((j) => [a[j], dA[j]]))} = ${fmt(delta)}; dS = [${T.grad_scores.values[i].map((x) => fmt(x)).join(", ")}], which adds up to 0.${note}`);
+  });
 }
 
 // The softmax step's working, row by row, from the server's numbers (fig.softmax).
@@ -146,7 +215,7 @@ function render(focusGrid = false) {
     state.sel.i = Math.min(state.sel.i, t.rows.length - 1);
     state.sel.j = Math.min(state.sel.j, t.cols.length - 1);
   }
-  $("#stepper-steps").replaceChildren(...steps.map((s, n) => el("li", {},
+  $("#stepper-steps").replaceChildren(...steps.map((s, n) => el("li", { "data-phase": s.phase, class: s.phase !== steps[n - 1]?.phase && n ? "phase-start" : null },
     el("button", { type: "button", "aria-current": n === state.step ? "step" : false, onclick: () => go(n, true) }, `${n + 1}. ${s.title}`))));
   $("#stepper-title").textContent = `Step ${state.step + 1} of ${steps.length}: ${step.title}`;
   $("#stepper-formula").textContent = step.formula;
@@ -155,8 +224,10 @@ function render(focusGrid = false) {
   if (step.result) parts.push(el("div", { class: "arrow", "aria-hidden": "true" }), el("div", { class: "result" }, resultTable(step)));
   $("#stepper-tables").replaceChildren(...parts);
   const work = $("#stepper-working");
-  work.hidden = step.result !== "weights";
-  work.querySelector("ol").replaceChildren(...(step.result === "weights" ? working() : []));
+  const rows = { weights: working, grad_scores: backWorking }[step.result];
+  work.hidden = !rows;
+  work.querySelector("h4").textContent = step.result === "grad_scores" ? "Back through the softmax, row by row" : "The softmax, worked row by row";
+  work.querySelector("ol").replaceChildren(...(rows ? rows() : []));
   for (const [id, off] of [["#stepper-back", state.step === 0], ["#stepper-next", state.step === steps.length - 1]]) {
     $(id).setAttribute("aria-disabled", String(off)); // stays focusable: focus never drops to the page
   }
@@ -199,7 +270,7 @@ function highlight(i, j, pinned) {
   if (pinned) {
     const t = state.fig.tables[step.result];
     const value = t.values[i]?.[j];
-    $("#stepper-live").textContent = `Step ${state.step + 1}: ${step.title}. ${t.label}, row ${sub(i)}, column ${sub(j)}: ${rowError(i) && ["weights", "output"].includes(step.result) ? "no weights" : fmt(value, DIGITS[step.result] ?? 3)}.`;
+    $("#stepper-live").textContent = `Step ${state.step + 1}: ${step.title}. ${t.label}, row ${sub(i)}, column ${sub(j)}: ${rowError(i) && ROW_TABLES.includes(step.result) ? "no weights" : fmt(value, DIGITS[step.result] ?? 3)}.`;
   }
 }
 
@@ -249,6 +320,7 @@ function urlEntries() {
     "stepper.k": same(state.k, ex.k) ? null : matrixToUrl(state.k),
     "stepper.v": same(state.v, ex.v) ? null : matrixToUrl(state.v),
     "stepper.blocked": state.blocked.map(([i, j]) => `${i + 1}-${j + 1}`).join(";") || null,
+    "stepper.do": state.grad_output ? matrixToUrl(state.grad_output) : null,
   };
 }
 
@@ -265,6 +337,7 @@ function fromUrl() {
       causal: readUrl("stepper.causal") !== "0",
       scaled: readUrl("stepper.scaled") !== "0",
       blocked,
+      grad_output: matrixFromUrl(readUrl("stepper.do")) ?? null,
     },
     step: readUrl("stepper.step"),
     sel: cell.length === 2 && cell.every((x) => Number.isInteger(x) && x >= 0) ? { i: cell[0], j: cell[1] } : { i: 1, j: 0 },
@@ -272,7 +345,7 @@ function fromUrl() {
 }
 
 // -- asking the server ------------------------------------------------------------------------
-const inputs = () => ({ q: state.q, k: state.k, v: state.v, causal: state.causal, scaled: state.scaled, blocked: state.blocked });
+const inputs = () => ({ q: state.q, k: state.k, v: state.v, causal: state.causal, scaled: state.scaled, blocked: state.blocked, grad_output: state.grad_output });
 
 async function submit(request, { push = true } = {}) {
   const error = $("#stepper-error");
@@ -298,7 +371,7 @@ function refused(err) {
   $("#stepper-stale").textContent = "The tables below still show the last input the server accepted. Fix the entry named above, or press “Chapter example”.";
   $("#stepper-causal").checked = state.causal;
   $("#stepper-scaled").checked = state.scaled;
-  const where = String(err.message).match(/^[QKV] row \d+, column \d+/)?.[0];
+  const where = String(err.message).match(/^(?:[QKV]|dO) row \d+, column \d+/)?.[0];
   if (where) root.querySelector(`input[data-entry="${where}"]`)?.setAttribute("aria-invalid", "true");
 }
 
@@ -312,7 +385,7 @@ async function editCell(name, i, j, text, input) {
     refused(err);
     return;
   }
-  const matrix = state[name].map((row) => row.slice());
+  const matrix = (state[name] ?? ones()).map((row) => row.slice());
   matrix[i][j] = x;
   if (await submit({ ...inputs(), [name]: matrix })) {
     fillEditors();
@@ -333,14 +406,14 @@ async function apply(event) {
     refused(err);
     return;
   }
-  await submit({ ...inputs(), ...next, blocked: [] });
+  await submit({ ...inputs(), ...next, blocked: [], grad_output: null });
 }
 
 function randomExample() {
   const { random_tokens: n, random_width: d, random_range: r } = cfg;
   const entry = () => Math.floor(Math.random() * (2 * r + 1)) - r; // a whole number in -r..r
   const draw = () => Array.from({ length: n }, () => Array.from({ length: d }, entry));
-  submit({ ...inputs(), q: draw(), k: draw(), v: draw(), blocked: [] }).then(fillEditors);
+  submit({ ...inputs(), q: draw(), k: draw(), v: draw(), blocked: [], grad_output: null }).then(fillEditors);
 }
 
 async function restore() {
@@ -361,14 +434,16 @@ function tableData() {
   const step = currentStep();
   const names = step.result ? [...step.inputs, step.result] : step.inputs;
   return {
-    caption: `Attention stepper, step ${state.step + 1} (${step.title}): d_k = ${fig.d_k}, causal mask ${fig.causal ? "on" : "off"}, scaling ${fig.scaled ? `by 1/√d_k = ${fmt(fig.scale, 4)}` : "off"}${state.blocked.length ? `, ${state.blocked.length} pair(s) blocked by hand` : ""}.`,
+    caption: `Attention stepper, step ${state.step + 1} (${step.title}): d_k = ${fig.d_k}, causal mask ${fig.causal ? "on" : "off"}, scaling ${fig.scaled ? `by 1/√d_k = ${fmt(fig.scale, 4)}` : "off"}${state.blocked.length ? `, ${state.blocked.length} pair(s) blocked by hand` : ""}${currentStep().phase === "backward" ? `, upstream gradient dO ${state.grad_output ? "as entered" : "all ones"}` : ""}.`,
     state: urlEntries(),
     tables: names.map((name) => ({ title: fig.tables[name].label, rows: fig.tables[name].rows, cols: fig.tables[name].cols, values: fig.tables[name].values, digits: DIGITS[name] ?? 3 })),
   };
 }
 
 export async function init() {
-  cfg = (await config()).stepper;
+  const all = await config();
+  cfg = all.stepper;
+  saturated = all.histogram.threshold;
   $("#stepper-random").textContent = `Random ${cfg.random_tokens} tokens`;
   const stepBy = (d) => { go(state.step + d); };
   $("#stepper-back").addEventListener("click", () => stepBy(-1));
@@ -376,7 +451,7 @@ export async function init() {
   $("#stepper-causal").addEventListener("change", (e) => submit({ ...inputs(), causal: e.target.checked }));
   $("#stepper-scaled").addEventListener("change", (e) => submit({ ...inputs(), scaled: e.target.checked }));
   $("#stepper-form").addEventListener("submit", apply);
-  $("#stepper-reset").addEventListener("click", () => submit({ ...inputs(), ...structuredClone(cfg.example), blocked: [] }).then(fillEditors));
+  $("#stepper-reset").addEventListener("click", () => submit({ ...inputs(), ...structuredClone(cfg.example), blocked: [], grad_output: null }).then(fillEditors));
   $("#stepper-random").addEventListener("click", randomExample);
   // Presenting: the arrow keys step (unless a grid or a text box has them).
   document.addEventListener("keydown", (event) => {
@@ -387,5 +462,5 @@ export async function init() {
   figureTools(root, { name: "attention-stepper", data: tableData });
   onUrlChange(restore);
   await restore();
-  if (!state.fig) await submit({ ...structuredClone(cfg.example), causal: true, scaled: true, blocked: [] }, { push: null });
+  if (!state.fig) await submit({ ...structuredClone(cfg.example), causal: true, scaled: true, blocked: [], grad_output: null }, { push: null });
 }
