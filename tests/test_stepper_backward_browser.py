@@ -157,7 +157,15 @@ def test_backward_screenshots(opened, width):  # noqa: F811
     assert overflow <= 0
     ARTIFACTS.mkdir(exist_ok=True)
     root.screenshot(path=str(ARTIFACTS / f"stepper-backward-{width}.png"))
-    ready(page)
+    if width == 1920:
+        # Presenting: the arrow keys walk the backward steps too.
+        page.click("#figure-attention-stepper .present-button")
+        page.wait_for_selector("#figure-attention-stepper.presenting")
+        page.keyboard.press("ArrowRight")
+        page.wait_for_selector("#figure-attention-stepper[data-step='grad_q']")
+        page.screenshot(path=str(ARTIFACTS / "stepper-backward-1920-present.png"))
+        page.keyboard.press("Escape")
+        page.wait_for_selector(".presenting", state="detached")
 
 
 @pytest.mark.parametrize("step", ["grad_v", "grad_k"])

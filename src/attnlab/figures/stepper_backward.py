@@ -25,7 +25,7 @@ LABELS = {
     "grad_output": "Upstream gradient dO",
     "grad_v": "dV = Aᵀ dO",
     "grad_weights": "dA = dO Vᵀ",
-    "grad_scores": "dS, the scores' gradient",
+    "grad_scores": "dS = A ∘ (dA − δ)",
     "grad_q": "dQ = dS K · scale",
     "grad_k": "dK = dSᵀ Q · scale",
 }
