@@ -5,40 +5,36 @@ Shape legend (the chapter's letters):
     N    query rows            M    key rows
     d_k  query and key width   d_v  value width
     Bq   query rows per tile   Bk   keys per tile
-    dO   the upstream gradient (..., N, d_v);  lse each row's log Σ exp(scaled score + mask)
+    dO   the upstream gradient (..., N, d_v);  l each row's Σ exp2(score), its softmax divisor
 
 The N x M tables of the dense backward (``core/dense_backward.py``: P, dP, dS) are never
-stored. The forward pass runs again by tiles (``blockwise.run``) and keeps, beside the output
-O, one number per row: its logsumexp. From it any tile of the weights is recomputed exactly,
-P = exp(S − lse), with no running maximum and no rescaling. Then, per tile (rows i, keys j):
+stored whole. Work goes by query block (Bq rows, one lead element at a time), in two sweeps
+over the block's tiles (rows i, keys j):
 
-    1. dV_j += P_ijᵀ dO_i                    (Bk, d_v)
-    2. dP_ij = dO_i V_jᵀ                     (Bq, Bk)
-    3. D_i   = rowsum(dO_i ∘ O_i), once per row before any tile (dense_backward, step 3)
-    4. dS_ij = P_ij ∘ (dP_ij − D_i)          (Bq, Bk): 0 at blocked pairs, where P = 0
-    5. dQ_i += dS_ij K_j · scale             (Bq, d_k)
-    6. dK_j += dS_ijᵀ Q_i · scale            (Bk, d_k)
+    A. p_ij = exp2(S_ij),  l_i += rowsum(p_ij)             the softmax again, without P·V
+    B1. dP'_ij = (dO_i / l_i) V_jᵀ                         (Bq, Bk) = dP / l
+        D_i += rowsum(p_ij ∘ dP'_ij)                       = rowsum(P ∘ dP) (dense, step 3)
+        dV_j += p_ijᵀ (dO_i / l_i)                         = Pᵀ dO
+    B2. dS_ij = p_ij ∘ (dP'_ij − D_i / l_i)                = P ∘ (dP − D)
+        dQ_i += dS_ij K_j,  dK_j += dS_ijᵀ Q_i             (scaled once, at the end)
 
-The scale is applied once, to dQ and dK at the end. As in the forward kernel, exponentials are
-base 2 with scale · log2(e) folded into q once, tiles a mask blocks are skipped (the same
-``_tiles.plan``), tiles it allows whole need no mask arithmetic, and the weights of a partial
-tile are clipped to [2^floor, 1] before exp2 and multiplied by 0 where blocked (never exp2 of
--inf, numpy's slow path; never inf · 0).
+The weights are never normalised: 1/l rides on dO (Bq x d_v) and on D, never on a tile. A
+block's tiles p and dP' are kept from one sweep to the next, so a tile costs 5 matmuls and one
+exp2: the forward pass in front of a FlashAttention-2 backward (which needs O for D) costs 2
+more matmuls and an exp2. The kept tiles take at most as many bytes as q, k, v and dO together,
+shared between threads, so memory stays O(N); tiles beyond that are recomputed in sweep B2
+(their p·V enters D as rowsum(dO/l ∘ Σ p V) instead), costing 7 matmuls and two exp2.
 
-Parallel work: each work item is one key block for a group of lead elements, so dK_j and dV_j
-are summed privately in the item and written once. dQ_i gathers from every key block: each
-tile's dS K_j is computed into the thread's own buffer and added to dQ under one lock, held only
-for that (Bq, d_k) add. Measured here (2 shared cores, float32, h = 8, N = 2048, d = 64, 512 x
-512 tiles): threads waited for the lock 14 ms in a 2.8 s call without a mask (0.26% of the two
-threads' time, 128 adds) and 4.5 ms in 1.8 s causal (0.13%). The alternatives cost more: a
-second pass over query blocks for dQ recomputes S, P and dP (7 matmuls and 2 exp2 per tile
-instead of 5 and 1), and a private dQ per thread costs threads x (..., N, d_k) more memory and
-a reduction, to save at most that 0.26%.
+As in the forward kernel (``blockwise.py``), exponentials are base 2 with scale · log2(e)
+folded into q, tiles a mask blocks are skipped (the same ``_tiles.plan``), tiles it allows
+whole need no mask arithmetic, and a blocked pair's weight is multiplied by 0. Sweep A first
+runs against a base of 0; if a row sum overflows or nearly underflows (or is NaN: inf · 0 at a
+blocked pair), the block runs again against each row's maximum, rounded up to an integer (one
+more sweep for the maxima), its weights clipped to [2^floor, 1] before exp2.
 
-Where the time goes (same machine, CPU time per 512 x 512 tile, float32): a matmul of width 64
-~1.1 ms, numpy's exp2 ~1.0 ms (this AVX2 CPU has no SIMD exp2 in numpy; torch's exp is 2.5x
-faster), a subtraction or product pass 0.06-0.12 ms. A tile of the backward costs 5 matmuls,
-one exp2 and four passes; the forward pass it runs first, 2 matmuls and one exp2.
+Parallel work: each work item is one query block for a group of lead elements, so dQ_i is
+summed privately; dK_j and dV_j gather from every query block, each tile's product added under
+one lock, held only for that (Bk, d) add.
 """
 
 from __future__ import annotations
@@ -51,14 +47,16 @@ from attnlab.core import blockwise
 from attnlab.core._grad import sum_to
 from attnlab.core._threads import pool_map
 from attnlab.core._tiles import LOG2E, TileMask, plan
-from attnlab.core._validate import Inputs
+from attnlab.core._validate import Inputs, check_scores_in_bands, may_overflow
 from attnlab.core.masks import tile_at
 
 __all__ = ["run"]
 
-# At least this many work items per thread, so uneven key blocks (causal: early keys are seen
-# by more queries) even out between threads.
+# At least this many work items per thread, so uneven query blocks (causal: later rows see
+# more keys) even out between threads.
 _ITEMS_PER_THREAD = 4
+# A query block is halved while its kept tiles overflow the budget, down to this many rows.
+_MIN_ROWS = 128
 
 
 def run(
@@ -74,122 +72,229 @@ def run(
     array([[1.196, 1.196],
            [0.804, 0.804]])
     """
+    if may_overflow(x):  # rare: huge q or k. Refused as the forward pass refuses them.
+        check_scores_in_bands(x)
     q, k, v, n, m, lead = x.q, x.k, x.v, x.n, x.m, x.lead
     dtype = q.dtype
     g = grad_output  # (..., N, d_v)
-    # 0) the forward pass again, by tiles, keeping each row's logsumexp; it also raises for
-    #    a fully masked row and for scores that overflow, exactly as attention does
-    lse = np.empty(lead + (n,), dtype)  # (..., N)
-    out = blockwise.run(x, bq, bk, threads, lse=lse)  # (..., N, d_v)
-    # 3) D = rowsum(dO ∘ O), once per row
-    d_row = np.einsum("...nd,...nd->...n", g, out)  # (..., N)
-    del out
-    lse *= dtype.type(LOG2E)  # (..., N), in log2 units, like the scores below
-    c = dtype.type(x.scale * LOG2E)
-    qs = q * c  # (..., N, d_k): scale · log2 e, folded into q once
-    floor = dtype.type(np.finfo(dtype).minexp + 6)  # see blockwise.run: exp2's fast path
-
-    dq = np.zeros(lead + (n, q.shape[-1]), dtype)  # (..., N, d_k), summed over key blocks
-    dk = np.empty(lead + (m, k.shape[-1]), dtype)  # (..., M, d_k)
-    dv = np.empty(lead + (m, v.shape[-1]), dtype)  # (..., M, d_v)
-
-    # The plan of the forward pass, by query block, regrouped by key block.
-    by_keys: dict[int, list] = {}
-    for r0 in range(0, n, bq):
-        for a, b, (c0, c1), masked in plan(x.mask, (r0, min(n, r0 + bq)), n, m, bk, len(lead)):
-            by_keys.setdefault(c0 // bk, []).append((r0 + a, r0 + b, c0, c1, masked))
-    for j in range(-(-m // bk)):
-        by_keys.setdefault(j, [])  # keys no query sees: zero gradient
-
+    kernel = _Kernel(x, g)
+    # Kept tiles (p and dP', two per tile): at most the elements of q, k, v and dO, per call.
+    budget = sum(a.size for a in (q, k, v, g)) // threads
+    while bq > _MIN_ROWS and 2 * bq * m > budget:
+        bq //= 2  # shorter blocks keep all their tiles; shorter still, matmuls slow down
+    blocks = [(r0, min(n, r0 + bq)) for r0 in range(0, n, bq)]
+    plans = {rows: plan(x.mask, rows, n, m, bk, len(lead)) for rows in blocks}
     lead_idx = list(np.ndindex(lead)) if lead else [()]
     per_item = max(
-        1, min(len(lead_idx), len(by_keys) * len(lead_idx) // (_ITEMS_PER_THREAD * threads))
+        1, min(len(lead_idx), len(blocks) * len(lead_idx) // (_ITEMS_PER_THREAD * threads))
     )
     items = [
-        (j, lead_idx[i : i + per_item]) for j in by_keys for i in range(0, len(lead_idx), per_item)
+        (rows, lead_idx[i : i + per_item])
+        for rows in blocks
+        for i in range(0, len(lead_idx), per_item)
     ]
-    cost = {j: sum((r1 - r0) * (c1 - c0) for r0, r1, c0, c1, _ in s) for j, s in by_keys.items()}
+    cost = {rows: sum((b - a) * (c1 - c0) for a, b, (c0, c1), _ in p) for rows, p in plans.items()}
     items.sort(key=lambda it: -cost[it[0]] * len(it[1]))  # longest first: better balance
-    lock = threading.Lock()
-    scale = dtype.type(x.scale)
 
     def work(item) -> None:
-        j, group = item
-        k0, k1 = j * bk, min(m, (j + 1) * bk)
-        steps = by_keys[j]
-        masks = {
-            s[:4]: TileMask(x.mask, s[:2], s[2:4], n, m, len(lead), dtype) for s in steps if s[4]
-        }
-        bufs = _buffers(dtype)
-        for idx in group:
-            k_j = tile_at(k, idx)[k0:k1]  # (Bk, d_k)
-            v_j = tile_at(v, idx)[k0:k1]  # (Bk, d_v)
-            q_i, qs_i, g_i = tile_at(q, idx), tile_at(qs, idx), g[idx]  # (N, d_k), (N, d_v)
-            lse_i, d_i, dq_i = lse[idx], d_row[idx], dq[idx]  # (N,), (N,), (N, d_k)
-            dk_j = dk[idx][k0:k1]  # (Bk, d_k), summed in place
-            dv_j = dv[idx][k0:k1]  # (Bk, d_v)
-            dk_j[...] = 0.0
-            dv_j[...] = 0.0
-            for r0, r1, c0, c1, masked in steps:
-                s, ds, tq, tk, tv = bufs(r1 - r0, c1 - c0, q.shape[-1], v.shape[-1])
-                cols = slice(c0 - k0, c1 - k0)
-                # P = exp2(S − lse), in log2 units: every allowed entry is <= 1
-                np.matmul(qs_i[r0:r1], k_j[cols].T, out=s)  # (rows, cols)
-                s -= lse_i[r0:r1, None]
-                if masked:
-                    tm = masks[r0, r1, c0, c1]
-                    if tm.bias is not None:
-                        s += tile_at(tm.bias, idx)
-                    np.clip(s, floor, 0.0, out=s)  # blocked pairs may be huge: no inf · 0
-                    np.exp2(s, out=s)
-                    s *= tile_at(tm.keep, idx)  # blocked pairs weigh exactly 0
-                else:
-                    np.exp2(s, out=s)  # (rows, cols) = P
-                # 1) dV_j += Pᵀ dO_i
-                np.matmul(s.T, g_i[r0:r1], out=tv)  # (cols, d_v)
-                dv_j[cols] += tv
-                # 2) dP = dO_i V_jᵀ;  4) dS = P ∘ (dP − D_i)
-                np.matmul(g_i[r0:r1], v_j[cols].T, out=ds)  # (rows, cols)
-                ds -= d_i[r0:r1, None]
-                ds *= s
-                # 6) dK_j += dSᵀ Q_i (scaled at the end)
-                np.matmul(ds.T, q_i[r0:r1], out=tk)  # (cols, d_k)
-                dk_j[cols] += tk
-                # 5) dQ_i += dS K_j (scaled at the end): rows shared with other key blocks
-                np.matmul(ds, k_j[cols], out=tq)  # (rows, d_k)
-                with lock:
-                    dq_i[r0:r1] += tq
-            dk_j *= scale
+        (r0, r1), group = item
+        steps = [
+            (
+                slice(a, b),
+                slice(c0, c1),
+                TileMask(x.mask, (r0 + a, r0 + b), (c0, c1), n, m, len(lead), dtype)
+                if masked
+                else None,
+            )
+            for a, b, (c0, c1), masked in plans[r0, r1]
+        ]
+        kept = _keep(steps, budget, dtype)
+        with np.errstate(all="ignore"):  # overflow is detected and redone; per thread
+            for idx in group:
+                kernel.block(idx, r0, r1, steps, kept)
 
     with pool_map(threads, len(items)) as each:
         each(work, items)
-    dq *= scale
-    return sum_to(dq, q.shape), sum_to(dk, k.shape), sum_to(dv, v.shape)
+    if kernel.empty:  # a row that allows no key: the forward pass raises its error, naming it
+        blockwise.run(x, bq, bk, threads)
+    scale = dtype.type(x.scale)
+    kernel.dq *= scale
+    kernel.dk *= scale
+    return sum_to(kernel.dq, q.shape), sum_to(kernel.dk, k.shape), sum_to(kernel.dv, v.shape)
+
+
+def _keep(steps, budget: int, dtype) -> list:
+    """(p, dP') buffers for the first steps whose two tiles fit ``budget`` elements; None for
+    the rest, which sweep B2 recomputes."""
+    sizes = [(st[0].stop - st[0].start, st[1].stop - st[1].start) for st in steps]
+    count, used = 0, 0
+    for rows, cols in sizes:
+        if used + 2 * rows * cols > budget:
+            break
+        used += 2 * rows * cols
+        count += 1
+    flat = np.empty(used, dtype)  # one allocation: the tiles are views of it
+    kept, at = [], 0
+    for rows, cols in sizes[:count]:
+        size = rows * cols
+        kept.append(
+            tuple(flat[at + i * size : at + (i + 1) * size].reshape(rows, cols) for i in (0, 1))
+        )
+        at += 2 * size
+    return kept + [None] * (len(steps) - count)
+
+
+class _Kernel:
+    """One call's inputs and gradients, and the sweeps of one query block (``block``)."""
+
+    def __init__(self, x: Inputs, g: np.ndarray):
+        self.x, self.g = x, g
+        q, k, v, dtype = x.q, x.k, x.v, x.q.dtype
+        self.dq = np.zeros(x.lead + (x.n, q.shape[-1]), dtype)  # (..., N, d_k)
+        self.dk = np.zeros(x.lead + (x.m, k.shape[-1]), dtype)  # (..., M, d_k), all blocks
+        self.dv = np.zeros(x.lead + (x.m, v.shape[-1]), dtype)  # (..., M, d_v), all blocks
+        self.c = dtype.type(x.scale * LOG2E)  # scale · log2 e, folded into q
+        finfo = np.finfo(dtype)
+        self.tiny = dtype.type(2.0 ** -(finfo.maxexp // 2))  # see blockwise._solve
+        self.floor = dtype.type(finfo.minexp + 6)  # see blockwise.run: exp2's fast path
+        self.lock = threading.Lock()
+        self.empty = False
+
+    def block(self, idx, r0: int, r1: int, steps, kept) -> None:
+        x, dtype = self.x, self.x.q.dtype
+        q_i = tile_at(x.q, idx)[r0:r1]  # (Bq, d_k)
+        k_i, v_i = tile_at(x.k, idx), tile_at(x.v, idx)  # (M, d_k), (M, d_v)
+        qs = q_i * self.c  # (Bq, d_k)
+        bufs = _buffers(dtype)
+        # A) the row sums l against a base of 0; again against the row maxima if unsafe
+        base = None
+        l, acc = self._sweep_a(qs, k_i, v_i, steps, kept, idx, base, bufs)
+        if not (l.min() >= self.tiny and np.isfinite(acc).all()):
+            base = self._row_max(qs, k_i, steps, idx, bufs)  # (Bq,)
+            l, acc = self._sweep_a(qs, k_i, v_i, steps, kept, idx, base, bufs)
+            if not l.all():  # a row that allows no key
+                self.empty = True
+                return
+        inv = np.reciprocal(l)  # (Bq,)
+        gl = self.g[idx][r0:r1] * inv[:, None]  # (Bq, d_v): dO / l
+        d_row = np.vecdot(gl, acc)  # (Bq,): D from the tiles not kept
+        dv_i, dk_i, dq_i = self.dv[idx], self.dk[idx], self.dq[idx][r0:r1]
+        # B1) dP' and dV of the kept tiles, and D from them
+        for (rows, cols, _), tiles in zip(steps, kept, strict=True):
+            if tiles is not None:
+                d_row[rows] += self._dp_dv(tiles, gl[rows], v_i[cols], dv_i[cols], bufs)
+        d_row *= inv  # D / l
+        # B2) dS, dQ and dK; a tile not kept is computed again
+        for (rows, cols, tm), tiles in zip(steps, kept, strict=True):
+            p, dp, tq, tk = bufs(rows.stop - rows.start, cols.stop - cols.start, q_i.shape[-1])
+            if tiles is None:
+                self._weights(p, qs[rows], k_i[cols], tm, idx, base if base is None else base[rows])
+                self._dp_dv((p, dp), gl[rows], v_i[cols], dv_i[cols], bufs)
+            else:
+                p, dp = tiles
+            dp -= d_row[rows, None]
+            dp *= p  # (rows, cols) dS
+            np.matmul(dp.T, q_i[rows], out=tk)  # (cols, d_k)
+            np.matmul(dp, k_i[cols], out=tq)  # (rows, d_k)
+            dq_i[rows] += tq  # this item's own rows
+            with self.lock:
+                dk_i[cols] += tk
+
+    def _sweep_a(self, qs, k_i, v_i, steps, kept, idx, base, bufs):
+        """(l (Bq,), Σ p V (Bq, d_v) over the tiles not kept), filling the kept tiles' p."""
+        l = np.zeros(qs.shape[0], qs.dtype)  # (Bq,)
+        acc = np.zeros((qs.shape[0], v_i.shape[-1]), qs.dtype)  # (Bq, d_v)
+        for (rows, cols, tm), tiles in zip(steps, kept, strict=True):
+            h, w = rows.stop - rows.start, cols.stop - cols.start
+            p = bufs(h, w, qs.shape[-1])[0] if tiles is None else tiles[0]
+            self._weights(p, qs[rows], k_i[cols], tm, idx, base if base is None else base[rows])
+            l[rows] += p @ bufs.ones_for(w)
+            if tiles is None:
+                acc[rows] += p @ v_i[cols]
+        return l, acc
+
+    def _weights(self, p, qs_rows, k_cols, tm, idx, base) -> None:
+        """p = exp2(score - base) of one tile, in place; 0 at blocked pairs. ``base``: None
+        (0), or the tile rows' integer bases, when the weights are clipped to [2^floor, 1]."""
+        np.matmul(qs_rows, k_cols.T, out=p)  # (rows, cols): score, in log2 units
+        if tm is not None and tm.bias is not None:
+            p += tile_at(tm.bias, idx)
+        if base is not None:
+            p -= base[:, None]
+            np.clip(p, self.floor, 0.0, out=p)  # blocked pairs may be huge: no inf · 0
+        np.exp2(p, out=p)
+        if tm is not None:
+            p *= tile_at(tm.keep, idx)  # blocked pairs weigh exactly 0
+
+    def _dp_dv(self, tiles, gl_rows, v_cols, dv_cols, bufs) -> np.ndarray:
+        """dP' = (dO / l) Vᵀ into tiles[1], dV += pᵀ (dO / l); returns rowsum(p ∘ dP')."""
+        p, dp = tiles
+        np.matmul(gl_rows, v_cols.T, out=dp)  # (rows, cols)
+        tv = bufs.tv(p.shape[1], gl_rows.shape[-1])
+        np.matmul(p.T, gl_rows, out=tv)  # (cols, d_v)
+        with self.lock:
+            dv_cols += tv
+        return np.vecdot(p, dp)  # (rows,)
+
+    def _row_max(self, qs, k_i, steps, idx, bufs) -> np.ndarray:
+        """Each row's maximum allowed score (log2 units), rounded up: the safe base."""
+        top = np.full(qs.shape[0], -np.inf, qs.dtype)  # (Bq,)
+        for rows, cols, tm in steps:
+            s = bufs(rows.stop - rows.start, cols.stop - cols.start, qs.shape[-1])[0]
+            np.matmul(qs[rows], k_i[cols].T, out=s)
+            if tm is None:
+                t = s.max(axis=1)
+            else:
+                if tm.bias is not None:
+                    s += tile_at(tm.bias, idx)
+                where = np.broadcast_to(tile_at(tm.allowed, idx), s.shape)
+                t = np.max(s, axis=1, where=where, initial=-np.inf)
+            np.fmax(top[rows], t, out=top[rows])
+        # 0 for a row that allows nothing; NaN or +inf (only with check_finite=False) stays NaN
+        base = np.where(np.isfinite(top), np.ceil(top), np.where(np.isneginf(top), 0.0, np.nan))
+        return base.astype(qs.dtype)
 
 
 _local = threading.local()
 
 
-def _buffers(dtype):
-    """This thread's tile buffers, kept between items and calls (a fresh 1 MiB array faults
+def _buffers(dtype) -> _Scratch:
+    """This thread's scratch tiles, kept between items and calls (a fresh 1 MiB array faults
     its pages in on first touch: see _tiles.buffers)."""
-    cache = getattr(_local, "cache", None)
-    if cache is None or cache[0] != dtype:
-        cache = _local.cache = (dtype, {})
-    table = cache[1]
+    cache = getattr(_local, "scratch", None)
+    if cache is None or cache.dtype != dtype:
+        cache = _local.scratch = _Scratch(dtype)
+    return cache
 
-    def get(rows: int, cols: int, dk: int, dv: int):
-        key = (rows, cols, dk, dv)
-        if key not in table:
-            if len(table) >= 16:  # ragged edges of many different calls: start afresh
-                table.clear()
-            table[key] = (
-                np.empty((rows, cols), dtype),  # P
-                np.empty((rows, cols), dtype),  # dP, then dS
-                np.empty((rows, dk), dtype),  # dS K_j
-                np.empty((cols, dk), dtype),  # dSᵀ Q_i
-                np.empty((cols, dv), dtype),  # Pᵀ dO_i
-            )
-        return table[key]
 
-    return get
+class _Scratch:
+    """Tiles for steps not kept, and each step's (rows, d_k), (cols, d_k), (cols, d_v) products."""
+
+    def __init__(self, dtype):
+        self.dtype, self.table, self.ones = dtype, {}, np.ones(0, dtype)
+
+    def _get(self, key, make):
+        if key not in self.table:
+            if len(self.table) >= 32:  # ragged edges of many different calls: start afresh
+                self.table.clear()
+            self.table[key] = make()
+        return self.table[key]
+
+    def __call__(self, rows: int, cols: int, dk: int):
+        return self._get(
+            (rows, cols, dk),
+            lambda: (
+                np.empty((rows, cols), self.dtype),  # p
+                np.empty((rows, cols), self.dtype),  # dP', then dS
+                np.empty((rows, dk), self.dtype),  # dS K_j
+                np.empty((cols, dk), self.dtype),  # dSᵀ Q_i
+            ),
+        )
+
+    def ones_for(self, cols: int) -> np.ndarray:
+        if self.ones.size < cols:
+            self.ones = np.ones(cols, self.dtype)  # row sums by matrix-vector products
+        return self.ones[:cols]
+
+    def tv(self, cols: int, dv: int) -> np.ndarray:
+        return self._get((cols, dv), lambda: np.empty((cols, dv), self.dtype))  # pᵀ dO / l
