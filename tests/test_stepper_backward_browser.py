@@ -178,3 +178,17 @@ def test_backward_step_screenshots(opened, step):  # noqa: F811
     page.locator("#figure-attention-stepper").screenshot(
         path=str(ARTIFACTS / f"stepper-{step}-1280.png")
     )
+
+
+def test_predict_first_prompt_opens_the_backward_softmax_step(opened):  # noqa: F811
+    page = opened("/?stepper.causal=0")
+    card = page.locator("[data-prompt='stepper-gradient']")
+    card.locator("input[value='1']").check()
+    card.locator("button.why-check").click()
+    assert card.get_attribute("data-result") == "wrong"
+    card.locator(".why-answer a").click()
+    # "Show me" turns the causal mask back on and opens dS, whose first row is all zeros.
+    page.wait_for_selector("#figure-attention-stepper[data-step='grad_scores']")
+    page.wait_for_function("() => document.querySelector('#stepper-causal').checked")
+    page.wait_for_function("() => !new URL(location).searchParams.get('stepper.causal')")
+    assert stepper_values(page)[:2] == [0.0, 0.0]

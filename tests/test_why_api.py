@@ -100,6 +100,15 @@ def test_predict_answers_come_from_the_library(client):
     share = prompts["histogram-share"]
     lab = attnlab.labs.saturation(d_k=128)
     assert share["answer"] == pytest.approx(100 * lab.unscaled_share)
+    grad = prompts["stepper-gradient"]  # the backward steps: one allowed key, no gradient
+    trace = attnlab.trace_attention(
+        [[3, -3], [1, 1]], [[-3, 3], [1, 1]], [[0, -1], [1, 2]], attnlab.masks.Causal(),
+        grad_output=[[1, 1], [1, 1]],
+    )  # fmt: skip
+    assert trace.grad_scores[0].tolist() == [0.0, 0.0]
+    assert grad["choices"][int(grad["answer"])].startswith("Zero")
+    assert f"[{trace.grad_scores[1, 0]:.3f}, {trace.grad_scores[1, 1]:.3f}]" in grad["answer_text"]
+    assert grad["step"] == "grad_scores"
     it = prompts["multihead-it"]
     assert "pronoun" in it["choices"][int(it["answer"])]
     for p in prompts.values():

@@ -96,7 +96,42 @@ def _stepper() -> list[Prompt]:
         unmask,
         "weights",
     )
-    return [where, times]
+    return [where, times, _stepper_gradient()]
+
+
+def _stepper_gradient() -> Prompt:
+    """The backward steps: a row with one allowed key passes no gradient to its scores."""
+    causal = attnlab.masks.Causal()
+    trace = attnlab.trace_attention(
+        EXAMPLE_Q, EXAMPLE_K, EXAMPLE_V, causal, grad_output=np.ones((2, 2))
+    )
+    ds = trace.grad_scores  # (2, 2): the gradient of the masked scores, dO all ones
+    choices = [
+        "Zero: nothing reaches token 1's scores",
+        "About as big as token 2's",
+        "Bigger than token 2's: token 1's weight is 1, the largest",
+    ]
+    size = np.abs(ds).sum(axis=1)  # (2,) how much gradient each row's scores get
+    right = 0 if size[0] == 0 else 1 if abs(size[0] - size[1]) < 0.5 * size[1] else 2
+    return Prompt(
+        "stepper-gradient",
+        "figure-attention-stepper",
+        "Attention stepper",
+        "Causal mask on, the chapter's example. Training sends a gradient back from the "
+        "outputs (all ones). Token 1 may look only at itself. How big is the gradient that "
+        "reaches token 1's scores?",
+        "choice",
+        choices,
+        right,
+        0.0,
+        "",
+        f"{choices[right]}: its row of dS is [{ds[0, 0]:g}, {ds[0, 1]:g}]. With one allowed key "
+        "the weight is 1 whatever the score, so moving the score moves nothing. Token 2, "
+        f"which weighs two keys, gets [{ds[1, 0]:.3f}, {ds[1, 1]:.3f}]. A saturated row is "
+        "nearly in the same place, which is why learning stalls without √d_k.",
+        [Action("#stepper-causal", "check"), Action("#stepper-scaled", "check")],
+        "grad_scores",
+    )
 
 
 def _histogram() -> list[Prompt]:
