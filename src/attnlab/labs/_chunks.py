@@ -16,10 +16,11 @@ run (Ctrl-C, an abandoned generator) cancels the chunks not yet done.
 
     CLIENT          the spec parameter: ``client`` in the library, ``--scheduler ADDRESS`` in the
                     CLI, never on the web
-    check_client    None or a Client, else an AttnlabError
+    check_client    None or a Client, else an AttnlabError (and never with ``workers``)
     in_order        fn(j) for each chunk j, yielded in order (inline, threads or cluster)
     chained         step(j, state) -> (partial, state): chunks one after another
     combine         the one reduction: a left fold in chunk order
+    reporting       the partials passed on in order, calling progress(done, total) after each
     cluster_threads the cluster's worker threads, for estimates
 """
 
@@ -31,9 +32,18 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import reduce
 
 from attnlab.errors import AttnlabError
+from attnlab.labs._common import Progress
 from attnlab.labs._spec import Param
 
-__all__ = ["CLIENT", "chained", "check_client", "cluster_threads", "combine", "in_order"]
+__all__ = [
+    "CLIENT",
+    "chained",
+    "check_client",
+    "cluster_threads",
+    "combine",
+    "in_order",
+    "reporting",
+]
 
 WINDOW = 4  # chunks in flight per worker thread of a cluster
 
@@ -48,8 +58,12 @@ CLIENT = Param(
 )
 
 
-def check_client(client):
-    """``client`` itself when it is None or a ``dask.distributed.Client``."""
+def check_client(client, workers: int | None = None):
+    """``client`` itself when it is None or a ``dask.distributed.Client``.
+
+    A lab with threads of its own passes its ``workers`` too: threads here and a cluster's
+    workers exclude each other, so a client with ``workers`` given is refused.
+    """
     if client is None:
         return None
     try:
@@ -60,6 +74,8 @@ def check_client(client):
         raise AttnlabError(
             f"expected client to be a dask.distributed Client or None, but got {client!r} instead"
         )
+    if workers is not None:
+        raise AttnlabError(f"expected workers or client, but got both (workers={workers})")
     return client
 
 
@@ -71,6 +87,15 @@ def cluster_threads(client) -> int:
 def combine(partials: Iterable, merge: Callable, start):
     """Fold ``partials`` into ``start`` with ``merge``, in the order given (chunk order)."""
     return reduce(merge, partials, start)
+
+
+def reporting(parts: Iterable, per: int, total: int, progress: Progress | None) -> Iterator:
+    """``parts`` passed on in order, with progress(done, total) after each, where chunk j
+    holds ``per`` of the ``total`` items (the last one fewer)."""
+    for j, part in enumerate(parts):
+        yield part
+        if progress is not None:
+            progress(min((j + 1) * per, total), total)
 
 
 def in_order(fn: Callable, count: int, *, workers: int = 1, client=None) -> Iterator:

@@ -19,7 +19,7 @@ import numpy as np
 
 from attnlab.errors import AttnlabError
 
-__all__ = ["LabResult", "Progress", "jsonable", "rng_for"]
+__all__ = ["LabResult", "Progress", "jsonable", "rng_at", "rng_for"]
 
 #: progress(done, total): called as a lab advances, so a front end can draw a progress bar.
 Progress = Callable[[int, int], None]
@@ -35,6 +35,14 @@ MAX_WIDTH = 1 << 16  # a sanity bound on d_k
 def rng_for(seed: int, *key: int) -> np.random.Generator:
     """numpy's default generator, seeded by the lab's seed and the row's key."""
     return np.random.default_rng([seed, *key])
+
+
+def rng_at(state: dict) -> np.random.Generator:
+    """A generator that goes on from ``state``, a ``bit_generator.state`` dict: a stream handed
+    from one chunk to the next as plain data (``_chunks.chained``). ``state`` is not changed."""
+    bits = getattr(np.random, state["bit_generator"])()
+    bits.state = state
+    return np.random.Generator(bits)
 
 
 # -- validation: once, at the public boundary, worded "expected ..., but got ... instead" -------

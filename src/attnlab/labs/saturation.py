@@ -20,7 +20,7 @@ from functools import partial
 import numpy as np
 
 from attnlab import softmax
-from attnlab.labs._chunks import CLIENT, chained, check_client, combine
+from attnlab.labs._chunks import CLIENT, chained, check_client, combine, reporting
 from attnlab.labs._common import (
     CHUNK_ELEMENTS,
     MAX_WIDTH,
@@ -30,6 +30,7 @@ from attnlab.labs._common import (
     check_int,
     check_open_unit,
     check_seed,
+    rng_at,
     rng_for,
 )
 from attnlab.labs._spec import SEED, Estimate, LabPlot, LabSpec, Param, Series
@@ -197,10 +198,9 @@ def _step(d_k: int, keys: int, trials: int, threshold: float, per: int, j: int, 
     One (M + 1, d_k) block per trial, in order, so the numbers do not depend on ``per``; the
     state goes in and out as plain data, so a Dask worker can run the chunk (``_chunks``).
     """
-    bits = getattr(np.random, state["bit_generator"])()
-    bits.state = state
+    rng = rng_at(state)
     start = j * per
-    scores = _scores(np.random.Generator(bits), min(per, trials - start), keys, d_k)  # (T, M)
+    scores = _scores(rng, min(per, trials - start), keys, d_k)  # (T, M)
     un_max, un_rest, un_fro = _trial_stats(softmax(scores))
     sc_max, sc_rest, sc_fro = _trial_stats(softmax(scores * (1.0 / math.sqrt(d_k))))  # §6.3
     hot = un_max > threshold  # (T,) the saturated unscaled trials
@@ -217,7 +217,7 @@ def _step(d_k: int, keys: int, trials: int, threshold: float, per: int, j: int, 
         moments = (len(x), mean, float(np.sum((x - mean) ** 2)))
     room = max(0, KEPT_TRIALS - start)
     kept = (un_max[:room].tolist(), sc_max[:room].tolist())
-    return (sums, moments, kept), bits.state
+    return (sums, moments, kept), rng.bit_generator.state
 
 
 def saturation(
@@ -257,7 +257,7 @@ def saturation(
     count = -(-trials // per)
     step = partial(_step, d_k, keys, trials, threshold, per)
     parts = chained(step, state, count, client=client)
-    totals = combine(_reporting(parts, per, trials, progress), _Totals.merge, _Totals())
+    totals = combine(reporting(parts, per, trials, progress), _Totals.merge, _Totals())
     un, sc, hot_sums = totals.sums[:4], totals.sums[4:8], totals.sums[8:]
     kept = totals.kept
     n_hot, n_sc = int(un[0]), int(sc[0])
@@ -293,14 +293,6 @@ def saturation(
 def _per_chunk(d_k: int, keys: int) -> int:
     """Trials per chunk: a chunk holds about CHUNK_ELEMENTS normals."""
     return max(1, CHUNK_ELEMENTS // ((keys + 1) * d_k))
-
-
-def _reporting(parts, per: int, trials: int, progress: Progress | None):
-    """The chunks' partials, passed on in order, with progress(trials done, trials) after each."""
-    for j, part in enumerate(parts):
-        yield part
-        if progress is not None:
-            progress(min((j + 1) * per, trials), trials)
 
 
 # -- the declaration: CLI options, web fields, plot and estimate come from here ----------------

@@ -14,8 +14,7 @@ from functools import partial
 
 import numpy as np
 
-from attnlab.errors import AttnlabError
-from attnlab.labs._chunks import CLIENT, check_client, cluster_threads, combine
+from attnlab.labs._chunks import CLIENT, check_client, cluster_threads, combine, reporting
 from attnlab.labs._common import (
     MAX_WIDTH,
     VARIANCE,
@@ -132,12 +131,12 @@ def variance_scaling(
     draws = check_int("draws", draws, low=2)
     seed = check_seed(seed)
     workers = check_workers(workers)
-    if check_client(client) is not None and workers is not None:
-        raise AttnlabError(f"expected workers or client, but got both (workers={workers})")
+    client = check_client(client, workers)
     scales = np.array([1.0 / math.sqrt(d_k) for d_k in widths])[:, None]  # §6.3, (W, 1)
     chunks = score_partials(seed, VARIANCE, widths, draws, partial(_partial, scales),
                             workers=workers, client=client)  # fmt: skip
-    sums = combine(_reporting(chunks, draws, progress), np.add, np.zeros((2, len(widths), 5)))
+    chunks = reporting(chunks, CHUNK_DRAWS, draws, progress)
+    sums = combine(chunks, np.add, np.zeros((2, len(widths), 5)))
     raw, scaled = sums  # (W, 5) each
     rows = []
     for d_k, raw_sums, scaled_sums in zip(widths, raw, scaled, strict=True):
@@ -154,14 +153,6 @@ def variance_scaling(
             )
         )
     return VarianceResult(widths=widths, draws=draws, seed=seed, rows=tuple(rows))
-
-
-def _reporting(chunks, draws: int, progress: Progress | None):
-    """The chunks' partials, passed on in order, with progress(draws done, draws) after each."""
-    for j, partial_sums in enumerate(chunks):
-        yield partial_sums
-        if progress is not None:
-            progress(min((j + 1) * CHUNK_DRAWS, draws), draws)
 
 
 # -- the declaration: CLI options, web fields, plot and estimate come from here ----------------
