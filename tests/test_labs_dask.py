@@ -21,7 +21,7 @@ from attnlab.cli import app
 from attnlab.errors import AttnlabError
 from attnlab.labs import LABS
 from attnlab.labs._common import VARIANCE
-from attnlab.labs._scores import chunk_count, score_chunks, score_partials
+from attnlab.labs._scores import score_chunks, score_partials
 
 distributed = pytest.importorskip("distributed")
 
@@ -37,13 +37,22 @@ CASES = {
     "saturation-big-trial": ("saturation", {"d_k": 8192, "keys": 80, "trials": 2, "seed": 1}),
     # 3 histogram chunks, and a saturation run per width
     "sweep": ("sweep", {"widths": (8, 32), "draws": 40_000, "trials": 60, "bins": 10, "seed": 4}),
-}
+    # 4,096 pairs per chunk: 5 chunks, the last one short
+    "proof": ("proof", {"d_k": 64, "draws": 20_000, "seed": 5}),
+    # 34 trials per chunk at d_k = 200 (3 chunks chained on its stream), 112 at d_k = 40 (1)
+    "gradient": ("gradient", {"widths": (200, 40), "keys": 64, "trials": 100, "d_v": 32,
+                              "seed": 6}),
+}  # fmt: skip
 CLI = {  # the same runs as options
     "variance": ["--width", "8", "--width", "40", "--width", "3", "--draws", "50000", "--seed", "3"],
     "saturation": ["--d-k", "256", "--keys", "64", "--trials", "100", "--seed", "2"],
     "sweep": ["--width", "8", "--width", "32", "--draws", "40000", "--trials", "60", "--bins",
               "10", "--seed", "4"],
+    "proof": ["--d-k", "64", "--draws", "20000", "--seed", "5"],
+    "gradient": ["--width", "200", "--width", "40", "--keys", "64", "--trials", "100", "--d-v",
+                 "32", "--seed", "6"],
 }  # fmt: skip
+TASKS = {"variance": 4, "proof": 5, "gradient": 3 + 1}  # one task per chunk
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +105,7 @@ def _same(remote, here) -> None:
 
 def test_every_lab_that_takes_a_client_is_checked_here():
     with_client = {name for name, spec in LABS.items() if "client" in {p.name for p in spec.params}}
-    assert {"variance", "saturation", "sweep"} <= with_client
+    assert {"variance", "saturation", "sweep", "proof", "gradient"} <= with_client
     assert with_client <= {lab for lab, _ in CASES.values()}, "add a case for the new lab"
     for name in with_client:  # the CLI's --scheduler, never a web field
         param = LABS[name].param("client")
@@ -110,8 +119,9 @@ def test_two_workers_give_the_local_bits(case, two_workers, local):
         remote = LABS[lab](**kwargs, client=two_workers)
     _same(remote, local[case])
     assert tasks.data, "the run never reached the cluster"
-    if lab == "variance":  # one task per chunk, shared out over both workers
-        assert len(tasks.data) == chunk_count(kwargs["draws"])
+    if case in TASKS:
+        assert len(tasks.data) == TASKS[case]
+    if lab in ("variance", "proof"):  # chunks keyed by their index: shared out over both workers
         assert len({t["worker"] for t in tasks.data}) == 2
 
 
@@ -152,16 +162,25 @@ def test_the_estimate_still_refuses_long_runs_on_a_cluster(cluster, two_workers)
         app, ["lab", "variance", "--draws", "1000000000", "--scheduler", address]
     )
     assert result.exit_code == 2 and "--yes" in result.stderr
-    spec = LABS["variance"]
-    on_cluster = spec.cost(draws=10**8, client=two_workers)
-    assert 0 < on_cluster.seconds < 2 * spec.cost(draws=10**8).seconds
+    for name in ("variance", "proof"):  # chunks shared out: at most the time here, and a bit
+        spec = LABS[name]
+        on_cluster = spec.cost(draws=10**8, client=two_workers)
+        assert 0 < on_cluster.seconds < 2 * spec.cost(draws=10**8).seconds
+    for name in ("saturation", "gradient"):  # a chain of tasks, one at a time: no faster
+        spec = LABS[name]
+        assert spec.cost(trials=10**5, client=two_workers).seconds > spec.cost(trials=10**5).seconds
 
 
-def test_bad_clients_are_refused_by_name(two_workers):
-    with pytest.raises(AttnlabError, match="client"):
-        LABS["variance"](draws=100, client="tcp://127.0.0.1:8786")
+@pytest.mark.parametrize("lab", ["variance", "saturation", "sweep", "proof", "gradient"])
+def test_bad_clients_are_refused_by_name(lab):
+    with pytest.raises(AttnlabError, match="expected client"):
+        LABS[lab](client="tcp://127.0.0.1:8786")  # an address is not a Client
+
+
+@pytest.mark.parametrize("lab", ["variance", "proof"])
+def test_threads_and_a_cluster_are_refused_together(lab, two_workers):
     with pytest.raises(AttnlabError, match="workers or client"):
-        LABS["variance"](draws=100, workers=2, client=two_workers)
+        LABS[lab](draws=100, workers=2, client=two_workers)
 
 
 def _cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:

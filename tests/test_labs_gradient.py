@@ -8,6 +8,7 @@ seeds, the stream's layout and the bounds.
 
 from __future__ import annotations
 
+import copy
 import itertools
 import json
 import math
@@ -19,7 +20,7 @@ from attnlab import softmax
 from attnlab.errors import AttnlabError
 from attnlab.labs import LABS, gradient
 from attnlab.labs._common import GRADIENT, rng_for
-from attnlab.labs.gradient import THRESHOLD, _draws
+from attnlab.labs.gradient import THRESHOLD, _chunk, _draws
 from tolerances import F64
 
 KEYS, D_V = 8, 6
@@ -139,6 +140,21 @@ def test_numbers_do_not_depend_on_the_chunk_size(monkeypatch):
     monkeypatch.setattr(module, "CHUNK_ELEMENTS", 1_000)  # a few trials per chunk
     assert module._trials_per_chunk(64, 32, 64) < 30
     assert gradient(widths=(32,), trials=30, seed=2) == whole
+
+
+def test_a_chunk_reads_its_stream_state_and_never_changes_it():
+    # On a cluster the chunks of a width are a chain of tasks, each handed the state the one
+    # before left (maybe the very object): a chunk must leave it alone and go on from it.
+    state = rng_for(0, GRADIENT, 16, KEYS, D_V).bit_generator.state
+    before = copy.deepcopy(state)
+    norms, after = _chunk(16, KEYS, D_V, 10, 4, 0, state)
+    assert state == before and norms.shape == (2, 3, 4)
+    again, _ = _chunk(16, KEYS, D_V, 10, 4, 0, state)
+    last, _ = _chunk(16, KEYS, D_V, 10, 4, 2, after)  # the last chunk: 2 of the 10 trials
+    assert np.array_equal(norms, again) and last.shape == (2, 3, 2)
+    rng = rng_for(0, GRADIENT, 16, KEYS, D_V)
+    _draws(rng, 4, KEYS, 16, D_V)  # chunk 0's trials, drawn from the width's own stream
+    assert rng.bit_generator.state == after
 
 
 def test_progress_counts_trials_over_all_widths():

@@ -21,7 +21,10 @@ scores change from row to row.
 
 Randomness: width d_k draws from its own stream ``rng_for(seed, GRADIENT, d_k, keys, d_v)``,
 trial after trial, so a row never depends on the other widths or on the chunk size. Memory:
-chunks of about 4 MiB of draws, and three numbers per trial and case for the medians.
+chunks of about 4 MiB of draws, and three numbers per trial and case for the medians. Each
+chunk starts from the stream's state where the one before stopped, so with a Dask ``client``
+a width's chunks are a chain of tasks (``_chunks.chained``) and the numbers are bitwise the
+same as here.
 
 Shape legend: T trials in a chunk, M keys (the chapter's letter), d_k the query/key width,
 d_v the value width; one query row per trial (N = 1).
@@ -30,10 +33,12 @@ d_v the value width; one query row per trial (N = 1).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
 from attnlab import trace_attention
+from attnlab.labs._chunks import CLIENT, chained, check_client
 from attnlab.labs._common import (
     CHUNK_ELEMENTS,
     GRADIENT,
@@ -42,6 +47,7 @@ from attnlab.labs._common import (
     check_int,
     check_ints,
     check_seed,
+    rng_at,
     rng_for,
 )
 from attnlab.labs._spec import SEED, Estimate, LabPlot, LabSpec, Param, Series
@@ -138,16 +144,29 @@ def _trials_per_chunk(keys: int, d_k: int, d_v: int) -> int:
     return max(1, CHUNK_ELEMENTS // ((keys + 1) * (d_k + d_v)))
 
 
-def _width(seed: int, d_k: int, keys: int, d_v: int, trials: int, step) -> GradientRow:
-    rng = rng_for(seed, GRADIENT, d_k, keys, d_v)
+def _chunk(d_k: int, keys: int, d_v: int, trials: int, per: int, j: int, state: dict):
+    """Chunk j of a width, drawn from the stream at ``state`` -> ((2, 3, T) norms, next state).
+
+    The norms are p_max, ‖dS‖ and ‖dQ‖ of each trial, unscaled then scaled. The state goes in
+    and out as plain data and is never changed, so a Dask worker can run the chunk.
+    """
+    rng = rng_at(state)
+    q, k, v, g = _draws(rng, min(per, trials - j * per), keys, d_k, d_v)
+    unscaled = _trial_norms(q, k, v, g, 1.0)  # no scaling at all
+    scaled = _trial_norms(q, k, v, g, None)  # §6.3: 1/√d_k
+    return np.stack([unscaled, scaled]), rng.bit_generator.state
+
+
+def _width(seed: int, d_k: int, keys: int, d_v: int, trials: int, step, client) -> GradientRow:
+    state = rng_for(seed, GRADIENT, d_k, keys, d_v).bit_generator.state
     per = _trials_per_chunk(keys, d_k, d_v)
-    unscaled, scaled = np.empty((3, trials)), np.empty((3, trials))  # p_max, ‖dS‖, ‖dQ‖
-    for start in range(0, trials, per):
-        stop = min(start + per, trials)
-        q, k, v, g = _draws(rng, stop - start, keys, d_k, d_v)
-        unscaled[:, start:stop] = _trial_norms(q, k, v, g, 1.0)  # no scaling at all
-        scaled[:, start:stop] = _trial_norms(q, k, v, g, None)  # §6.3: 1/√d_k
-        step(stop - start)
+    chunks = chained(partial(_chunk, d_k, keys, d_v, trials, per), state, -(-trials // per),
+                     client=client)  # fmt: skip
+    norms = np.empty((2, 3, trials))  # unscaled, scaled; p_max, ‖dS‖, ‖dQ‖
+    for j, part in enumerate(chunks):  # in chunk order, trial after trial
+        norms[:, :, j * per : j * per + part.shape[-1]] = part
+        step(part.shape[-1])
+    unscaled, scaled = norms
     (ds_u, dq_u), (ds_s, dq_s) = np.median(unscaled[1:], axis=1), np.median(scaled[1:], axis=1)
     return GradientRow(
         width=d_k,
@@ -169,9 +188,14 @@ def gradient(
     seed: int = 0,
     *,
     d_v: int = 64,
+    client=None,
     progress: Progress | None = None,
 ) -> GradientResult:
     """Median gradient reaching the scores and the queries, unscaled against scaled (§6.3).
+
+    Each width's trials run in chunks drawn one after another from the width's stream. With a
+    Dask ``client`` the chunks are a chain of tasks on its workers (one at a time, as the
+    stream is drawn in order) and the result is bitwise the same.
 
     Args:
         widths: the d_k values, 1 to 4096, one row each.
@@ -179,6 +203,7 @@ def gradient(
         trials: trials per width, 1 to 1,000,000 (the medians keep every trial's numbers).
         seed: a non-negative integer; the same seed gives the same numbers.
         d_v: the value width (and the upstream gradient's), the same at every d_k.
+        client: a ``dask.distributed.Client`` to run the chunks on; None: this machine.
         progress: called as progress(trials done, trials x widths).
 
     >>> r = gradient(widths=(16, 256), trials=100)
@@ -190,6 +215,7 @@ def gradient(
     trials = check_int("trials", trials, high=MAX_TRIALS)
     seed = check_seed(seed)
     d_v = check_int("d_v", d_v, high=MAX_WIDTH)
+    client = check_client(client)
     done, total = 0, trials * len(widths)
 
     def step(count: int) -> None:
@@ -198,7 +224,7 @@ def gradient(
         if progress is not None:
             progress(done, total)
 
-    rows = tuple(_width(seed, d_k, keys, d_v, trials, step) for d_k in widths)
+    rows = tuple(_width(seed, d_k, keys, d_v, trials, step, client) for d_k in widths)
     return GradientResult(widths=widths, keys=keys, d_v=d_v, trials=trials,
                           threshold=THRESHOLD, seed=seed, rows=rows)  # fmt: skip
 
@@ -211,15 +237,18 @@ def gradient(
 _S_PER_NORMAL = 20e-9
 _S_PER_MADD = 6e-9
 _S_PER_CALL = 40e-6
+_S_PER_TASK = 3e-3  # on a cluster, each chunk's scheduling, state hand-over and round trip
 
 
-def _estimate(widths, keys, trials, d_v=64, **_) -> Estimate:
+def _estimate(widths, keys, trials, d_v=64, client=None, **_) -> Estimate:
     seconds, peak = 0.01, 0
     for d_k in widths:
         per = min(trials, _trials_per_chunk(keys, d_k, d_v))
         normals = (keys + 1) * (d_k + d_v)
         seconds += trials * normals * (_S_PER_NORMAL + 2 * _S_PER_MADD)
         seconds += 2 * _S_PER_CALL * -(-trials // per)
+        if client is not None:  # one stream per width: a chain of tasks, one at a time
+            seconds += -(-trials // per) * _S_PER_TASK
         # A chunk of draws and, per pass, the trace's tables of its size (k, v, dK, dV, ...).
         peak = max(peak, 8 * per * normals * 6)
     return Estimate(seconds, peak + 2 * 3 * 8 * trials)
@@ -258,6 +287,7 @@ SPEC = LabSpec(
         SEED,
         Param("d_v", "Value width (and the upstream gradient's), the same at every d_k.",
               low=1, high=MAX_WIDTH, web_high=256),
+        CLIENT,
     ),
     columns=(("width", "d_k"), ("unscaled_share", "sat. unscaled"),
              ("scaled_share", "sat. scaled"), ("ds_unscaled", "‖dS‖ unscaled"),

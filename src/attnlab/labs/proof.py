@@ -23,18 +23,19 @@ closed forms in brackets, for n samples of X with variance σ² and 4th central 
 
 Randomness and memory: chunk j holds ``per`` pairs drawn from ``rng_for(seed, PROOF, d_k, j)``
 (``per`` fixed by d_k, about 4 MiB of normals); only five power sums per step are kept, so
-memory does not grow with ``draws``, and chunks run on ``workers`` threads without changing
-a number.
+memory does not grow with ``draws``, and chunks run on ``workers`` threads, or as tasks on a
+Dask cluster (``client``), without changing a number: their sums are added in chunk order.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
-from attnlab.labs._chunks import in_order
+from attnlab.labs._chunks import CLIENT, check_client, cluster_threads, combine, in_order, reporting
 from attnlab.labs._common import (
     CHUNK_ELEMENTS,
     MAX_WIDTH,
@@ -157,6 +158,7 @@ def proof(
     seed: int = 0,
     *,
     workers: int | None = None,
+    client=None,
     progress: Progress | None = None,
 ) -> ProofResult:
     """Measure each step of §6.3's argument over ``draws`` pairs (q, k) of i.i.d. N(0, 1) entries.
@@ -166,7 +168,9 @@ def proof(
         draws: pairs (q, k), at least 2 (a variance needs two).
         seed: a non-negative integer; the same seed gives the same numbers.
         workers: threads for the chunks (default: the usable cores, at most 8); the numbers
-            never depend on it.
+            never depend on it. Not with ``client``.
+        client: a ``dask.distributed.Client`` to run the chunks on, bitwise the same numbers;
+            None: this machine.
         progress: called as progress(pairs done, draws).
 
     Returns:
@@ -179,17 +183,12 @@ def proof(
     d_k = check_int("d_k", d_k, high=MAX_WIDTH)
     draws = check_int("draws", draws, low=2)
     seed = check_seed(seed)
-    workers = default_workers() if check_workers(workers) is None else workers
+    workers = check_workers(workers)
+    client = check_client(client, workers)
     per = _pairs_per_chunk(d_k)
-    count = -(-draws // per)
-    sums, done = np.zeros((len(_SAMPLES), 5)), 0
-    for j, chunk in enumerate(
-        in_order(lambda j: _chunk(seed, d_k, per, draws, j), count, workers=workers)
-    ):
-        sums += chunk
-        done = min((j + 1) * per, draws)
-        if progress is not None:
-            progress(done, draws)
+    chunks = in_order(partial(_chunk, seed, d_k, per, draws), -(-draws // per),
+                      workers=workers or default_workers(), client=client)  # fmt: skip
+    sums = combine(reporting(chunks, per, draws, progress), np.add, np.zeros((len(_SAMPLES), 5)))
     rows = []
     for step, claim, samples, kind, predicted in _STEPS:
         measure = _mean_and_se if kind == "mean" else _variance_and_se
@@ -208,10 +207,16 @@ def proof(
 # is about 26 ns per coordinate and 40 ns per pair.
 _S_PER_ENTRY = 26e-9
 _S_PER_DRAW = 40e-9
+_THREADS = 2  # the calibration's threads: a cluster divides the work by its threads over this
+_S_PER_TASK = 2e-3  # on a cluster, each chunk's scheduling and round trip, as for variance
 
 
-def _estimate(d_k, draws, workers=None, **_) -> Estimate:
-    seconds = 0.01 + draws * (d_k * _S_PER_ENTRY + _S_PER_DRAW)
+def _estimate(d_k, draws, workers=None, client=None, **_) -> Estimate:
+    work = draws * (d_k * _S_PER_ENTRY + _S_PER_DRAW)
+    if client is not None:  # keyed chunks: shared out over the cluster's threads
+        tasks = -(-draws // _pairs_per_chunk(d_k))
+        work = (work * _THREADS + tasks * _S_PER_TASK) / cluster_threads(client)
+    seconds = 0.01 + work
     m, threads = min(draws, _pairs_per_chunk(d_k)), workers or default_workers()
     # Per running chunk: q and k, the products and ~3 temporaries of the power sums; 2 chunks'
     # sums per thread queued (tiny).
@@ -248,6 +253,7 @@ SPEC = LabSpec(
         SEED,
         Param("workers", "Threads for the draws (default: the usable cores, at most 8).",
               low=1, high=64, web=False, kind=int),
+        CLIENT,
     ),
     columns=(("step", "step"), ("claim", "why"), ("predicted", "predicted"),
              ("measured", "measured"), ("stderr", "± SE")),
