@@ -70,7 +70,11 @@ def format_report(report) -> str:
     kernel = blas.get("kernel") or "?"
     coretype = blas.get("OPENBLAS_CORETYPE")
     backward = s.get("backward", False)
-    what = "attention backward (forward again, then dq, dk, dv)" if backward else "attention"
+    what = (
+        "attention backward (dq, dk, dv from q, k, v and dO; torch: SDPA forward + .backward)"
+        if backward
+        else "attention"
+    )
     lines = [
         f"{what}, float32, B=1, h={s['heads']}, d={s['d']}: time is the median of up to "
         f"{s['repeats']} runs after a first call"
