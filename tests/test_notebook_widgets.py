@@ -57,6 +57,20 @@ def test_stepper_takes_inputs_and_a_bool_mask():
         anb.stepper(q, q, q, mask=np.ones((2, 2), bool))
 
 
+def test_stepper_takes_an_upstream_gradient_for_its_backward_steps():
+    q = [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]
+    g = np.array([[1.0, -2.0], [0.5, 0.0], [3.0, 1.0]])
+    w = anb.stepper(q, q, q, mask="none", grad_output=g)
+    w.step = 10  # dK
+    _, dk, dv = al.attention_backward(q, q, q, g)
+    np.testing.assert_allclose(_table(w.view, "grad_k")["values"], dk, **F64)
+    w.step = 6  # dV; a new dO recomputes the view
+    w.grad_output = (2 * g).tolist()
+    np.testing.assert_allclose(_table(w.view, "grad_v")["values"], 2 * dv, **F64)
+    with pytest.raises(al.AttnlabError, match=r"\(N, d_v\) = \(3, 2\)"):
+        anb.stepper(q, q, q, grad_output=[[1.0, 2.0]])
+
+
 def test_histogram_traitlets_recompute_from_the_figure_builder():
     w = anb.histogram(64)
     w.d_k = 256

@@ -54,13 +54,16 @@ def _rows(name: str, x) -> list[list[float]]:
     return arr.tolist()
 
 
-def stepper(q=None, k=None, v=None, mask=None) -> StepperWidget:
+def stepper(q=None, k=None, v=None, mask=None, grad_output=None) -> StepperWidget:
     """The attention stepper; defaults: the chapter's two-token example with its causal mask.
+
+    Steps 0-5 are the forward pass, 6-10 the backward one (dV, dA, dS, dQ, dK).
 
     Args:
         q, k, v: small matrices (at most 8 x 8 each); None for the worked example's.
         mask: None or "causal" (the worked example's), "none", or a bool table (N, M) whose
             False entries block a pair.
+        grad_output: the backward steps' upstream gradient dO, (N, d_v); None: all ones.
     """
     q = _rows("q", _step.EXAMPLE_Q if q is None else q)
     k = _rows("k", _step.EXAMPLE_K if k is None else k)
@@ -76,7 +79,8 @@ def stepper(q=None, k=None, v=None, mask=None) -> StepperWidget:
                 f"{(len(q), len(k))}, but got {mask!r} instead"
             )
         causal, blocked = False, np.argwhere(~table).tolist()
-    return StepperWidget(q=q, k=k, v=v, causal=causal, blocked=blocked)
+    g = None if grad_output is None else _rows("grad_output", grad_output)
+    return StepperWidget(q=q, k=k, v=v, causal=causal, blocked=blocked, grad_output=g)
 
 
 def histogram(d_k: int = 64, *, scaled: bool = False, seed: int = 0) -> HistogramWidget:

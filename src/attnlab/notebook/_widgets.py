@@ -53,11 +53,13 @@ class StepperWidget(_Figure):
     k = t.List().tag(sync=True)
     v = t.List().tag(sync=True)
     blocked = t.List().tag(sync=True)
+    grad_output = t.List(allow_none=True, default_value=None).tag(sync=True)  # dO; None: ones
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self._figure = None
-        self.observe(self._refresh, names=["causal", "scaled", "q", "k", "v", "blocked"])
+        names = ["causal", "scaled", "q", "k", "v", "blocked", "grad_output"]
+        self.observe(self._refresh, names=names)
         self.observe(self._show, names=["step"])
         self._refresh()
 
@@ -71,7 +73,13 @@ class StepperWidget(_Figure):
 
     def _refresh(self, change=None) -> None:
         self._figure = _step.build_stepper(
-            self.q, self.k, self.v, causal=self.causal, scaled=self.scaled, blocked=self.blocked
+            self.q,
+            self.k,
+            self.v,
+            causal=self.causal,
+            scaled=self.scaled,
+            blocked=self.blocked,
+            grad_output=self.grad_output,
         ).as_dict()
         last = len(self._figure["steps"]) - 1
         self.controls = [
