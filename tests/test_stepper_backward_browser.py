@@ -168,15 +168,15 @@ def test_backward_screenshots(opened, width):  # noqa: F811
         page.wait_for_selector(".presenting", state="detached")
 
 
-@pytest.mark.parametrize("step", ["grad_v", "grad_k"])
-def test_backward_step_screenshots(opened, step):  # noqa: F811
-    page = opened(f"/?stepper.step={step}&stepper.cell=1,1")
+@pytest.mark.parametrize(("step", "width"), [("grad_v", 375), ("grad_v", 1280), ("grad_k", 1280)])
+def test_backward_step_screenshots(opened, step, width):  # noqa: F811
+    page = opened(f"/?stepper.step={step}&stepper.cell=1,1", width=width)
     # The picked entry's working names the scale (1/√d_k for the example, d_k = 2).
     detail = page.locator("#stepper-detail").inner_text()
     assert ("0.7071" in detail) == (step == "grad_k")
     ARTIFACTS.mkdir(exist_ok=True)
     page.locator("#figure-attention-stepper").screenshot(
-        path=str(ARTIFACTS / f"stepper-{step}-1280.png")
+        path=str(ARTIFACTS / f"stepper-{step}-{width}.png")
     )
 
 
