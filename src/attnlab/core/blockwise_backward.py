@@ -31,9 +31,10 @@ As in the forward kernel (``blockwise.py``), exponentials are base 2 with scale 
 folded into q, tiles a mask blocks are skipped (the same ``_tiles.plan``), tiles it allows
 whole need no mask arithmetic, and a blocked pair's weight is multiplied by 0. Sweep A first
 runs against a base of 0; if a row sum leaves [2^-16, 2^64] (float32; float64 [2^-128, 2^512]),
-where 1/l and dO/l are safe, or is NaN (inf · 0 at a blocked pair), the block runs again
-against each row's maximum rounded up to an integer (one more sweep, for the maxima), its
-weights clipped to [2^floor, 1] before exp2, so that every row sum is in [1/2, M].
+where 1/l is safe, or is NaN (inf · 0 at a blocked pair), or a nonzero dO / l would not be a
+normal number with room to spare (a tiny dO over a large l, a huge one over a small l), the
+block runs again against each row's maximum rounded up to an integer (one more sweep, for the
+maxima), its weights clipped to [2^floor, 1] before exp2, so that every row sum is in [1/2, M].
 
 Parallel work: each work item is one query block for a group of lead elements, so dQ_i is
 summed privately; dK_j and dV_j gather from every query block, each tile's product added under
@@ -171,12 +172,16 @@ class _Kernel:
         self.dv = np.zeros(x.lead + (x.m, v.shape[-1]), dtype)  # (..., M, d_v), all blocks
         self.c = dtype.type(x.scale * LOG2E)  # scale · log2 e, folded into q
         finfo = np.finfo(dtype)
-        # Row sums the base of 0 may leave (f32: [2^-16, 2^64]): dO / l and 1 / l stay normal
-        # numbers, and dO / l overflows only for |dO| past 2^112. Outside, the exact sweep.
+        # Row sums the base of 0 may leave (f32: [2^-16, 2^64]): 1 / l stays a normal number.
+        # Outside, the exact sweep.
         self.safe = (
             dtype.type(2.0 ** -(finfo.maxexp // 8)),
             dtype.type(2.0 ** (finfo.maxexp // 2)),
         )
+        # ... and dO / l itself must stay a finite, full-precision number: a tiny dO over a
+        # large l would go subnormal (f32: |dO| 1e-32, l 2^43 lost half its value), a huge one
+        # over a small l overflow. Such a row takes the exact sweep too (there l is in [1/2, M]).
+        self.g_range = (finfo.tiny * 2.0 ** (finfo.nmant + 1), finfo.max / 2.0**8)
         self.floor = dtype.type(finfo.minexp + 6)  # see blockwise.run: exp2's fast path
         self.lock = threading.Lock()
         self.empty = False
@@ -191,14 +196,17 @@ class _Kernel:
         base = None
         l, acc = self._sweep_a(qs, k_i, v_i, steps, kept, idx, base, bufs)
         lo, hi = self.safe  # a NaN (inf · 0 at a blocked pair) fails both comparisons
-        if not (l.min() >= lo and l.max() <= hi and np.isfinite(acc).all()):
+        g_i = self.g[idx][r0:r1]  # (Bq, d_v)
+        if not (
+            l.min() >= lo and l.max() <= hi and np.isfinite(acc).all() and self._g_fits(g_i, l)
+        ):
             base = self._row_max(qs, k_i, steps, idx, bufs)  # (Bq,)
             l, acc = self._sweep_a(qs, k_i, v_i, steps, kept, idx, base, bufs)
             if not l.all():  # a row that allows no key
                 self.empty = True
                 return
         inv = np.reciprocal(l)  # (Bq,)
-        gl = self.g[idx][r0:r1] * inv[:, None]  # (Bq, d_v): dO / l
+        gl = g_i * inv[:, None]  # (Bq, d_v): dO / l
         d_row = np.vecdot(gl, acc)  # (Bq,): D from the tiles not kept
         dv_i, dk_i, dq_i = self.dv[idx], self.dk[idx], self.dq[idx][r0:r1]
         # B1) dP' and dV of the kept tiles, and D from them
@@ -221,6 +229,14 @@ class _Kernel:
             dq_i[rows] += tq  # this item's own rows
             with self.lock:
                 dk_i[cols] += tk
+
+    def _g_fits(self, g, l) -> bool:
+        """Whether every nonzero dO / l of these rows is a normal number with room to spare."""
+        a = np.abs(g)  # (Bq, d_v)
+        top = a.max(axis=1)  # (Bq,)
+        least = np.min(a, axis=1, where=a > 0, initial=np.inf)  # (Bq,): inf for a zero row
+        small, big = self.g_range
+        return bool((top <= big * l).all() and (least >= small * l).all())
 
     def _sweep_a(self, qs, k_i, v_i, steps, kept, idx, base, bufs):
         """(l (Bq,), Σ p V (Bq, d_v) over the tiles not kept), filling the kept tiles' p."""
