@@ -282,3 +282,26 @@ def test_large_but_safe_inputs_pass_the_overflow_bound():
     for method in ("dense", "blockwise"):
         out = al.attention(q, k, v, method=method)
         assert np.isfinite(out).all()
+
+
+@pytest.mark.parametrize(
+    ("q", "k", "dtype", "words"),
+    [
+        # Finite scores of ±1.7e308: the base-2 kernels' score · log2(e) would overflow (NaN, or
+        # a row of -inf that passed for equal weights), so both paths refuse them alike.
+        ([[1.3e154], [1.0]], [[1.3e154], [1.0]], np.float64, r"within ±6.23e\+307"),
+        ([[1.3e154]], [[-1.3e154], [-1.17e154]], np.float64, r"is -1.69e\+308 in query row"),
+        # Scores of 30 and 60, but q · scale · log2(e) overflows float32 before any score.
+        ([[3e38]], [[1e-37], [2e-37]], np.float32, r"max\|q\|·scale below 1.18e\+38"),
+    ],
+    ids=["huge-score", "huge-negative-score", "huge-q"],
+)
+@pytest.mark.parametrize("method", ["dense", "blockwise"])
+def test_scores_too_near_overflow_for_base_2_are_refused_by_every_path(q, k, dtype, words, method):
+    q, k = np.array(q, dtype), np.array(k, dtype)
+    v = np.arange(1.0, k.shape[0] + 1, dtype=dtype)[:, None]  # (M, 1)
+    g = np.ones((q.shape[0], 1), dtype)
+    with pytest.raises(al.NonFiniteInputError, match=words):
+        al.attention(q, k, v, scale=1.0, method=method)
+    with pytest.raises(al.NonFiniteInputError, match=words):
+        al.attention_backward(q, k, v, g, scale=1.0, method=method)

@@ -29,12 +29,14 @@ __all__ = [
     "check_budget",
     "check_method",
     "check_overflow",
+    "check_q_scale",
     "check_scores_in_bands",
     "check_threads",
     "compute_dtype",
     "may_overflow",
     "raise_empty_rows",
     "refuse_non_finite",
+    "score_limit",
     "validate",
     "validate_later",
 ]
@@ -289,21 +291,47 @@ def may_overflow(x: Inputs) -> bool:
     if not x.check_finite:
         return False
     with np.errstate(over="ignore"):
-        bound = np.abs(x.q).max() * np.abs(x.k).max() * x.q.shape[-1] * abs(x.scale)
-    # Half the range: a float mask may add up to a quarter more (see masks.Dense) and stay finite.
-    return not bound < np.finfo(x.q.dtype).max / 2
+        top = np.abs(x.q).max() * abs(x.scale)  # also bounds q · scale · log2 e (blockwise)
+        bound = top * np.abs(x.k).max() * x.q.shape[-1]
+    return not (bound < score_limit(x.q.dtype) and top < score_limit(x.q.dtype))
+
+
+def score_limit(dtype) -> float:
+    """The largest |score| (and |q| · scale) accepted: half the dtype's range, since a float
+    mask may add up to a quarter more (see masks.Dense), over log2(e), since the blockwise
+    kernels work in base 2 and multiply q · scale and every score by log2(e)."""
+    return float(np.finfo(dtype).max) / 2 / math.log2(math.e)
+
+
+def check_q_scale(x: Inputs) -> None:
+    """Refuse a q that the base-2 kernels' q · scale · log2(e) would overflow, whatever k is."""
+    top = float(np.abs(x.q).max()) * abs(x.scale)
+    if not top < score_limit(x.q.dtype):
+        raise NonFiniteInputError(
+            f"expected max|q|·scale below {score_limit(x.q.dtype):.3g} (half of "
+            f"{x.q.dtype}'s range over log2(e)), but got {top:.3g}; rescale q"
+        )
 
 
 def check_overflow(x: Inputs, scaled: np.ndarray, rows) -> None:
-    """Refuse scaled scores (..., rows, M) that overflowed: finite inputs, non-finite scores."""
-    bad = ~np.isfinite(scaled)
+    """Refuse scaled scores (..., rows, M) that overflowed (finite inputs, non-finite scores)
+    or that came so close to overflow that the base-2 kernels would (``score_limit``)."""
+    limit = score_limit(x.q.dtype)
+    bad = ~(np.abs(scaled) < limit)
     if bad.any():
         where = tuple(int(i) for i in np.argwhere(bad)[0])
         row = where[:-2] + (where[-2] + rows[0],)
+        at = f"in query row {row}, key {where[-1]}"
+        if np.isfinite(scaled[where]):
+            raise NonFiniteInputError(
+                f"expected scores within ±{limit:.3g} (half of {x.q.dtype}'s range over "
+                f"log2(e): room for a mask and for base-2 exponentials), but q·kᵀ·scale is "
+                f"{scaled[where]:.3g} {at}; rescale q or k"
+            )
         raise NonFiniteInputError(
-            f"expected finite scores, but q·kᵀ·scale overflowed to {scaled[where]} in query "
-            f"row {row}, key {where[-1]} (q and k are finite, but {x.q.dtype} tops out near "
-            f"{np.finfo(x.q.dtype).max:.3g}); rescale q or k"
+            f"expected finite scores, but q·kᵀ·scale overflowed to {scaled[where]} {at} (q and "
+            f"k are finite, but {x.q.dtype} tops out near {np.finfo(x.q.dtype).max:.3g}); "
+            "rescale q or k"
         )
 
 
@@ -321,6 +349,7 @@ def raise_empty_rows(x: Inputs, rows) -> None:
 def check_scores_in_bands(x: Inputs) -> None:
     """Refuse scores that overflow, a band of rows at a time (never the N x M table): the
     kernels would turn them into NaN, or into -inf that passes for a blocked key."""
+    check_q_scale(x)
     kT = np.swapaxes(x.k, -1, -2)  # (..., d_k, M)
     rows = max(1, CHECK_BYTES // (max(1, math.prod(x.lead)) * x.m * x.q.dtype.itemsize))
     for r0 in range(0, x.n, rows):

@@ -25,7 +25,13 @@ import math
 import numpy as np
 
 from attnlab.core._threads import on_threads
-from attnlab.core._validate import Inputs, check_overflow, may_overflow, raise_empty_rows
+from attnlab.core._validate import (
+    Inputs,
+    check_overflow,
+    check_q_scale,
+    may_overflow,
+    raise_empty_rows,
+)
 from attnlab.core.masks import Mask
 
 __all__ = ["apply_mask", "dense_output", "dense_tables", "dense_weights"]
@@ -54,6 +60,8 @@ class _Rows:
         self.total = np.empty_like(self.row_max)  # (..., N, 1): each row's Σ exp
         self.kT = np.swapaxes(x.k, -1, -2)  # (..., d_k, M), a view
         self.risky = may_overflow(x)
+        if self.risky:  # refused as the blockwise kernels refuse it, whichever path runs
+            check_q_scale(x)
 
     def scores(self, rows) -> np.ndarray:
         with np.errstate(over="ignore", invalid="ignore"):  # overflow is checked at the max
