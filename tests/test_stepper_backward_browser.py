@@ -192,3 +192,15 @@ def test_predict_first_prompt_opens_the_backward_softmax_step(opened):  # noqa: 
     page.wait_for_function("() => document.querySelector('#stepper-causal').checked")
     page.wait_for_function("() => !new URL(location).searchParams.get('stepper.causal')")
     assert stepper_values(page)[:2] == [0.0, 0.0]
+
+
+def test_export_of_a_backward_step_names_dO_and_holds_its_tables(opened):  # noqa: F811
+    page = opened("/?stepper.step=grad_q&stepper.do=1,2;3,4")
+    csv = page.evaluate(
+        """async () => { const m = await import('/static/js/export.js');
+        return m.toCsv(document.querySelector('#figure-attention-stepper').exportData()); }"""
+    )
+    assert "step 10 (Gradient of Q)" in csv and "upstream gradient dO as entered" in csv
+    assert "# dQ = dS K · scale" in csv and "# Keys K" in csv
+    want = _closed_form(np.array([[1.0, 2.0], [3.0, 4.0]]))["grad_q"]
+    assert f"{want[1, 0]:.6g}"[:5] in csv
