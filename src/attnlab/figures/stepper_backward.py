@@ -112,9 +112,9 @@ def backward_steps(scale: float, scaled: bool, ones: bool) -> list[Step]:
             "grad_q",
             "Gradient of Q",
             f"dQ = dS K {times}",
-            "Score (i, j) is q_i · k_j times the scale, so moving query i shifts that score "
-            "along key j. Query i's gradient is the key rows weighted by row i of dS, times "
-            f"{factor}.",
+            "Score (i, j) is q_i · k_j times the scale, so nudging query i in the direction of "
+            "key j raises that score fastest. Query i's gradient adds up the key rows, each "
+            f"weighted by its entry in row i of dS, times {factor}.",
             ["grad_scores", "k"],
             "grad_q",
             "av",
@@ -124,8 +124,9 @@ def backward_steps(scale: float, scaled: bool, ones: bool) -> list[Step]:
             "grad_k",
             "Gradient of K",
             f"dK = dSᵀ Q {times}",
-            "In the same way key j moves along the queries that scored it: column j of dS "
-            f"weights the query rows, times {factor}. A key that no query may see gets 0.",
+            "The same score read the other way: key j's gradient adds up the query rows, each "
+            f"weighted by its entry in column j of dS, times {factor}. A key that no query may "
+            "see gets 0.",
             ["grad_scores", "q"],
             "grad_k",
             "ta",
