@@ -20,6 +20,14 @@ from attnlab.core.masks import Mask, TileState
 LOG2E = 1.4426950408889634  # exp(x) = exp2(x · log2 e)
 
 
+def exp2_floor(dtype) -> np.floating:
+    """2^floor (f32: 2^-119, f64: 2^-1015): the smallest exp2 numpy still computes on its fast
+    path. Below it, and for -inf, exp2 takes a slow path (measured 17x for a result of 0, 150x
+    for a subnormal one), so the kernels clamp exponents far below at this floor: each weight so
+    raised is at most 2^floor, invisible beside a row sum the kernels keep >= 2^-64 (f32)."""
+    return np.dtype(dtype).type(np.finfo(dtype).minexp + 6)
+
+
 class Step(NamedTuple):
     """One tile of a query block, as the kernel's loop needs it (unpacked by position there).
 
@@ -105,6 +113,11 @@ class TileMask:
     exp2 takes a slow path (measured 5-9x) for any input whose result is 0 or subnormal, -inf
     included, while a multiply by 0 costs one quick pass. The exact step takes each row's
     maximum over ``allowed`` pairs only.
+
+    ``floor``: ``exp2_floor`` where the tile's biases reach below half of it (in log2 units:
+    f32 -60, a padding convention's -10000 or a long ALiBi distance), so the fast step clamps
+    its exponents there, one quick pass instead of exp2's slow one (2.6x on the whole call
+    measured with -10000 on half the keys); None where no bias goes that deep.
     """
 
     def __init__(self, mask: Mask, rows, cols, n: int, m: int, lead_ndim: int, dtype):
@@ -122,6 +135,8 @@ class TileMask:
                 bias = b if bias is None else bias + b
             allowed = ok if allowed is None else allowed & ok
         self.bias = bias
+        floor = exp2_floor(dtype)
+        self.floor = floor if bias is not None and bias.min() < floor / 2 else None
         self.keep = allowed.astype(dtype)
         self.allowed = allowed
 

@@ -52,7 +52,7 @@ import threading
 import numpy as np
 
 from attnlab.core._threads import blas_info, pool_map
-from attnlab.core._tiles import LOG2E, Step, TileMask, buffers, plan
+from attnlab.core._tiles import LOG2E, Step, TileMask, buffers, exp2_floor, plan
 from attnlab.core._validate import (
     Inputs,
     check_block_size,
@@ -172,6 +172,8 @@ def _fast(q_rows, kT, v, steps, idx, c):
         else:
             if tm.bias is not None:
                 s += _pick(tm.bias, idx)
+                if tm.floor is not None:  # far below: exp2's slow path (see _tiles.TileMask)
+                    np.maximum(s, tm.floor, out=s)
             np.exp2(s, out=s)
             s *= _pick(tm.keep, idx)  # blocked pairs weigh exactly 0
         # Row sums by a matrix-vector product: 16 us for a 512 x 512 tile, where np.sum takes
@@ -279,9 +281,7 @@ def run(
     dk, dv = q.shape[-1], v.shape[-1]
     finfo = np.finfo(dtype)
     tiny = dtype.type(2.0 ** -(finfo.maxexp // 2))  # f32: 2^-64 (see _solve)
-    # 2^floor (f32: 2^-120, f64: 2^-1016) is the smallest exp2 that numpy still computes on
-    # its fast path; M of them are invisible beside a row sum >= 1/2 for any M < 2^90.
-    floor = dtype.type(finfo.minexp + 6)
+    floor = exp2_floor(dtype)  # M of them are invisible beside a row sum >= 1/2, any M < 2^90
     c = dtype.type(x.scale * LOG2E)
 
     kT = np.empty(k.shape[:-2] + (dk + 1, m), dtype)  # (..., d_k + 1, M), contiguous keys

@@ -58,7 +58,7 @@ import numpy as np
 from attnlab.core import blockwise
 from attnlab.core._grad import sum_to
 from attnlab.core._threads import pool_map
-from attnlab.core._tiles import LOG2E, TileMask, plan
+from attnlab.core._tiles import LOG2E, TileMask, exp2_floor, plan
 from attnlab.core._validate import Inputs, check_scores_in_bands, may_overflow
 from attnlab.core.masks import tile_at
 
@@ -182,7 +182,7 @@ class _Kernel:
         # large l would go subnormal (f32: |dO| 1e-32, l 2^43 lost half its value), a huge one
         # over a small l overflow. Such a row takes the exact sweep too (there l is in [1/2, M]).
         self.g_range = (finfo.tiny * 2.0 ** (finfo.nmant + 1), finfo.max / 2.0**8)
-        self.floor = dtype.type(finfo.minexp + 6)  # see blockwise.run: exp2's fast path
+        self.floor = exp2_floor(dtype)  # exp2's fast path
         self.lock = threading.Lock()
         self.empty = False
 
@@ -260,6 +260,8 @@ class _Kernel:
         if base is not None:
             p -= base[:, None]
             np.clip(p, self.floor, 0.0, out=p)  # blocked pairs may be huge: no inf · 0
+        elif tm is not None and tm.floor is not None:  # far below: exp2's slow path
+            np.maximum(p, tm.floor, out=p)
         np.exp2(p, out=p)
         if tm is not None:
             p *= tile_at(tm.keep, idx)  # blocked pairs weigh exactly 0
