@@ -55,8 +55,9 @@ def attention_backward(
         grad_output: ∂L/∂output, of the output's shape (..., N, d_v) (the broadcast leading
             axes of q, k and v).
         method: "dense" (the whole (..., N, M) table, as §6.2 draws it), "blockwise"
-            (tile by tile, memory that grows with N: the forward pass runs again keeping each
-            row's logsumexp, and every tile of weights is recomputed from it), or "auto"
+            (tile by tile, memory that grows with N: each query block's softmax divisors,
+            its logsumexp, are summed again from its tiles, and each tile's weights are
+            kept from that sweep while they fit the cache or recomputed), or "auto"
             (default): dense unless the score table would pass ``memory_budget``.
         block_size, threads, memory_budget: as for ``attnlab.attention``.
         check_finite: refuse NaN/inf in q, k, v and grad_output.
