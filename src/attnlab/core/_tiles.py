@@ -21,10 +21,11 @@ LOG2E = 1.4426950408889634  # exp(x) = exp2(x · log2 e)
 
 
 def exp2_floor(dtype) -> np.floating:
-    """2^floor (f32: 2^-119, f64: 2^-1015): the smallest exp2 numpy still computes on its fast
-    path. Below it, and for -inf, exp2 takes a slow path (measured 17x for a result of 0, 150x
-    for a subnormal one), so the kernels clamp exponents far below at this floor: each weight so
-    raised is at most 2^floor, invisible beside a row sum the kernels keep >= 2^-64 (f32)."""
+    """The exponent floor (f32: -119, f64: -1015): 2^floor is the smallest exp2 numpy still
+    computes on its fast path. Below it, and for -inf, exp2 takes a slow path (measured 17x for
+    a result of 0, 150x for a subnormal one), so the kernels clamp exponents far below at this
+    floor: each weight so raised is at most 2^floor, invisible beside a row sum the kernels
+    keep >= 2^-64 (f32)."""
     return np.dtype(dtype).type(np.finfo(dtype).minexp + 6)
 
 
@@ -116,8 +117,8 @@ class TileMask:
 
     ``floor``: ``exp2_floor`` where the tile's biases reach below half of it (in log2 units:
     f32 -60, a padding convention's -10000 or a long ALiBi distance), so the fast step clamps
-    its exponents there, one quick pass instead of exp2's slow one (2.6x on the whole call
-    measured with -10000 on half the keys); None where no bias goes that deep.
+    its exponents there, one quick pass instead of exp2's slow one (forward 136 -> 100 ms
+    measured with -10000 on half the keys, N = 2048, h = 8); None where no bias goes that deep.
     """
 
     def __init__(self, mask: Mask, rows, cols, n: int, m: int, lead_ndim: int, dtype):
