@@ -31,26 +31,27 @@ def test_stepper_is_an_anywidget_whose_step_changes_the_tables_it_sends():
     w = anb.stepper()
     assert isinstance(w, anywidget.AnyWidget)
     assert [t["name"] for t in w.view["tables"]] == ["q", "k", "v"]
-    w.step = 4  # softmax
+    w.step = 5  # softmax: steps count from 1, as the heading does
+    assert w.view["title"].startswith("Step 5 of 11")
     weights = np.array(_table(w.view, "weights")["values"], dtype=float)
     np.testing.assert_allclose(weights, [[1.0, 0.0], [0.196, 0.804]], **CHAPTER)
     w.causal = False  # the mask traitlet: token 1 now looks at token 2 too
     weights = np.array(_table(w.view, "weights")["values"], dtype=float)
     np.testing.assert_allclose(weights[0], [0.000003, 0.999997], **CHAPTER)
-    # The backward steps follow: step 8 is dS, whose rows add up to 0 (dO all ones).
-    w.step = 8
+    # The backward steps follow: step 9 is dS, whose rows add up to 0 (dO all ones).
+    w.step = 9
     ds = np.array(_table(w.view, "grad_scores")["values"], dtype=float)
     np.testing.assert_allclose(ds.sum(axis=1), 0, **F64)
     assert ds[1, 1] > 0.0  # key 2 of query 2 (the larger weight) gains
     with pytest.raises(traitlets.TraitError, match="step"):
-        w.step = 11
+        w.step = 12
 
 
 def test_stepper_takes_inputs_and_a_bool_mask():
     q = [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]
     table = np.array([[True, False, True], [True, True, False], [False, True, True]])
     w = anb.stepper(q, q, q, mask=table)
-    w.step = 5
+    w.step = 6
     out = np.array(_table(w.view, "output")["values"], dtype=float)
     np.testing.assert_allclose(out, al.attention(q, q, q, mask=table), **F64)
     with pytest.raises(al.AttnlabError, match="bool table"):
@@ -61,10 +62,10 @@ def test_stepper_takes_an_upstream_gradient_for_its_backward_steps():
     q = [[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]]
     g = np.array([[1.0, -2.0], [0.5, 0.0], [3.0, 1.0]])
     w = anb.stepper(q, q, q, mask="none", grad_output=g)
-    w.step = 10  # dK
+    w.step = 11  # dK
     _, dk, dv = al.attention_backward(q, q, q, g)
     np.testing.assert_allclose(_table(w.view, "grad_k")["values"], dk, **F64)
-    w.step = 6  # dV; a new dO recomputes the view
+    w.step = 7  # dV; a new dO recomputes the view
     w.grad_output = (2 * g).tolist()
     np.testing.assert_allclose(_table(w.view, "grad_v")["values"], 2 * dv, **F64)
     with pytest.raises(al.AttnlabError, match=r"\(N, d_v\) = \(3, 2\)"):
@@ -126,7 +127,7 @@ def test_an_exported_notebook_shows_the_stepper_tables_offline(tmp_path):
     )
     book.cells = [
         nbformat.v4.new_code_cell(
-            "import attnlab.notebook as anb\nw = anb.stepper()\nw.step = 4\nw"
+            "import attnlab.notebook as anb\nw = anb.stepper()\nw.step = 5\nw"
         )
     ]
     # JupyterLab saves no widget state unless asked to, and without it an export has no live

@@ -55,7 +55,7 @@ __all__ = [
     "trace_attention",
 ]
 
-_LAZY = {"labs", "exercises", "figures", "bench"}
+_LAZY = {"labs", "exercises", "figures", "bench", "notebook", "distributed"}
 
 
 def __getattr__(name: str):

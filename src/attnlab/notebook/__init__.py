@@ -1,13 +1,16 @@
 """The explorer's four figures as live notebook widgets (anywidget: no JavaScript build step).
 
-    stepper(q=None, k=None, v=None, mask=None)   figure attention-stepper
+    stepper(q=None, k=None, v=None, mask=None)   figure attention-stepper (steps 1 to 11)
     histogram(d_k=64)                            figure sqrt-dk-histogram
     permutation(sentence=None)                   figure permutation-demo
     multihead()                                  figure multi-head
 
-Each widget's state is a traitlet a cell can read and set (``w.step = 4``, ``w.d_k = 256``);
+Each widget's state is a traitlet a cell can read and set (``w.step = 5``, ``w.d_k = 256``),
+checked before it is stored: a bad value raises ``WidgetValueError`` (an ``AttnlabError``)
+and the widget keeps its last good state and shows why;
 the numbers are computed in the kernel by the same figure builders the web explorer uses, and
 the widget falls back to static HTML where no widget manager runs. Needs ``attnlab[notebook]``.
+``import attnlab as al`` then ``al.notebook.stepper()`` loads this module on first use.
 """
 
 from __future__ import annotations
@@ -20,10 +23,11 @@ except ImportError as exc:  # pragma: no cover - the extra is part of the dev in
 import numpy as np
 
 from attnlab.errors import AttnlabError
-from attnlab.figures import multihead as _mh
 from attnlab.figures import permutation as _perm
 from attnlab.figures import stepper as _step
+from attnlab.notebook._checks import WidgetValueError, number_matrix
 from attnlab.notebook._widgets import (
+    MAX_WORDS,
     HistogramWidget,
     MultiHeadWidget,
     PermutationWidget,
@@ -35,52 +39,45 @@ __all__ = [
     "MultiHeadWidget",
     "PermutationWidget",
     "StepperWidget",
+    "WidgetValueError",
     "histogram",
     "multihead",
     "permutation",
     "stepper",
 ]
 
-MAX_WORDS = 12
 
-
-def _rows(name: str, x) -> list[list[float]]:
-    try:
-        arr = np.asarray(x, dtype=np.float64)
-    except (TypeError, ValueError):
-        raise AttnlabError(f"expected {name} to be a matrix of numbers, but got {x!r}") from None
-    if arr.ndim != 2:
-        raise AttnlabError(f"expected {name} to be a matrix (rows, width), but got {arr.shape}")
-    return arr.tolist()
-
-
-def stepper(q=None, k=None, v=None, mask=None, grad_output=None) -> StepperWidget:
+def stepper(q=None, k=None, v=None, mask=None, grad_output=None, *, step=1) -> StepperWidget:
     """The attention stepper; defaults: the chapter's two-token example with its causal mask.
 
-    Steps 0-5 are the forward pass, 6-10 the backward one (dV, dA, dS, dQ, dK).
+    Steps count from 1: 1-6 are the forward pass, 7-11 the backward one (dV, dA, dS, dQ, dK).
 
     Args:
         q, k, v: small matrices (at most 8 x 8 each); None for the worked example's.
         mask: None or "causal" (the worked example's), "none", or a bool table (N, M) whose
             False entries block a pair.
         grad_output: the backward steps' upstream gradient dO, (N, d_v); None: all ones.
+        step: the step shown first.
     """
-    q = _rows("q", _step.EXAMPLE_Q if q is None else q)
-    k = _rows("k", _step.EXAMPLE_K if k is None else k)
-    v = _rows("v", _step.EXAMPLE_V if v is None else v)
-    causal, blocked = True, []
+    traits = {name: number_matrix(name, x) for name, x in (("q", q), ("k", k), ("v", v))
+              if x is not None}  # fmt: skip
     if isinstance(mask, str) and mask in ("causal", "none"):
-        causal = mask == "causal"
+        traits["causal"] = mask == "causal"
     elif mask is not None:
         table = np.asarray(mask)
-        if table.dtype != bool or table.shape != (len(q), len(k)):
+        n, m = (
+            len(traits.get(name, example))
+            for name, example in (("q", _step.EXAMPLE_Q), ("k", _step.EXAMPLE_K))
+        )
+        if table.dtype != bool or table.shape != (n, m):
             raise AttnlabError(
                 f"expected mask to be 'causal', 'none' or a bool table of shape "
-                f"{(len(q), len(k))}, but got {mask!r} instead"
+                f"{(n, m)}, but got {mask!r} instead"
             )
-        causal, blocked = False, np.argwhere(~table).tolist()
-    g = None if grad_output is None else _rows("grad_output", grad_output)
-    return StepperWidget(q=q, k=k, v=v, causal=causal, blocked=blocked, grad_output=g)
+        traits["causal"], traits["blocked"] = False, np.argwhere(~table).tolist()
+    if grad_output is not None:
+        traits["grad_output"] = grad_output
+    return StepperWidget(step=step, **traits)
 
 
 def histogram(d_k: int = 64, *, scaled: bool = False, seed: int = 0) -> HistogramWidget:
@@ -99,9 +96,6 @@ def permutation(sentence: str | None = None, *, positions: bool = False) -> Perm
 
 
 def multihead(query: int = 3) -> MultiHeadWidget:
-    """Four hand-set heads reading "The animal didn't cross the street because it was tired"."""
-    if not 0 <= query < len(_mh.SENTENCE):
-        raise AttnlabError(
-            f"expected query from 0 to {len(_mh.SENTENCE) - 1}, but got {query} instead"
-        )
+    """Four hand-set heads reading "The animal didn't cross the street because it was tired";
+    ``query`` is the word's index, 0 to 9."""
     return MultiHeadWidget(query=query)

@@ -19,13 +19,13 @@ def _cell(x) -> str:
 
 
 def stepper_view(figure: dict, step: int) -> dict:
-    """The tables of one step of the stepper figure: its inputs, then its result."""
+    """The tables of step ``step`` (counted from 1) of the stepper figure: inputs, then result."""
     steps = figure["steps"]
-    s = steps[step]
+    s = steps[step - 1]
     names = list(s["inputs"]) + ([s["result"]] if s["result"] else [])
     return {
         "kind": "tables",
-        "title": f"Step {step + 1} of {len(steps)}: {s['title']}",
+        "title": f"Step {step} of {len(steps)}: {s['title']}",
         "formula": s["formula"],
         "explain": s["explain"],
         "tables": [figure["tables"][name] for name in names],

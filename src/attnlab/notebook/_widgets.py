@@ -1,17 +1,15 @@
-"""The four figures as anywidget widgets: state in traitlets, views computed in the kernel.
+"""The four figures as anywidget widgets: state in checked traits, views computed in the kernel.
 
-Each widget keeps its controls as traitlets (``step``, ``causal``, ``d_k`` ...) that a cell can
-read and set; any change recomputes ``view`` (plain data) with the explorer's figure builders,
-and ``widgets.js`` draws it. With no widget manager (an HTML export, a plain viewer), the same
-view is shown as static HTML, so the output is never blank.
+Each widget keeps its controls as traits (``step``, ``causal``, ``d_k`` ...) that a cell can read
+and set. Every value is checked before it is stored (``_base.Figure``): a bad one is refused with
+a ``WidgetValueError`` and the widget keeps its last good state. An accepted change recomputes
+``view`` (plain data) with the explorer's figure builders, and ``widgets.js`` draws it.
 """
 
 from __future__ import annotations
 
 import zlib
-from pathlib import Path
 
-import anywidget
 import numpy as np
 import traitlets as t
 
@@ -20,85 +18,87 @@ from attnlab.core.positions import sinusoidal
 from attnlab.errors import AttnlabError
 from attnlab.figures import histogram as _hist
 from attnlab.figures import multihead as _mh
+from attnlab.figures import permutation as _perm
 from attnlab.figures import stepper as _step
-from attnlab.notebook._views import html_of, stepper_view
+from attnlab.notebook._base import Figure
+from attnlab.notebook._checks import flag, index_pairs, number_matrix, whole_number
+from attnlab.notebook._views import stepper_view
 
 __all__ = ["HistogramWidget", "MultiHeadWidget", "PermutationWidget", "StepperWidget"]
 
-_ESM = Path(__file__).with_name("widgets.js")
+STEPS = len(_step.build_stepper().steps)  # inputs, scores ... output, then dV ... dK: 11
+MAX_WORDS = 12
+MAX_WORD_CHARS = 40
+SEED_MAX = 2**32 - 1  # numpy takes any seed >= 0; this one a browser's numbers hold exactly
+
+_FIGURE_TRAITS = ("q", "k", "v", "causal", "scaled", "blocked", "grad_output")
 
 
-class _Figure(anywidget.AnyWidget):
-    _esm = _ESM
-    view = t.Dict().tag(sync=True)
-    controls = t.List().tag(sync=True)
-
-    def _repr_mimebundle_(self, **kwargs):
-        data = super()._repr_mimebundle_(**kwargs) or {}
-        if isinstance(data, tuple):
-            data = data[0]
-        return {**data, "text/html": html_of(self.view)}
-
-    def _refresh(self, change=None) -> None:
-        raise NotImplementedError
+def _stepper_figure(state: dict) -> dict:
+    return _step.build_stepper(
+        state["q"], state["k"], state["v"], causal=state["causal"], scaled=state["scaled"],
+        blocked=state["blocked"], grad_output=state["grad_output"],
+    ).as_dict()  # fmt: skip
 
 
-class StepperWidget(_Figure):
-    """Figure attention-stepper: attention on a small case, one table-producing step at a time."""
+class StepperWidget(Figure):
+    """Figure attention-stepper: attention on a small case, one table-producing step at a time.
 
-    step = t.Int(0).tag(sync=True)
-    causal = t.Bool(True).tag(sync=True)
-    scaled = t.Bool(True).tag(sync=True)
-    q = t.List().tag(sync=True)
-    k = t.List().tag(sync=True)
-    v = t.List().tag(sync=True)
-    blocked = t.List().tag(sync=True)
-    grad_output = t.List(allow_none=True, default_value=None).tag(sync=True)  # dO; None: ones
+    ``step`` counts from 1, as the heading does: 1-6 the forward pass, 7-11 the backward one.
+    """
+
+    step = t.Any(1).tag(sync=True)
+    causal = t.Any(True).tag(sync=True)
+    scaled = t.Any(True).tag(sync=True)
+    q = t.Any(number_matrix("q", _step.EXAMPLE_Q)).tag(sync=True)
+    k = t.Any(number_matrix("k", _step.EXAMPLE_K)).tag(sync=True)
+    v = t.Any(number_matrix("v", _step.EXAMPLE_V)).tag(sync=True)
+    blocked = t.Any([]).tag(sync=True)  # [i, j] pairs (0-based) blocked by hand
+    grad_output = t.Any(None).tag(sync=True)  # dO, (N, d_v); None: all ones
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self._figure = None
-        names = ["causal", "scaled", "q", "k", "v", "blocked", "grad_output"]
-        self.observe(self._refresh, names=names)
-        self.observe(self._show, names=["step"])
-        self._refresh()
-
-    @t.validate("step")
-    def _step_in_range(self, proposal):
-        # eleven steps: inputs, scores ... output, then the gradients dV ... dK
-        value, last = proposal["value"], len(_step.build_stepper().steps) - 1
-        if not 0 <= value <= last:
-            raise t.TraitError(f"expected step from 0 to {last}, but got {value} instead")
-        return value
-
-    def _refresh(self, change=None) -> None:
-        self._figure = _step.build_stepper(
-            self.q,
-            self.k,
-            self.v,
-            causal=self.causal,
-            scaled=self.scaled,
-            blocked=self.blocked,
-            grad_output=self.grad_output,
-        ).as_dict()
-        last = len(self._figure["steps"]) - 1
         self.controls = [
-            {"name": "step", "label": "step", "type": "int", "min": 0, "max": last},
+            {"name": "step", "label": "step", "type": "int", "min": 1, "max": STEPS},
             {"name": "causal", "label": "causal mask", "type": "bool"},
             {"name": "scaled", "label": "scale by 1/√d_k", "type": "bool"},
         ]
+        self.observe(self._refresh, names=list(_FIGURE_TRAITS))
+        self.observe(self._show, names=["step"])
+        self._refresh()
+
+    @t.validate("step", *_FIGURE_TRAITS)
+    def _check(self, proposal):
+        return self._checked(proposal)
+
+    def _clean(self, name: str, value):
+        if name == "step":
+            return whole_number("step", value, 1, STEPS)
+        if name in ("causal", "scaled"):
+            value = flag(name, value)
+        elif name == "blocked":
+            value = index_pairs(name, value)
+        elif value is not None or name != "grad_output":
+            value = number_matrix(name, value)
+        # The new value with the others as they stand (inside hold_trait_notifications: as they
+        # will stand): the builder names any misfit, so what is stored always draws.
+        _stepper_figure({n: getattr(self, n) for n in _FIGURE_TRAITS} | {name: value})
+        return value
+
+    def _refresh(self, change=None) -> None:
+        self._figure = _stepper_figure({n: getattr(self, n) for n in _FIGURE_TRAITS})
         self._show()
 
     def _show(self, change=None) -> None:
         self.view = stepper_view(self._figure, self.step)
 
 
-class HistogramWidget(_Figure):
+class HistogramWidget(Figure):
     """Figure sqrt-dk-histogram: random scores at width d_k, scaled or not, and saturation."""
 
-    d_k = t.Int(_hist.D_K_DEFAULT).tag(sync=True)
-    scaled = t.Bool(False).tag(sync=True)
-    seed = t.Int(0).tag(sync=True)
+    d_k = t.Any(_hist.D_K_DEFAULT).tag(sync=True)
+    scaled = t.Any(False).tag(sync=True)
+    seed = t.Any(0).tag(sync=True)
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -109,6 +109,17 @@ class HistogramWidget(_Figure):
         ]  # fmt: skip
         self.observe(self._refresh, names=["d_k", "scaled", "seed"])
         self._refresh()
+
+    @t.validate("d_k", "scaled", "seed")
+    def _check(self, proposal):
+        return self._checked(proposal)
+
+    def _clean(self, name: str, value):
+        if name == "d_k":
+            return whole_number("d_k", value, _hist.D_K_MIN, _hist.D_K_MAX)
+        if name == "seed":
+            return whole_number("seed", value, 0, SEED_MAX)
+        return flag(name, value)
 
     def _refresh(self, change=None) -> None:
         fig = _hist.build_histogram(self.d_k, scaled=self.scaled, seed=self.seed)
@@ -132,12 +143,32 @@ def _word_vectors(words: list[str], d_model: int) -> np.ndarray:
     )
 
 
-class PermutationWidget(_Figure):
-    """Figure permutation-demo: reorder the words; without positions outputs only move."""
+def _word_list(value) -> list[str]:
+    if isinstance(value, str) or not isinstance(value, list | tuple):
+        raise AttnlabError(f"expected words to be a list of words, but got {value!r:.60}")
+    if not 2 <= len(value) <= MAX_WORDS:
+        raise AttnlabError(
+            f"expected words to hold 2 to {MAX_WORDS} words, but got {len(value)} words"
+        )
+    for i, word in enumerate(value):
+        if not isinstance(word, str) or not 1 <= len(word.strip()) <= MAX_WORD_CHARS:
+            raise AttnlabError(
+                f"expected words[{i}] to be a word of 1 to {MAX_WORD_CHARS} characters, "
+                f"but got {word!r:.60}"
+            )
+    return [str(w).strip() for w in value]
 
-    order = t.List(t.Int()).tag(sync=True)
-    positions = t.Bool(False).tag(sync=True)
-    words = t.List(t.Unicode()).tag(sync=True)
+
+class PermutationWidget(Figure):
+    """Figure permutation-demo: reorder the words; without positions outputs only move.
+
+    ``order`` lists the original positions in their new order (0-based, as Python indexes);
+    an empty list is the original order.
+    """
+
+    order = t.Any([]).tag(sync=True)
+    positions = t.Any(False).tag(sync=True)
+    words = t.Any(list(_perm.SENTENCE)).tag(sync=True)
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -145,11 +176,32 @@ class PermutationWidget(_Figure):
         self.observe(self._refresh, names=["order", "positions", "words"])
         self._refresh()
 
+    @t.validate("order", "positions", "words")
+    def _check(self, proposal):
+        return self._checked(proposal)
+
+    def _clean(self, name: str, value):
+        if name == "positions":
+            return flag(name, value)
+        words = _word_list(value) if name == "words" else self.words
+        order = self.order if name == "words" else value
+        if not isinstance(order, list | tuple) or (
+            order and sorted(order) != list(range(len(words)))
+        ):
+            raise AttnlabError(
+                f"expected order to list 0..{len(words) - 1} once each (or [] for the words' "
+                f"own order), but got {order!r:.60}"
+                + (
+                    " : set order = [] before changing the number of words"
+                    if name == "words"
+                    else ""
+                )
+            )
+        return words if name == "words" else [int(i) for i in order]
+
     def _refresh(self, change=None) -> None:
         n = len(self.words)
         order = list(self.order) or list(range(n))
-        if sorted(order) != list(range(n)):
-            raise AttnlabError(f"expected order to reorder 0..{n - 1}, but got {order} instead")
         x = _word_vectors(self.words, 8)  # (N, d_model)
         placed = x[order] + (sinusoidal(n, 8) if self.positions else 0.0)  # (N, d_model)
         home = x + (sinusoidal(n, 8) if self.positions else 0.0)
@@ -169,18 +221,26 @@ class PermutationWidget(_Figure):
         }  # fmt: skip
 
 
-class MultiHeadWidget(_Figure):
-    """Figure multi-head: four hand-set heads read one sentence; pick the query word."""
+class MultiHeadWidget(Figure):
+    """Figure multi-head: four hand-set heads read one sentence; ``query`` picks the word
+    (0-based, as Python indexes ``multihead.SENTENCE``; the view lists the words by name)."""
 
-    query = t.Int(3).tag(sync=True)
+    query = t.Any(3).tag(sync=True)
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        n = len(_mh.SENTENCE)
-        self.controls = [{"name": "query", "label": "query word", "type": "int", "min": 0,
-                          "max": n - 1}]  # fmt: skip
+        words = [[i, f"{i}: {w}"] for i, w in enumerate(_mh.SENTENCE)]
+        self.controls = [{"name": "query", "label": "query word", "type": "choice",
+                          "options": words}]  # fmt: skip
         self.observe(self._refresh, names=["query"])
         self._refresh()
+
+    @t.validate("query")
+    def _check(self, proposal):
+        return self._checked(proposal)
+
+    def _clean(self, name: str, value):
+        return whole_number("query", value, 0, len(_mh.SENTENCE) - 1)
 
     def _refresh(self, change=None) -> None:
         fig = _mh.build_multihead(self.query)

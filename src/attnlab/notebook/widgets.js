@@ -1,22 +1,27 @@
-// attnlab's notebook widgets (anywidget, no build step): the kernel computes each view; this
-// module draws it and sends the controls back. One renderer for every figure's "view".
+// attnlab's notebook widgets (anywidget, no build step): the kernel computes each view and checks
+// every value; this module draws the view, keeps each control in step with its trait (a value
+// set from a cell moves the control too) and sends the controls' changes back. One renderer
+// for every figure's "view". Values typed out of range are refused here, with a message in the
+// error line; values the kernel refuses come back with the kernel's reason in the same line.
 function cell(x) {
   if (x === null) return "−∞";
   return Math.abs(x) >= 1e-3 || x === 0 ? String(Number(x.toPrecision(4))) : x.toExponential(2);
 }
 
+function make(tag, props = {}) {
+  return Object.assign(document.createElement(tag), props);
+}
+
 function table(t) {
-  const el = document.createElement("table");
-  el.className = "attnlab-table";
-  const cap = el.createCaption();
-  cap.textContent = t.label;
+  const el = make("table", { className: "attnlab-table" });
+  el.createCaption().textContent = t.label;
   const head = el.createTHead().insertRow();
-  head.appendChild(document.createElement("th"));
-  for (const c of t.cols) head.appendChild(Object.assign(document.createElement("th"), { textContent: c }));
+  head.appendChild(make("th"));
+  for (const c of t.cols) head.appendChild(make("th", { textContent: c }));
   const body = el.createTBody();
   t.rows.forEach((r, i) => {
     const tr = body.insertRow();
-    tr.appendChild(Object.assign(document.createElement("th"), { textContent: r }));
+    tr.appendChild(make("th", { textContent: r }));
     for (const x of t.values[i]) tr.insertCell().textContent = cell(x);
   });
   return el;
@@ -30,6 +35,7 @@ function bars(hist) {
   svg.setAttribute("viewBox", `0 0 ${w} ${h}`);
   svg.setAttribute("role", "img");
   svg.setAttribute("aria-label", hist.label);
+  svg.style.maxWidth = "480px";
   hist.counts.forEach((c, i) => {
     const r = document.createElementNS(ns, "rect");
     const bh = (c / top) * (h - 4);
@@ -43,46 +49,103 @@ function bars(hist) {
   return svg;
 }
 
-function control(model, c) {
-  const label = document.createElement("label");
-  label.textContent = c.label + " ";
-  let input;
-  if (c.type === "bool") {
-    input = Object.assign(document.createElement("input"), { type: "checkbox", checked: model.get(c.name) });
-    input.addEventListener("change", () => { model.set(c.name, input.checked); model.save_changes(); });
-  } else {
-    input = Object.assign(document.createElement("input"), {
-      type: "number", min: c.min, max: c.max, step: c.step || 1, value: model.get(c.name),
-    });
-    input.addEventListener("change", () => {
-      const v = Math.round(Number(input.value));
-      if (Number.isFinite(v) && v >= c.min && v <= c.max) { model.set(c.name, v); model.save_changes(); }
-    });
-  }
+// Each control returns [element, sync]: sync() sets the element from the model's trait.
+function checkbox(model, c) {
+  const input = make("input", { type: "checkbox", name: c.name });
+  input.addEventListener("change", () => { model.set(c.name, input.checked); model.save_changes(); });
+  const label = make("label", { textContent: c.label + " " });
   label.appendChild(input);
-  return label;
+  return [label, () => { input.checked = Boolean(model.get(c.name)); }];
+}
+
+function choice(model, c) {
+  const select = make("select", { name: c.name });
+  for (const [value, text] of c.options) select.appendChild(make("option", { value: String(value), textContent: text }));
+  select.addEventListener("change", () => { model.set(c.name, Number(select.value)); model.save_changes(); });
+  const label = make("label", { textContent: c.label + " " });
+  label.appendChild(select);
+  return [label, () => { select.value = String(model.get(c.name)); }];
+}
+
+function number(model, c, say) {
+  const by = c.step || 1;
+  const input = make("input", { type: "number", name: c.name, min: c.min, max: c.max, step: by });
+  const prev = make("button", { type: "button", textContent: "◀ previous", className: "attnlab-prev" });
+  const next = make("button", { type: "button", textContent: "next ▶", className: "attnlab-next" });
+  prev.setAttribute("aria-label", `previous ${c.label}`);
+  next.setAttribute("aria-label", `next ${c.label}`);
+  const send = (v) => { say(""); model.set(c.name, v); model.save_changes(); };
+  input.addEventListener("change", () => {
+    const typed = input.value.trim(), v = Number(typed);
+    if (typed === "" || !Number.isInteger(v) || v < c.min || v > c.max) {
+      say(`${c.label} must be a whole number from ${c.min} to ${c.max}; ` +
+          `${typed === "" ? "that entry" : `"${typed}"`} was not used, so ${c.label} stays ${model.get(c.name)}.`);
+      input.value = String(model.get(c.name));
+      return;
+    }
+    send(v);
+  });
+  prev.addEventListener("click", () => send(Math.max(c.min, model.get(c.name) - by)));
+  next.addEventListener("click", () => send(Math.min(c.max, model.get(c.name) + by)));
+  const label = make("label", { textContent: c.label + " " });
+  label.appendChild(input);
+  const group = make("span", { className: "attnlab-number" });
+  group.append(prev, label, next);
+  const sync = () => {
+    const v = model.get(c.name);
+    input.value = String(v);
+    prev.disabled = v <= c.min;
+    next.disabled = v >= c.max;
+  };
+  return [group, sync];
 }
 
 function render({ model, el }) {
+  const box = make("div", { className: "attnlab-widget" });
+  const bar = make("div", { className: "attnlab-controls" });
+  bar.style.cssText = "display:flex;flex-wrap:wrap;gap:0.5em 1.5em;align-items:center";
+  const error = make("p", { className: "attnlab-error" });
+  error.setAttribute("role", "alert");
+  error.style.cssText = "color:#b00020;font-weight:bold;margin:0.4em 0";
+  const figure = make("div", { className: "attnlab-view" });
+  box.append(bar, error, figure);
+  el.replaceChildren(box);
+
+  const say = (text) => { error.textContent = text; error.hidden = !text; };
+  const listening = [];
+  const listen = (name, fn, into = listening) => { model.on(`change:${name}`, fn); into.push([name, fn]); };
+  const forget = (from) => { for (const [name, fn] of from.splice(0)) model.off(`change:${name}`, fn); };
+  const following = [];
+  const controls = () => {
+    forget(following);
+    bar.replaceChildren();
+    for (const c of model.get("controls")) {
+      const kind = { bool: checkbox, choice: choice, int: number }[c.type];
+      const [node, sync] = kind(model, c, say);
+      bar.appendChild(node);
+      // A value set from a cell, or sent back by the kernel after a refusal, moves the control.
+      listen(c.name, sync, following);
+      sync();
+    }
+  };
   const draw = () => {
     const view = model.get("view");
-    const box = document.createElement("div");
-    box.className = "attnlab-widget";
-    const bar = document.createElement("div");
-    bar.className = "attnlab-controls";
-    for (const c of model.get("controls")) bar.appendChild(control(model, c));
-    box.appendChild(bar);
-    box.appendChild(Object.assign(document.createElement("h4"), { textContent: view.title }));
-    if (view.formula) box.appendChild(Object.assign(document.createElement("code"), { textContent: view.formula }));
-    if (view.explain) box.appendChild(Object.assign(document.createElement("p"), { textContent: view.explain }));
-    for (const line of view.lines || []) box.appendChild(Object.assign(document.createElement("p"), { textContent: line }));
-    if (view.histogram) box.appendChild(bars(view.histogram));
-    for (const t of view.tables || []) box.appendChild(table(t));
-    for (const n of view.notes || []) box.appendChild(Object.assign(document.createElement("p"), { textContent: n }));
-    el.replaceChildren(box);
+    const parts = [make("h4", { textContent: view.title })];
+    if (view.formula) parts.push(make("code", { textContent: view.formula }));
+    if (view.explain) parts.push(make("p", { textContent: view.explain }));
+    for (const line of view.lines || []) parts.push(make("p", { textContent: line }));
+    if (view.histogram) parts.push(bars(view.histogram));
+    for (const t of view.tables || []) parts.push(table(t));
+    for (const n of view.notes || []) parts.push(make("p", { textContent: n }));
+    figure.replaceChildren(...parts);
   };
-  model.on("change:view", draw);
+  listen("view", draw);
+  listen("error", () => say(model.get("error")));
+  listen("controls", controls);
+  controls();
   draw();
+  say(model.get("error"));
+  return () => { forget(following); forget(listening); };
 }
 
 export default { render };
