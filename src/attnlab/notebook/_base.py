@@ -18,9 +18,19 @@ from attnlab.errors import AttnlabError
 from attnlab.notebook._checks import WidgetValueError, shown
 from attnlab.notebook._views import html_of
 
-__all__ = ["Figure"]
+__all__ = ["Checked", "Figure"]
 
 _ESM = Path(__file__).with_name("widgets.js")
+
+
+class Checked(t.Any):
+    """A trait whose every value, None included, goes through its widget's ``_clean``.
+
+    Typed traits (``t.Int``) would refuse a wrong type in traitlets' words before the widget's
+    check runs, and ``t.Any`` lets None past every check: here the widget's check decides alone.
+    """
+
+    allow_none = False
 
 
 class Figure(anywidget.AnyWidget):
@@ -28,9 +38,10 @@ class Figure(anywidget.AnyWidget):
     call ``self._checked(proposal)``, and recompute ``view`` when a checked trait changes."""
 
     _esm = _ESM
-    view = t.Dict().tag(sync=True)  # what the figure shows, computed in the kernel
-    controls = t.List().tag(sync=True)  # the view's inputs: one per settable trait
-    error = t.Unicode("").tag(sync=True)  # why the last change was refused; "" after a good one
+    # The kernel's output, read-only to cells (set_trait writes them): a cell sets the controls.
+    view = t.Dict(read_only=True).tag(sync=True)  # what the figure shows
+    controls = t.List(read_only=True).tag(sync=True)  # the view's inputs, one per settable trait
+    error = t.Unicode("", read_only=True).tag(sync=True)  # why the last change was refused
 
     def _repr_mimebundle_(self, **kwargs):
         data = super()._repr_mimebundle_(**kwargs) or {}
@@ -50,9 +61,10 @@ class Figure(anywidget.AnyWidget):
             message = str(exc)
             if not self._cross_validation_lock:  # a plain set: the stored value is the old one
                 message += f" ({name} stays {shown(self._trait_values.get(name))})"
-            self.error = message  # inside hold_trait_notifications, rolled back with the rest
+            # Inside hold_trait_notifications this is rolled back with the rest (see set_state).
+            self.set_trait("error", message)
             raise WidgetValueError(message) from None
-        self.error = ""
+        self.set_trait("error", "")
         return value
 
     def set_state(self, sync_data):
@@ -63,5 +75,5 @@ class Figure(anywidget.AnyWidget):
             # traitlets rolled every trait of this message back; tell the view and say why.
             names = [name for name in sync_data if name in self.keys]
             kept = ", ".join(f"{name} stays {shown(getattr(self, name))}" for name in names)
-            self.error = f"{exc} ({kept})"
+            self.set_trait("error", f"{exc} ({kept})")
             self.send_state(names)

@@ -20,7 +20,7 @@ from attnlab.figures import histogram as _hist
 from attnlab.figures import multihead as _mh
 from attnlab.figures import permutation as _perm
 from attnlab.figures import stepper as _step
-from attnlab.notebook._base import Figure
+from attnlab.notebook._base import Checked, Figure
 from attnlab.notebook._checks import flag, index_pairs, number_matrix, whole_number
 from attnlab.notebook._views import stepper_view
 
@@ -47,22 +47,23 @@ class StepperWidget(Figure):
     ``step`` counts from 1, as the heading does: 1-6 the forward pass, 7-11 the backward one.
     """
 
-    step = t.Any(1).tag(sync=True)
-    causal = t.Any(True).tag(sync=True)
-    scaled = t.Any(True).tag(sync=True)
-    q = t.Any(number_matrix("q", _step.EXAMPLE_Q)).tag(sync=True)
-    k = t.Any(number_matrix("k", _step.EXAMPLE_K)).tag(sync=True)
-    v = t.Any(number_matrix("v", _step.EXAMPLE_V)).tag(sync=True)
-    blocked = t.Any([]).tag(sync=True)  # [i, j] pairs (0-based) blocked by hand
-    grad_output = t.Any(None).tag(sync=True)  # dO, (N, d_v); None: all ones
+    step = Checked(1).tag(sync=True)
+    causal = Checked(True).tag(sync=True)
+    scaled = Checked(True).tag(sync=True)
+    q = Checked(number_matrix("q", _step.EXAMPLE_Q)).tag(sync=True)
+    k = Checked(number_matrix("k", _step.EXAMPLE_K)).tag(sync=True)
+    v = Checked(number_matrix("v", _step.EXAMPLE_V)).tag(sync=True)
+    blocked = Checked([]).tag(sync=True)  # [i, j] pairs (0-based) blocked by hand
+    grad_output = Checked(None).tag(sync=True)  # dO, (N, d_v); None: all ones
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.controls = [
+        controls = [
             {"name": "step", "label": "step", "type": "int", "min": 1, "max": STEPS},
             {"name": "causal", "label": "causal mask", "type": "bool"},
             {"name": "scaled", "label": "scale by 1/√d_k", "type": "bool"},
         ]
+        self.set_trait("controls", controls)
         self.observe(self._refresh, names=list(_FIGURE_TRAITS))
         self.observe(self._show, names=["step"])
         self._refresh()
@@ -90,23 +91,24 @@ class StepperWidget(Figure):
         self._show()
 
     def _show(self, change=None) -> None:
-        self.view = stepper_view(self._figure, self.step)
+        self.set_trait("view", stepper_view(self._figure, self.step))
 
 
 class HistogramWidget(Figure):
     """Figure sqrt-dk-histogram: random scores at width d_k, scaled or not, and saturation."""
 
-    d_k = t.Any(_hist.D_K_DEFAULT).tag(sync=True)
-    scaled = t.Any(False).tag(sync=True)
-    seed = t.Any(0).tag(sync=True)
+    d_k = Checked(_hist.D_K_DEFAULT).tag(sync=True)
+    scaled = Checked(False).tag(sync=True)
+    seed = Checked(0).tag(sync=True)
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.controls = [
+        controls = [
             {"name": "d_k", "label": "d_k", "type": "int", "min": _hist.D_K_MIN,
              "max": _hist.D_K_MAX, "step": _hist.D_K_STEP},
             {"name": "scaled", "label": "scale by 1/√d_k", "type": "bool"},
         ]  # fmt: skip
+        self.set_trait("controls", controls)
         self.observe(self._refresh, names=["d_k", "scaled", "seed"])
         self._refresh()
 
@@ -124,7 +126,7 @@ class HistogramWidget(Figure):
     def _refresh(self, change=None) -> None:
         fig = _hist.build_histogram(self.d_k, scaled=self.scaled, seed=self.seed)
         which = "scaled" if fig.scaled else "unscaled"
-        self.view = {
+        view = {
             "kind": "histogram",
             "title": f"Scores q·k at d_k = {fig.d_k}, {which}",
             "lines": [
@@ -134,6 +136,7 @@ class HistogramWidget(Figure):
             ],
             "histogram": {"counts": fig.counts, "edges": fig.edges, "label": f"{which} scores"},
         }
+        self.set_trait("view", view)
 
 
 def _word_vectors(words: list[str], d_model: int) -> np.ndarray:
@@ -166,13 +169,14 @@ class PermutationWidget(Figure):
     an empty list is the original order.
     """
 
-    order = t.Any([]).tag(sync=True)
-    positions = t.Any(False).tag(sync=True)
-    words = t.Any(list(_perm.SENTENCE)).tag(sync=True)
+    order = Checked([]).tag(sync=True)
+    positions = Checked(False).tag(sync=True)
+    words = Checked(list(_perm.SENTENCE)).tag(sync=True)
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.controls = [{"name": "positions", "label": "add position vectors", "type": "bool"}]
+        controls = [{"name": "positions", "label": "add position vectors", "type": "bool"}]
+        self.set_trait("controls", controls)
         self.observe(self._refresh, names=["order", "positions", "words"])
         self._refresh()
 
@@ -207,7 +211,7 @@ class PermutationWidget(Figure):
         home = x + (sinusoidal(n, 8) if self.positions else 0.0)
         out, base = attention(placed, placed, placed), attention(home, home, home)  # (N, d_model)
         change = np.abs(out - base[order]).max()
-        self.view = {
+        view = {
             "kind": "tables",
             "title": " ".join(self.words[i] for i in order),
             "lines": [
@@ -219,19 +223,20 @@ class PermutationWidget(Figure):
                  "cols": [f"dim {j + 1}" for j in range(8)], "values": out.round(6).tolist()}
             ],
         }  # fmt: skip
+        self.set_trait("view", view)
 
 
 class MultiHeadWidget(Figure):
     """Figure multi-head: four hand-set heads read one sentence; ``query`` picks the word
     (0-based, as Python indexes ``multihead.SENTENCE``; the view lists the words by name)."""
 
-    query = t.Any(3).tag(sync=True)
+    query = Checked(3).tag(sync=True)
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         words = [[i, f"{i}: {w}"] for i, w in enumerate(_mh.SENTENCE)]
-        self.controls = [{"name": "query", "label": "query word", "type": "choice",
-                          "options": words}]  # fmt: skip
+        controls = [{"name": "query", "label": "query word", "type": "choice", "options": words}]
+        self.set_trait("controls", controls)
         self.observe(self._refresh, names=["query"])
         self._refresh()
 
@@ -245,7 +250,7 @@ class MultiHeadWidget(Figure):
     def _refresh(self, change=None) -> None:
         fig = _mh.build_multihead(self.query)
         p = fig.picked
-        self.view = {
+        view = {
             "kind": "tables",
             "title": f"What '{p.word}' attends to, head by head",
             "lines": [
@@ -257,3 +262,4 @@ class MultiHeadWidget(Figure):
                  "cols": list(fig.tokens), "values": p.weights}
             ],
         }  # fmt: skip
+        self.set_trait("view", view)
