@@ -61,10 +61,15 @@ def plotly_figure(plot) -> dict:
         traces.append(trace)
     axis = {True: "log", False: "linear"}
     words = "<br>".join(data["words"][:1])
+    xaxis = {"title": {"text": data["x_label"]},
+             "type": "category" if plot.kind == "bar" else axis[plot.log_x]}  # fmt: skip
+    if plot.log_x and plot.kind != "bar":
+        # Plotly's own log ticks read "2 3 4 ... 100 2"; label the values the lab ran instead.
+        ticks = [x for x in data["x"] if isinstance(x, int | float) and x > 0]
+        xaxis |= {"tickvals": ticks, "ticktext": [str(x) for x in ticks]}
     layout = {
         "title": {"text": f"{data['title']}<br><sup>{words}</sup>" if words else data["title"]},
-        "xaxis": {"title": {"text": data["x_label"]},
-                  "type": "category" if plot.kind == "bar" else axis[plot.log_x]},
+        "xaxis": xaxis,
         "yaxis": {"title": {"text": data["y_label"]}, "type": axis[plot.log_y]},
         "legend": {"orientation": "h", "y": -0.2},
     }  # fmt: skip
