@@ -75,8 +75,9 @@ function number(model, c, say) {
   prev.setAttribute("aria-label", `previous ${c.label}`);
   next.setAttribute("aria-label", `next ${c.label}`);
   const send = (v) => { say(""); model.set(c.name, v); model.save_changes(); };
-  input.addEventListener("change", () => {
+  const commit = () => {
     const typed = input.value.trim(), v = Number(typed);
+    if (typed === String(model.get(c.name))) return;  // Enter, then the blur that follows
     if (typed === "" || !Number.isInteger(v) || v < c.min || v > c.max) {
       say(`${c.label} must be a whole number from ${c.min} to ${c.max}; ` +
           `${typed === "" ? "that entry" : `"${typed}"`} was not used, so ${c.label} stays ${model.get(c.name)}.`);
@@ -84,6 +85,11 @@ function number(model, c, say) {
       return;
     }
     send(v);
+  };
+  input.addEventListener("change", commit);
+  // Enter commits here: a notebook's own Enter shortcut would otherwise take the key first.
+  input.addEventListener("keydown", (event) => {
+    if (event.key === "Enter") { event.preventDefault(); event.stopPropagation(); commit(); }
   });
   prev.addEventListener("click", () => send(Math.max(c.min, model.get(c.name) - by)));
   next.addEventListener("click", () => send(Math.min(c.max, model.get(c.name) + by)));
@@ -102,6 +108,7 @@ function number(model, c, say) {
 
 function render({ model, el }) {
   const box = make("div", { className: "attnlab-widget" });
+  box.dataset.lmSuppressShortcuts = "true";  // keys typed in a control are not notebook commands
   const bar = make("div", { className: "attnlab-controls" });
   bar.style.cssText = "display:flex;flex-wrap:wrap;gap:0.5em 1.5em;align-items:center";
   const error = make("p", { className: "attnlab-error" });
