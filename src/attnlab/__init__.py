@@ -7,7 +7,7 @@ array([[ 0.   , -1.   ],
        [ 0.804,  1.413]])
 
 ``import attnlab`` loads numpy and nothing heavier; the labs, exercises, figures, benchmark, CLI
-and web app load on first use (``al.labs``, ``al.exercises``, ...).
+and web app load on first use (``al.labs``, ``al.exercises``, ``al.notebook``, ...).
 """
 
 from __future__ import annotations
