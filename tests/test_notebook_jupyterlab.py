@@ -180,7 +180,8 @@ def notebook(sync_api, lab):
             page.screenshot(path=str(ARTIFACTS / "jupyterlab-last.png"))
             browser.close()
         assert not problems, problems
-        assert all("127.0.0.1" not in url for url in offline.blocked)
+        # JupyterLab and the widgets' code come from the server: nothing was asked of the net.
+        assert offline.blocked == []
 
 
 def _run(page, index: int, shows: str | None = None) -> str:
