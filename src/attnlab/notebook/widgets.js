@@ -145,13 +145,13 @@ function render({ model, el }) {
     for (const t of view.tables || []) parts.push(table(t));
     for (const n of view.notes || []) parts.push(make("p", { textContent: n }));
     figure.replaceChildren(...parts);
+    say(model.get("error"));  // a new view follows an accepted change: an old local refusal goes
   };
   listen("view", draw);
   listen("error", () => say(model.get("error")));
   listen("controls", controls);
   controls();
   draw();
-  say(model.get("error"));
   return () => { forget(following); forget(listening); };
 }
 
