@@ -91,7 +91,7 @@ def lab(sync_api, tmp_path_factory):
            "JUPYTER_DATA_DIR": str(home / "data"), "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
            "IPYTHONDIR": str(home / "ipython"),
            # the kernel imports this checkout's attnlab, whatever is installed
-           "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}  # fmt: skip
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")]))}  # fmt: skip
     port = _free_port()
     command = [
         sys.executable, "-m", "jupyterlab", "--no-browser", f"--ServerApp.port={port}",
