@@ -159,7 +159,6 @@ def check_align(align) -> str:
     return align
 
 
-
 def tile_at(block: np.ndarray, lead: tuple[int, ...]) -> np.ndarray:
     """The (rows, cols) view of ``block`` (broadcastable to (..., rows, cols)) at leading index
     ``lead``: the block's own leading axes align with the last ones; size-1 axes broadcast."""

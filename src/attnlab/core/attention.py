@@ -16,7 +16,6 @@ import numpy as np
 
 from attnlab.core import blockwise
 from attnlab.core._grad import check_grad_output
-from attnlab.core._variants import check_fully_masked, with_variants
 from attnlab.core._validate import (
     as_real,
     check_block_size,
@@ -26,6 +25,7 @@ from attnlab.core._validate import (
     validate,
     validate_later,
 )
+from attnlab.core._variants import check_fully_masked, with_variants
 from attnlab.core.dense import dense_output, dense_tables, dense_weights
 from attnlab.core.dense_backward import dense_grad_tables
 from attnlab.core.masks import Causal

@@ -24,11 +24,11 @@ from typing import ClassVar
 import numpy as np
 
 from attnlab.core._mask_base import (
-    check_align,
     Combined,
     Mask,
     Span,
     TileState,
+    check_align,
     raise_fully_masked,
     tile_at,
 )
@@ -48,6 +48,7 @@ __all__ = [
     "raise_fully_masked",
     "tile_at",
 ]
+
 
 def _cols(cols: Span) -> np.ndarray:
     return np.arange(cols[0], cols[1])[None, :]  # (1, cols)
