@@ -58,6 +58,7 @@ from attnlab.core._tiles import (
     TileMask,
     buffers,
     exp2_floor,
+    lead_at,
     lone_keys,
     plan,
     work_items,
@@ -392,7 +393,7 @@ class _Call:
         """Normalise one block's rows (acc / l), after the sink joins the divisor."""
         hollow = np.flatnonzero(l == 0)  # rows that allowed no key at all
         if self.sinks is not None:
-            acc, l, base = _add_sink(acc, l, base, _pick_lead(self.sinks, idx))
+            acc, l, base = _add_sink(acc, l, base, lead_at(self.sinks, idx))
         if self.lse is not None:
             lse = (np.log2(l) + base) * _LN2  # (Bq,)
             lse[hollow] = -np.inf
@@ -435,16 +436,10 @@ class _Keys:
         return self.kT[own]  # (d_k + 1, M)
 
 
-def _pick_lead(a: np.ndarray, idx: tuple[int, ...]):
-    """The entry of ``a`` (broadcastable into the lead shape, aligned at its end) at ``idx``."""
-    own = idx[len(idx) - a.ndim :] if a.ndim else ()
-    return a[tuple(i if s != 1 else 0 for i, s in zip(own, a.shape, strict=True))]
-
-
 def _add_sink(acc, l, base, sink):
     """Add exp2(sink - base) to each row's divisor l, moving the base up to the sink first
     where the sink is larger (by whole numbers: acc and l shrink by exact powers of two)."""
-    top = np.maximum(base, np.ceil(sink))  # (Bq,) integers
+    top = np.maximum(np.broadcast_to(base, l.shape), np.ceil(sink))  # (Bq,) integers
     shrink = np.clip(top - base, 0, 2**30).astype(np.int64)  # (Bq,)
     acc = np.ldexp(acc, -shrink[:, None])  # (Bq, d_v)
     l = np.ldexp(l, -shrink) + np.exp2(sink - top)  # (Bq,)
