@@ -57,6 +57,7 @@ import numpy as np
 
 from attnlab.core import blockwise
 from attnlab.core._grad import sum_to
+from attnlab.core._precision import narrow, too_wide, widen
 from attnlab.core._threads import pool_map
 from attnlab.core._tiles import LOG2E, TileMask, exp2_floor, lead_at, plan, work_items
 from attnlab.core._validate import Inputs, check_scores_in_bands, may_overflow
@@ -126,6 +127,12 @@ def run(
         each(work, items)
     if kernel.empty:  # a row that allows no key: the forward pass raises its error, naming it
         blockwise.run(x, bq, bk, threads)
+    if kernel.wide:  # float32 scores far from 0: see core/_precision.py
+        saved = None if lse is None else lse.astype(np.float64)
+        g64 = g.astype(np.float64)
+        return narrow(
+            run(widen(x), g64, bq, bk, threads, lse=saved, empty_rows=empty_rows, wrt=wrt)
+        )
     return kernel.gradients(wrt)
 
 
@@ -182,6 +189,8 @@ class _Kernel:
         self.floor = exp2_floor(dtype)  # exp2's fast path
         self.lock = threading.Lock()
         self.empty = False
+        self.watch = dtype == np.float32 and x.check_finite  # for scores far from 0
+        self.wide = False
 
     def gradients(self, wrt) -> tuple[np.ndarray, ...]:
         x, scale = self.x, self.x.q.dtype.type(self.x.scale)
@@ -237,6 +246,11 @@ class _Kernel:
         bufs = _buffers(dtype)
         # A) the row sums l against a base of 0; again against the row maxima if unsafe
         base, l, acc, hollow = self._divisors(idx, r0, r1, qs, k_i, v_i, steps, kept, bufs)
+        if self.watch and not self.wide:
+            with np.errstate(divide="ignore"):
+                lse = (np.log2(l) + (0.0 if base is None else base)) / LOG2E  # (Bq,)
+            lse[hollow] = -np.inf
+            self.wide = too_wide(x, lse - np.log(x.m)) or too_wide(x, np.minimum(lse, 0))
         if hollow.any():  # a row that allows no key: an error, or gradient 0 there
             if self.empty_rows == "raise":
                 self.empty = True
