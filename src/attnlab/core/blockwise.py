@@ -39,6 +39,13 @@ float32 exp2 handles on a slow path), and the base is always finite, so a row th
 in a tile adds exactly 0 there and the NaN of exp(-inf - -inf) cannot arise. A row whose sum is 0
 at the end allowed no key at all and raises FullyMaskedRowError, exactly as the dense path does.
 
+The variants cost nothing when unused. A softcap folds scale / softcap into q instead, and
+caps each tile's scores with a tanh and a multiply (the exact pass caps before subtracting
+its base); a sink joins each row's divisor once, at the end, moving the integer base up to it
+when it is larger (exact powers of two again); ALiBi and two-sided windows are masks. A row
+whose mask allows exactly one key is given that key's value: the lazy base never makes its
+weight exactly 1, and p · v / p can miss v by an ulp.
+
 Tiles a mask blocks are skipped (``Mask.tile_state``); tiles it allows whole need no mask
 arithmetic; a partial tile is cut into strips trimmed to the keys they need (causal: 5/8 of a
 diagonal tile). Query blocks run on a thread pool: numpy's matmul and exp2 release the GIL.
@@ -51,8 +58,20 @@ import threading
 
 import numpy as np
 
+from attnlab.core._online import solve as _solve
+from attnlab.core._precision import WIDE, narrow, widen
 from attnlab.core._threads import blas_info, pool_map
-from attnlab.core._tiles import LOG2E, Step, TileMask, buffers, exp2_floor, plan
+from attnlab.core._tiles import (
+    LOG2E,
+    Step,
+    TileMask,
+    buffers,
+    exp2_floor,
+    lead_at,
+    lone_keys,
+    plan,
+    work_items,
+)
 from attnlab.core._validate import (
     Inputs,
     check_block_size,
@@ -88,9 +107,6 @@ DEFAULT_MEMORY_BUDGET = 256 * 2**20
 DEFAULT_BLOCK_Q = 512
 DEFAULT_BLOCK_K = 512
 
-# At least this many work items per thread, so uneven items (causal) and a core shared with
-# another process even out; measured flat from 2 to 8 at N = 2048, slower at 16 (more renders).
-_ITEMS_PER_THREAD = 4
 _LN2 = math.log(2.0)
 
 
@@ -150,122 +166,16 @@ def dense_table_bytes(lead: tuple[int, ...], n: int, m: int, dtype) -> int:
     return math.prod(lead) * n * m * np.dtype(dtype).itemsize
 
 
-# -- the kernel ---------------------------------------------------------------------------------
-def _fast(q_rows, kT, v, steps, idx, c):
-    """One query block of one lead element, every base left at 0: two matmuls, an exp2 and a
-    row sum per step, nothing else. Returns (acc (Bq, d_v), l (Bq,)), to be checked by _solve.
-
-    ``steps`` holds a ``Step`` per tile (see ``_tiles.Step``), unpacked by position: the loop
-    runs once per tile and attribute look-ups would cost a GIL-holding call each.
-    Few numpy calls per step matter with threads: each call takes the GIL, and a thread that
-    finds it held sleeps until woken (at N = 2048, causal: ~150 such waits in a 33 ms call
-    with separate adds for Σ p v and Σ p, ~110 with one).
-    """
-    qs = q_rows * c  # (Bq, d_k): scale · log2 e, folded into q once
-    dv = v.shape[-1]
-    acc = np.zeros((qs.shape[0], dv + 1), qs.dtype)  # (Bq, d_v + 1): Σ exp2(score) v | Σ exp2
-    keys = kT[:-1]  # (d_k, M): the ones row is for the exact steps only
-    for sl, c0, c1, s, r, ls, rl, ones, tm in steps:
-        np.matmul(qs[sl], keys[:, c0:c1], out=s)  # (rows, cols): score, in log2 units
-        if tm is None:
-            np.exp2(s, out=s)
-        else:
-            if tm.bias is not None:
-                s += _pick(tm.bias, idx)
-                if tm.floor is not None:  # far below: exp2's slow path (see _tiles.TileMask)
-                    np.maximum(s, tm.floor, out=s)
-            np.exp2(s, out=s)
-            s *= _pick(tm.keep, idx)  # blocked pairs weigh exactly 0
-        # Row sums by a matrix-vector product: 16 us for a 512 x 512 tile, where np.sum takes
-        # 60 and a column of ones in v slows the p v matmul by 35 (its width 65 is awkward).
-        np.matmul(s, ones, out=ls)  # (rows,): Σ p, the last column of rl
-        np.matmul(s, v[c0:c1], out=r)  # (rows, d_v): Σ p v, the rest of rl
-        acc[sl] += rl  # one add for both: each numpy call is a chance to wait for the GIL
-    return acc[:, :dv], acc[:, dv], 0.0
-
-
-class _Block:
-    """The exact pass's state for one query block: q with a -base column, and running sums."""
-
-    def __init__(self, q_rows: np.ndarray, c: np.floating, dv: int):
-        rows, dk = q_rows.shape
-        dtype = q_rows.dtype
-        self.qa = np.empty((rows, dk + 1), dtype)  # (Bq, d_k + 1)
-        np.multiply(q_rows, c, out=self.qa[:, :dk])  # scale · log2 e, folded into q once
-        self.qa[:, dk] = 0.0  # -base, meeting kᵀ's row of ones: the matmul gives score - base
-        self.base = np.zeros(rows, dtype)  # (Bq,) integers
-        # (Bq, d_v + 1): Σ exp2(score - base) v, and in the last column l = Σ exp2(score - base)
-        self.acc = np.zeros((rows, dv + 1), dtype)
-        self.l = self.acc[:, dv]  # (Bq,), a view
-
-    def rescale(self, rows: slice, e: np.ndarray) -> None:
-        """Move the base of ``rows`` up by the whole numbers e: acc and l shrink by 2^-e, exactly.
-
-        e is a float: a huge additive bias (-1e300 fits float64) moves a base far beyond int64.
-        Past 2^30 the shrink is to exactly 0 anyway (and e < -1100 cannot happen while l > 0:
-        the base stays at or above log2 l), so the exponent handed to ldexp is clipped there.
-        """
-        shrink = np.clip(e, -(2**30), 2**30).astype(np.int64)
-        self.acc[rows] = np.ldexp(self.acc[rows], -shrink[:, None])
-        base = self.base[rows] + e
-        self.base[rows] = base
-        self.qa[rows, -1] = -base
-
-
-def _exact(q_rows, kT, v, steps, idx, c, floor):
-    """The textbook online softmax: at every step, move each row's base to its maximum so far
-    and rescale what was summed. Safe for any scores; the fallback when _fast is not."""
-    blk = _Block(q_rows, c, v.shape[-1])
-    for sl, c0, c1, s, r, ls, rl, ones, tm in steps:
-        np.matmul(blk.qa[sl], kT[:, c0:c1], out=s)  # (rows, cols): score - base, log2 units
-        if tm is not None and tm.bias is not None:
-            s += _pick(tm.bias, idx)
-        if tm is None:
-            top = s.max(axis=1)  # (rows,)
-        else:  # the maximum over allowed pairs only; -inf where the step allows nothing
-            where = np.broadcast_to(_pick(tm.allowed, idx), s.shape)
-            top = np.max(s, axis=1, where=where, initial=-np.inf)  # (rows,)
-        # The new base must also keep the sum so far in range (it may be far from the old one).
-        l = blk.l[sl]
-        top = np.fmax(top, np.log2(l, where=l > 0, out=np.full_like(l, -np.inf)))
-        # An integer shift, so rescaling by 2^-shift is exact; 0 for a row with nothing allowed
-        # yet. NaN or +inf (only with check_finite=False) stays NaN, as in the dense path.
-        shift = np.where(np.isfinite(top), np.ceil(top), np.where(np.isneginf(top), 0.0, np.nan))
-        s -= shift[:, None].astype(s.dtype)
-        # Allowed scores are <= 0 now. Far below, exp2 would underflow on numpy's slow path
-        # (20-150x): clamp at 2^floor, adding at most M · 2^floor to a sum >= 1/2.
-        np.clip(s, floor, 0.0, out=s)
-        np.exp2(s, out=s)  # (rows, cols) weights before normalising, each <= 1
-        if tm is not None:
-            s *= _pick(tm.keep, idx)  # blocked pairs weigh exactly 0
-        np.matmul(s, v[c0:c1], out=r)  # (rows, d_v)
-        np.matmul(s, ones, out=ls)  # (rows,)
-        blk.rescale(sl, np.nan_to_num(shift))
-        blk.acc[sl] += rl
-    return blk.acc[:, :-1], blk.l, blk.base
-
-
-def _solve(q_rows, kT, v, steps, idx, c, floor, tiny):
-    acc, l, base = _fast(q_rows, kT, v, steps, idx, c)
-    # Against a base of 0, exp2 overflows once a scaled score passes maxexp (f32: 128 in log2
-    # units, 89 in natural ones) and underflows far below: inf, NaN (inf · 0 at a blocked pair)
-    # or a sum too small to trust (< 2^-(maxexp/2)) sends the block to the exact pass. Rows
-    # that allow no key at all also come here, and leave with l = 0.
-    # (A NaN or inf anywhere makes the sum non-finite; a min of NaN fails the comparison.)
-    if not (l.min() >= tiny and np.isfinite(acc.sum())):
-        acc, l, base = _exact(q_rows, kT, v, steps, idx, c, floor)
-    return acc, l, base
-
-
 def run(
     x: Inputs, bq=DEFAULT_BLOCK_Q, bk=DEFAULT_BLOCK_K, threads=1, check=None, lse=None,
     empty_rows="raise",
 ) -> np.ndarray:  # fmt: skip
     """Blockwise attention on validated inputs (``_validate.Inputs``); returns (..., N, d_v).
     ``lse``, an array (..., N), receives each row's log Σ exp(score · scale + mask) (natural
-    log), for the backward pass: (base + log2 l) · ln 2, base in the log2 units of q · c.
-    ``empty_rows="keep"``: a row that allows no key gets output 0 and lse -inf instead of
-    FullyMaskedRowError (a chunk of keys in ``attnlab.distributed`` may allow a row none).
+    log, the sink included), for the backward pass: (base + log2 l) · ln 2, base in the log2
+    units of q · c. ``empty_rows="zero"``: a row that allows no key gets output 0 and lse -inf
+    instead of FullyMaskedRowError (a chunk of keys in ``attnlab.distributed`` may allow a
+    row none; ``attention(fully_masked="zero")``).
 
     ``check``, if given, is validate's finite-input check: it runs on the pool beside the first
     tiles (at N = 2048, 5% of the time was this check alone, before any tile could start) and
@@ -276,66 +186,12 @@ def run(
             check()
             check = None
         check_scores_in_bands(x)
-    q, k, v, n, m, lead = x.q, x.k, x.v, x.n, x.m, x.lead
-    dtype = q.dtype
-    dk, dv = q.shape[-1], v.shape[-1]
-    finfo = np.finfo(dtype)
-    tiny = dtype.type(2.0 ** -(finfo.maxexp // 2))  # f32: 2^-64 (see _solve)
-    floor = exp2_floor(dtype)  # M of them are invisible beside a row sum >= 1/2, any M < 2^90
-    c = dtype.type(x.scale * LOG2E)
-
-    kT = np.empty(k.shape[:-2] + (dk + 1, m), dtype)  # (..., d_k + 1, M), contiguous keys
-    # Each lead element's keys are transposed by the first work item that needs them, so the
-    # copy runs on the pool, overlapped with other items, instead of before all of them.
-    ready = {i: threading.Lock() for i in np.ndindex(k.shape[:-2])}
-
-    def keys(idx) -> np.ndarray:
-        own = tuple(
-            i if s != 1 else 0
-            for i, s in zip(idx[len(idx) - (k.ndim - 2) :], k.shape[:-2], strict=True)
-        )
-        gate = ready.get(own)
-        if gate is not None:
-            with gate:  # whoever holds it is transposing these keys
-                if own in ready:
-                    kT[own][:dk] = k[own].T  # (d_k, M)
-                    kT[own][dk] = 1.0  # meets q's -base column: matmul returns score - base
-                    del ready[own]
-        return kT[own]  # (d_k + 1, M)
-
-    v = np.ascontiguousarray(v)  # (..., M, d_v): BLAS reads tiles of it in place
-    out = np.empty(lead + (n, dv), dtype)  # (..., N, d_v)
-
-    lead_idx = list(np.ndindex(lead)) if lead else [()]
-    blocks = [(r0, min(n, r0 + bq)) for r0 in range(0, n, bq)]
-    plans = {rows: plan(x.mask, rows, n, m, bk, len(lead)) for rows in blocks}
-    # Work items: a query block for a group of lead elements, small enough to give every thread
-    # _ITEMS_PER_THREAD or more, so uneven blocks (causal: later rows see more keys) and a core
-    # slowed by another process even out. A block's masked tiles are rendered once, by whichever of its
-    # items comes first, and dropped when its last item is done.
-    per_item = max(
-        1, min(len(lead_idx), (len(blocks) * len(lead_idx)) // (_ITEMS_PER_THREAD * threads))
-    )
-    items = [
-        (rows, lead_idx[i : i + per_item])
-        for rows in blocks
-        for i in range(0, len(lead_idx), per_item)
-    ]
-    cost = {rows: sum((b - a) * (c1 - c0) for a, b, (c0, c1), _ in p) for rows, p in plans.items()}
-    items.sort(key=lambda it: -cost[it[0]] * len(it[1]))  # longest first: better balance
-    empty: list[tuple[int, ...]] = []
-    lock = threading.Lock()
-    pending = {rows: sum(it[0] == rows for it in items) for rows in blocks}
-    masks: dict[tuple[int, int], dict] = {}
-
-    def render(rows) -> dict:
-        r0 = rows[0]
-        return {
-            (a, c0): TileMask(x.mask, (r0 + a, r0 + b), (c0, c1), n, m, len(lead), dtype)
-            for a, b, (c0, c1), masked in plans[rows]
-            if masked
-        }
-
+    call = _Call(x, bk, lse)
+    blocks = [(r0, min(x.n, r0 + bq)) for r0 in range(0, x.n, bq)]
+    plans = {rows: plan(x.mask, rows, x.n, x.m, bk, len(x.lead)) for rows in blocks}
+    items = work_items(blocks, plans, x.lead, threads)
+    call.pending = {rows: sum(it[0] == rows for it in items) for rows in blocks}
+    call.plans = plans
     refused: list[Exception] = []
 
     def work(item) -> None:
@@ -344,47 +200,160 @@ def run(
                 check()
             except AttnlabError as exc:
                 refused.append(exc)
-            return
-        rows, group = item
-        with np.errstate(all="ignore"):  # overflow is detected and redone; errstate is per thread
-            with lock:
-                rendered = masks.get(rows)
-            if rendered is None:
-                rendered = render(rows)  # outside the lock; a race renders twice, harmlessly
-                with lock:
-                    rendered = masks.setdefault(rows, rendered)
-            bufs = buffers(dtype, dv, bk)
-            steps = [  # per step: the loop's arguments, looked up once for the whole group
-                Step(
-                    slice(a, b), c0, c1, *bufs(b - a, c1 - c0), rendered[a, c0] if masked else None
-                )
-                for a, b, (c0, c1), masked in plans[rows]
-            ]
-            for idx in group:
-                q_rows = _pick(q, idx)[rows[0] : rows[1]]  # (Bq, d_k)
-                acc, l, base = _solve(q_rows, keys(idx), _pick(v, idx), steps, idx, c, floor, tiny)
-                if lse is not None:
-                    lse[idx][rows[0] : rows[1]] = (np.log2(l) + base) * _LN2  # (Bq,)
-                hollow = np.flatnonzero(l == 0)  # rows that allowed no key at all
-                if hollow.size:
-                    l[hollow] = 1.0  # their acc is 0: output 0, not 0/0
-                    with lock:
-                        empty.extend(idx + (rows[0] + int(i),) for i in hollow)
-                np.divide(acc, l[:, None], out=out[idx][rows[0] : rows[1]])  # (Bq, d_v)
-        with lock:
-            pending[rows] -= 1
-            if pending[rows] == 0:
-                masks.pop(rows, None)
+        else:
+            call.work(*item)
 
-    if check is not None:
-        items.insert(0, None)
-    with pool_map(threads, len(items)) as each:
-        list(each(work, items))
+    with pool_map(threads, len(items) + (check is not None)) as each:
+        list(each(work, ([None] if check is not None else []) + items))
     if refused:
         raise refused[0]
-    if empty and empty_rows == "raise":
-        raise_empty_rows(x, sorted(_table_rows(empty, x.table_lead())))
-    return out
+    if call.empty and empty_rows == "raise":
+        raise_empty_rows(x, sorted(_table_rows(call.empty, x.table_lead())))
+    if call.wide:  # float32 scores far from 0: see core/_precision.py
+        wide = None if lse is None else np.empty(lse.shape, np.float64)
+        out = run(widen(x), bq, bk, threads, lse=wide, empty_rows=empty_rows)
+        if lse is not None:
+            lse[...] = wide
+        return narrow(out)
+    return call.out
+
+
+class _Call:
+    """One call's constants, its output, and the work of one item (a query block for a group
+    of lead elements): render the block's masked tiles once, solve, normalise, write."""
+
+    def __init__(self, x: Inputs, bk: int, lse):
+        self.x, self.bk, self.lse = x, bk, lse
+        dtype = self.dtype = x.q.dtype
+        finfo = np.finfo(dtype)
+        self.tiny = dtype.type(2.0 ** -(finfo.maxexp // 2))  # f32: 2^-64 (see _solve)
+        self.floor = exp2_floor(dtype)  # M of them are invisible beside a row sum >= 1/2
+        if x.softcap is None:
+            self.c, self.cap = dtype.type(x.scale * LOG2E), None
+        else:  # q · scale / softcap, tanh, then · softcap · log2 e (see _fast)
+            self.c, self.cap = dtype.type(x.scale / x.softcap), dtype.type(x.softcap * LOG2E)
+        self.sinks = None if x.sinks is None else x.sinks * dtype.type(LOG2E)  # log2 units
+        # A row with one allowed key returns that key's value exactly: the lazy base never
+        # makes its weight 1, and p · v / p can be an ulp off. (Not with a sink: then the
+        # value is shared with the sink; nor with non-finite inputs, which must show.)
+        self.lone_keys = x.sinks is None and x.check_finite
+        self.watch = dtype == np.float32 and x.check_finite  # for scores far from 0
+        self.wide = False
+        self.log2m = np.log2(x.m)
+        self.v = np.ascontiguousarray(x.v)  # (..., M, d_v): BLAS reads tiles of it in place
+        self.out = np.empty(x.lead + (x.n, x.v.shape[-1]), dtype)  # (..., N, d_v)
+        self.keys = _Keys(x.k)
+        self.lock = threading.Lock()
+        self.empty: list[tuple[int, ...]] = []
+        self.masks: dict = {}  # query block -> (its rendered tiles, its lone keys), shared
+        self.plans: dict = {}  # query block -> its steps (_tiles.plan), set by run
+        self.pending: dict = {}  # query block -> its items not yet done
+
+    def render(self, rows) -> tuple[dict, tuple | None]:
+        """The block's masked tiles, rendered once for every lead element, and its lone keys."""
+        x, r0 = self.x, rows[0]
+        tiles = {
+            (a, c0): TileMask(x.mask, (r0 + a, r0 + b), (c0, c1), x.n, x.m, len(x.lead), self.dtype)
+            for a, b, (c0, c1), masked in self.plans[rows]
+            if masked
+        }
+        lone = lone_keys(self.plans[rows], tiles, rows[1] - r0) if self.lone_keys else None
+        return tiles, lone
+
+    def shared(self, rows) -> tuple[dict, tuple | None]:
+        with self.lock:
+            got = self.masks.get(rows)
+        if got is None:
+            got = self.render(rows)  # outside the lock; a race renders twice, harmlessly
+            with self.lock:
+                got = self.masks.setdefault(rows, got)
+        return got
+
+    def work(self, rows, group) -> None:
+        with np.errstate(all="ignore"):  # overflow is detected and redone; errstate is per thread
+            tiles, lone = self.shared(rows)
+            bufs = buffers(self.dtype, self.v.shape[-1], self.bk)
+            steps = [  # per step: the loop's arguments, looked up once for the whole group
+                Step(slice(a, b), c0, c1, *bufs(b - a, c1 - c0), tiles[a, c0] if masked else None)
+                for a, b, (c0, c1), masked in self.plans[rows]
+            ]
+            for idx in group:
+                q_rows = _pick(self.x.q, idx)[rows[0] : rows[1]]  # (Bq, d_k)
+                v = _pick(self.v, idx)  # (M, d_v)
+                acc, l, base = _solve(
+                    q_rows, self.keys(idx), v, steps, idx, self.c, self.floor, self.tiny, self.cap
+                )
+                self.finish(idx, rows, acc, l, base, v, lone)
+        with self.lock:
+            self.pending[rows] -= 1
+            if self.pending[rows] == 0:
+                self.masks.pop(rows, None)
+
+    def finish(self, idx, rows, acc, l, base, v, lone) -> None:
+        """Normalise one block's rows (acc / l), after the sink joins the divisor."""
+        hollow = np.flatnonzero(l == 0)  # rows that allowed no key at all
+        if self.watch and not self.wide:
+            self.wide = self._wide(l, base)
+        if self.sinks is not None:
+            acc, l, base = _add_sink(acc, l, base, lead_at(self.sinks, idx))
+        if self.lse is not None:
+            lse = (np.log2(l) + base) * _LN2  # (Bq,)
+            lse[hollow] = -np.inf
+            self.lse[idx][rows[0] : rows[1]] = lse
+        if hollow.size:
+            l[hollow] = 1.0  # their acc is 0: output 0, not 0/0
+            with self.lock:
+                self.empty.extend(idx + (rows[0] + int(i),) for i in hollow)
+        out = self.out[idx][rows[0] : rows[1]]  # (Bq, d_v)
+        np.divide(acc, l[:, None], out=out)
+        if lone is not None:
+            count, first = (_pick(a, idx)[:, 0] for a in lone)  # (Bq,), (Bq,)
+            one = np.flatnonzero(count == 1)
+            out[one] = v[first[one]]  # (ones, d_v): weight exactly 1
+
+    def _wide(self, l, base) -> bool:
+        """Whether some row's maximum surely passes ±WIDE: it lies in [lse - log M, lse]."""
+        with np.errstate(divide="ignore"):
+            lse2 = np.log2(l) + base  # (Bq,), log2 units; -inf for a row with no key
+        lse2 = lse2[np.isfinite(lse2)]
+        wide = WIDE * LOG2E
+        return bool(lse2.size and (lse2.max() - self.log2m > wide or lse2.min() < -wide))
+
+
+class _Keys:
+    """kᵀ with a row of ones, (..., d_k + 1, M), contiguous: each lead element's keys are
+    transposed by the first work item that needs them, so the copy runs on the pool,
+    overlapped with other items, instead of before all of them."""
+
+    def __init__(self, k: np.ndarray):
+        self.k, dk, m = k, k.shape[-1], k.shape[-2]
+        self.kT = np.empty(k.shape[:-2] + (dk + 1, m), k.dtype)  # (..., d_k + 1, M)
+        self.ready = {i: threading.Lock() for i in np.ndindex(k.shape[:-2])}
+
+    def __call__(self, idx) -> np.ndarray:
+        k = self.k
+        own = tuple(
+            i if s != 1 else 0
+            for i, s in zip(idx[len(idx) - (k.ndim - 2) :], k.shape[:-2], strict=True)
+        )
+        gate = self.ready.get(own)
+        if gate is not None:
+            with gate:  # whoever holds it is transposing these keys
+                if own in self.ready:
+                    self.kT[own][:-1] = k[own].T  # (d_k, M)
+                    self.kT[own][-1] = 1.0  # meets q's -base column: matmul gives score - base
+                    del self.ready[own]
+        return self.kT[own]  # (d_k + 1, M)
+
+
+def _add_sink(acc, l, base, sink):
+    """Add exp2(sink - base) to each row's divisor l, moving the base up to the sink first
+    where the sink is larger (by whole numbers: acc and l shrink by exact powers of two)."""
+    top = np.maximum(np.broadcast_to(base, l.shape), np.ceil(sink))  # (Bq,) integers
+    shrink = np.clip(top - base, 0, 2**30).astype(np.int64)  # (Bq,)
+    acc = np.ldexp(acc, -shrink[:, None])  # (Bq, d_v)
+    l = np.ldexp(l, -shrink) + np.exp2(sink - top)  # (Bq,)
+    return acc, l, top
 
 
 def _table_rows(rows, table_lead: tuple[int, ...]) -> set[tuple[int, ...]]:
