@@ -11,8 +11,6 @@ import itertools
 
 import numpy as np
 import pytest
-from flash_reference import allowed_table, reference_batch
-from tolerances import F32, F64
 
 from attnlab.core import blockwise
 from attnlab.flash import (
@@ -20,6 +18,8 @@ from attnlab.flash import (
     flash_attn_kvpacked_func,
     flash_attn_qkvpacked_func,
 )
+from flash_reference import allowed_table, reference_batch
+from tolerances import F32, F64
 
 PAIRS = [(1, 239), (113, 203), (239, 1), (3, 17), (17, 3), (64, 64)]
 OPTIONS = [
@@ -98,7 +98,7 @@ def test_both_paths_serve_it(options, path):
 
 
 def test_float32_stays_float32_within_tolerance():
-    rng, q, k, v = make_case(40, 70, (4, 2), seed=3, dtype=np.float32)
+    _rng, q, k, v = make_case(40, 70, (4, 2), seed=3, dtype=np.float32)
     out = flash_attn_func(q, k, v, causal=True, window_size=(9, 2), softcap=5.0)
     want, _, _ = reference_batch(q, k, v, causal=True, window=(9, 2), softcap=5.0)
     assert out.dtype == np.float32
@@ -124,7 +124,7 @@ def test_no_keys_at_all_gives_zero():
 
 
 def test_value_width_may_differ_from_head_width():
-    rng, q, k, v = make_case(6, 9, (2, 1), seed=4, d=8, d_v=5)
+    _rng, q, k, v = make_case(6, 9, (2, 1), seed=4, d=8, d_v=5)
     out = flash_attn_func(q, k, v, causal=True)
     want, _, _ = reference_batch(q, k, v, causal=True)
     assert out.shape == (2, 6, 2, 5)
@@ -132,7 +132,7 @@ def test_value_width_may_differ_from_head_width():
 
 
 def test_packed_forms_equal_the_unpacked_call():
-    rng, q, k, v = make_case(11, 11, (3, 3), seed=5)
+    _rng, q, k, v = make_case(11, 11, (3, 3), seed=5)
     qkv = np.stack([q, k, v], axis=2)  # (B, N, 3, h, d)
     kv = np.stack([k, v], axis=2)  # (B, M, 2, h, d)
     want = flash_attn_func(q, k, v, causal=True, softcap=2.5)
@@ -143,12 +143,12 @@ def test_packed_forms_equal_the_unpacked_call():
 
 
 def test_dropout_keeps_the_drawn_pattern_and_rescales():
-    rng, q, k, v = make_case(20, 30, (2, 1), seed=6)
+    _rng, q, k, v = make_case(20, 30, (2, 1), seed=6)
     p = 0.3
     out, lse, probs = flash_attn_func(
         q, k, v, p, causal=True, return_attn_probs=True, rng=np.random.default_rng(11)
     )
-    want_out, want_lse, weights = reference_batch(q, k, v, causal=True)
+    _want_out, want_lse, weights = reference_batch(q, k, v, causal=True)
     kept = probs >= 0  # FlashAttention's code: a negative probability was dropped
     np.testing.assert_allclose(np.abs(probs), weights, **F64)
     dropped = weights * kept / (1 - p)  # (B, h, N, M)

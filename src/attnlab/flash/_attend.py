@@ -120,4 +120,4 @@ def _sum_heads(grad: np.ndarray, group: int) -> np.ndarray:
     if group == 1:
         return grad
     lead, (h, m, d) = grad.shape[:-3], grad.shape[-3:]
-    return grad.reshape(lead + (h // group, group, m, d)).sum(axis=-4)  # (..., h_k, M, d)
+    return grad.reshape(lead + (h // group, group, m, d)).sum(axis=-3)  # (..., h_k, M, d)
