@@ -51,7 +51,8 @@ def flash_attn_with_kvcache(
     Args:
         q: (B, N, h, d).
         k_cache, v_cache: numpy arrays (B_c, S, h_k, d) and (B_c, S, h_k, d_v), or pages
-            (num_blocks, page, h_k, d) with ``block_table``. Written in place when k is given.
+            (num_blocks, page, h_k, d) with ``block_table``. Written in place when k is given
+            (a CPU torch tensor works too: numpy shares its memory).
         k, v: None, or new rows (B, N_new, h_k, d) and (B, N_new, h_k, d_v) of the caches'
             dtype, written at rows cache_seqlens[b] .. cache_seqlens[b] + N_new - 1.
         rotary_cos, rotary_sin: None, or (S_ro, r / 2): turn features 0 .. r - 1 of q and of
@@ -195,8 +196,13 @@ class _Cache:
                 f"and the caches' heads and widths, but got k.shape={k.shape}, v.shape={v.shape}, "
                 f"k_cache.shape={self.k_cache.shape}, v_cache.shape={self.v_cache.shape}"
             )
-        for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
-            if not isinstance(cache, np.ndarray) or not cache.flags.writeable:
+        for name, cache, arr in (
+            ("k_cache", k_cache, self.k_cache),
+            ("v_cache", v_cache, self.v_cache),
+        ):
+            # A numpy array, or an object whose memory numpy shares (a CPU torch tensor): a
+            # list would be copied, and the append lost.
+            if not hasattr(cache, "__array__") or not arr.flags.writeable:
                 raise AttnlabError(
                     f"expected {name} to be a writeable numpy array, to append the "
                     f"new rows in place, but got {type(cache).__name__}"
