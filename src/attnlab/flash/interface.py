@@ -1,0 +1,230 @@
+"""FlashAttention 2's fixed-length functions on numpy arrays: same names, order, defaults, returns.
+
+Shape legend (FlashAttention's layout, sequence before heads):
+    q (B, N, h, d)   k (B, M, h_k, d)   v (B, M, h_k, d_v)   out (B, N, h, d_v)
+    qkv (B, N, 3, h, d)   kv (B, M, 2, h_k, d)   softmax_lse (B, h, N)   probs (B, h, N, M)
+
+``causal`` and ``window_size`` are aligned bottom-right, as FlashAttention aligns them: query i
+sees keys i + M - N - left .. i + M - N + right (causal: right = 0). Rows that see no key give
+output 0 and log-sum-exp -inf. The arithmetic is ``attnlab.attention``'s, dense or blockwise by
+the memory budget; docs/flash.md maps every option and lists what differs from FlashAttention.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attnlab.errors import AttnlabError, ShapeError
+from attnlab.flash import _attend
+from attnlab.flash._options import check_heads, read_options, real_array
+
+__all__ = [
+    "flash_attn_backward",
+    "flash_attn_func",
+    "flash_attn_kvpacked_func",
+    "flash_attn_qkvpacked_func",
+]
+
+
+def flash_attn_func(
+    q,
+    k,
+    v,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+    *,
+    rng=None,
+):
+    """FlashAttention 2's ``flash_attn_func``: exact attention for q (B, N, h, d).
+
+    Args:
+        q: (B, N, h, d).  k: (B, M, h_k, d).  v: (B, M, h_k, d_v). h_k divides h: query
+            heads g·h/h_k .. (g+1)·h/h_k - 1 share key/value head g (GQA; MQA when h_k = 1).
+        dropout_p: probability of dropping a weight (kept ones grow by 1/(1 - p)); needs ``rng``.
+        softmax_scale: multiplies q kᵀ; None for 1/sqrt(d).
+        causal: query i sees keys up to i + M - N (bottom-right aligned).
+        window_size: (left, right); -1 is unbounded. Query i sees keys
+            i + M - N - left .. i + M - N + right.
+        softcap: > 0 replaces each scaled score s by softcap·tanh(s/softcap); 0 is off.
+        alibi_slopes: (h,) or (B, h): adds -slope·|i + M - N - j| to score (i, j).
+        deterministic: accepted for compatibility; attnlab is always deterministic.
+        return_attn_probs: also return the log-sum-exp and the attention weights.
+        rng: a ``numpy.random.Generator``, required when dropout_p > 0.
+
+    Returns:
+        out (B, N, h, d_v); with return_attn_probs, (out, softmax_lse (B, h, N), probs
+        (B, h, N, M)): the exact softmax weights, a dropped weight negated (FlashAttention's
+        sign code for its dropout pattern), rows that see no key all 0.
+    """
+    opts = read_options(
+        dropout_p=dropout_p,
+        softmax_scale=softmax_scale,
+        causal=causal,
+        window_size=window_size,
+        softcap=softcap,
+        alibi_slopes=alibi_slopes,
+        deterministic=deterministic,
+        rng=rng,
+    )
+    q, k, v = _fixed_arrays(q, k, v, opts)
+    res = _attend.forward(
+        _heads_first(q),
+        _heads_first(k),
+        _heads_first(v),
+        opts,
+        lse=return_attn_probs,
+        probs=return_attn_probs,
+    )
+    out = _seq_first(res.out)  # (B, N, h, d_v)
+    return (out, res.lse, res.probs) if return_attn_probs else out
+
+
+def flash_attn_qkvpacked_func(
+    qkv,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+    *,
+    rng=None,
+):
+    """``flash_attn_func`` on qkv (B, N, 3, h, d): self-attention, q, k and v stacked."""
+    qkv = real_array("qkv", qkv, (5,), "(batch_size, seqlen, 3, nheads, headdim)")
+    if qkv.shape[2] != 3:
+        raise ShapeError(f"expected qkv of shape (B, N, 3, h, d), but got qkv.shape={qkv.shape}")
+    return flash_attn_func(
+        qkv[:, :, 0],
+        qkv[:, :, 1],
+        qkv[:, :, 2],
+        dropout_p,
+        softmax_scale,
+        causal,
+        window_size,
+        softcap,
+        alibi_slopes,
+        deterministic,
+        return_attn_probs,
+        rng=rng,
+    )
+
+
+def flash_attn_kvpacked_func(
+    q,
+    kv,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+    *,
+    rng=None,
+):
+    """``flash_attn_func`` on q (B, N, h, d) and kv (B, M, 2, h_k, d): k and v stacked."""
+    kv = real_array("kv", kv, (5,), "(batch_size, seqlen_k, 2, nheads_k, headdim)")
+    if kv.shape[2] != 2:
+        raise ShapeError(f"expected kv of shape (B, M, 2, h_k, d), but got kv.shape={kv.shape}")
+    return flash_attn_func(
+        q,
+        kv[:, :, 0],
+        kv[:, :, 1],
+        dropout_p,
+        softmax_scale,
+        causal,
+        window_size,
+        softcap,
+        alibi_slopes,
+        deterministic,
+        return_attn_probs,
+        rng=rng,
+    )
+
+
+def flash_attn_backward(
+    dout,
+    q,
+    k,
+    v,
+    out=None,
+    softmax_lse=None,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+):
+    """The gradients FlashAttention's autograd backward returns for ``flash_attn_func``.
+
+    Mirrors FlashAttention's ``_flash_attn_backward`` (without its preallocated dq, dk, dv and
+    its rng state): ``dout`` (B, N, h, d_v) is ∂L/∂out; returns (dq (B, N, h, d),
+    dk (B, M, h_k, d), dv (B, M, h_k, d_v)), a shared key/value head's gradient summed over
+    the query heads it serves. ``out`` is accepted and not needed (attnlab recomputes the
+    weights); ``softmax_lse`` (B, h, N), when given, is used instead of recomputing the row
+    sums. The options mean what they mean for ``flash_attn_func``; dropout has no backward
+    here (pass dropout_p=0).
+    """
+    if dropout_p != 0:
+        raise AttnlabError(
+            f"expected dropout_p=0 (attnlab has no dropout backward), but got {dropout_p!r}"
+        )
+    opts = read_options(
+        softmax_scale=softmax_scale,
+        causal=causal,
+        window_size=window_size,
+        softcap=softcap,
+        alibi_slopes=alibi_slopes,
+        deterministic=deterministic,
+    )
+    q, k, v = _fixed_arrays(q, k, v, opts)
+    want = q.shape[:3] + (v.shape[-1],)
+    dout = real_array("dout", dout, (4,), f"{want}")
+    if dout.shape != want:
+        raise ShapeError(f"expected dout of out's shape {want}, but got dout.shape={dout.shape}")
+    lse = None
+    if softmax_lse is not None:
+        lse_shape = (q.shape[0], q.shape[2], q.shape[1])
+        lse = real_array("softmax_lse", softmax_lse, (3,), f"{lse_shape}")
+        if lse.shape != lse_shape:
+            raise ShapeError(
+                f"expected softmax_lse of shape {lse_shape}, but got {lse.shape} instead"
+            )
+    grads = _attend.backward(
+        _heads_first(q), _heads_first(k), _heads_first(v), _heads_first(dout), opts, lse=lse
+    )
+    return tuple(_seq_first(g) for g in grads)
+
+
+def _fixed_arrays(q, k, v, opts):
+    """q (B, N, h, d), k (B, M, h_k, d), v (B, M, h_k, d_v), checked against each other."""
+    q = real_array("q", q, (4,), "(batch_size, seqlen_q, nheads, headdim)")
+    k = real_array("k", k, (4,), "(batch_size, seqlen_k, nheads_k, headdim)")
+    v = real_array("v", v, (4,), "(batch_size, seqlen_k, nheads_k, headdim_v)")
+    if not q.shape[0] == k.shape[0] == v.shape[0] or k.shape[1] != v.shape[1]:
+        raise ShapeError(
+            "expected q, k and v to share the batch size and k and v the key count, but got "
+            f"q.shape={q.shape}, k.shape={k.shape} and v.shape={v.shape} instead"
+        )
+    check_heads(q, k, v, opts.slopes, q.shape[0])
+    return q, k, v
+
+
+def _heads_first(x: np.ndarray) -> np.ndarray:
+    return np.swapaxes(x, 1, 2)  # (B, N, h, d) -> (B, h, N, d)
+
+
+def _seq_first(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(np.swapaxes(x, 1, 2))  # (B, h, N, d) -> (B, N, h, d)
