@@ -12,12 +12,12 @@ import math
 import ml_dtypes
 import numpy as np
 import pytest
-from verify_reference import inputs, reference
 
 import attnlab as al
 from attnlab.verifier import CaseError, verify
 from attnlab.verifier._options import _core_has
 from attnlab.verifier._report import default_atol
+from verify_reference import inputs, reference
 
 BF16 = ml_dtypes.bfloat16
 
@@ -130,7 +130,7 @@ def test_dk_wrong_in_one_key_row_fails_naming_dk_and_the_row(key_row):
     assert [n for n, t in report.tensors.items() if not t.passed] == ["dk"]
     worst = report.tensors["dk"].worst
     assert (worst["batch"], worst["row"], worst["head"]) == (1, key_row, 0)
-    assert f"dk off by" in report.summary() and f"key row {key_row}" in report.summary()
+    assert "dk off by" in report.summary() and f"key row {key_row}" in report.summary()
 
 
 def test_gradients_in_bfloat16_pass():
