@@ -15,7 +15,7 @@ import pytest
 
 import attnlab as al
 from attnlab.verifier import CaseError, verify
-from attnlab.verifier._options import _core_has
+from attnlab.verifier._options import core_supports
 from attnlab.verifier._report import default_atol
 from verify_reference import inputs, reference
 
@@ -57,7 +57,7 @@ def test_the_truth_is_the_independent_reference():
     exact = reference(q, k, v, window_size=(3, 2))["out"]
     out = exact.copy()
     out[1, 5, 2, 7] += 1.0
-    if not _core_has("window_size"):
+    if not core_supports("window_size"):
         with pytest.raises(CaseError, match="window_size"):
             verify(q=q, k=k, v=v, out=out, window_size=(3, 2))
         return
@@ -140,7 +140,7 @@ def test_gradients_in_bfloat16_pass():
     assert report.passed, report.summary()
 
 
-@pytest.mark.skipif(not _core_has("softcap"), reason="attnlab's core has no softcap yet")
+@pytest.mark.skipif(not core_supports("softcap"), reason="attnlab's core has no softcap yet")
 def test_output_computed_without_the_cases_softcap_fails():
     q, k, v = inputs(np.random.default_rng(8), dtype=np.float32)
     q *= 4  # scores large enough for the cap to bite
@@ -151,8 +151,8 @@ def test_output_computed_without_the_cases_softcap_fails():
     assert not report.passed
 
 
-@pytest.mark.skipif(_core_has("softcap"), reason="softcap is wired")
-def test_softcap_is_refused_until_the_core_has_it():
+@pytest.mark.skipif(core_supports("softcap"), reason="softcap is wired")
+def test_softcap_is_refused_until_thecore_supports_it():
     q, k, v = inputs(np.random.default_rng(8))
     with pytest.raises(CaseError, match=r"^softcap: .*attention\(softcap=\.\.\.\)"):
         verify(q=q, k=k, v=v, out=q, softcap=5.0)

@@ -29,7 +29,7 @@ from attnlab.core.attention import attention
 from attnlab.core.backward import attention_backward
 from attnlab.errors import AttnlabError
 
-__all__ = ["OPTION_NAMES", "CaseError", "Options", "parse_options", "require"]
+__all__ = ["OPTION_NAMES", "CaseError", "Options", "core_supports", "parse_options", "require"]
 
 OPTION_NAMES = (
     "causal",
@@ -82,16 +82,16 @@ class Options:
             total = total + p
         return total
 
-    def kernel_kwargs(self, heads: tuple[int, int]) -> dict:
-        """The keyword arguments ``attention`` and ``attention_backward`` take for this case."""
+    def kernel_kwargs(self, heads: tuple[int, int], backward: bool) -> dict:
+        """The keyword arguments ``attention`` (and ``attention_backward``) take for this case."""
         kwargs = {"scale": self.softmax_scale}
         if self.softcap:
-            require("softcap")
+            require("softcap", backward=backward)
             kwargs["softcap"] = self.softcap
         if self.sinks is not None:
-            require("sinks")
+            require("sinks", backward=backward)
             kwargs["sinks"] = self.sinks.reshape(heads)
-        if _core_has("fully_masked"):
+        if core_supports("fully_masked", backward):
             kwargs["fully_masked"] = "zero"  # FlashAttention's answer for a row with no key
         return kwargs
 
@@ -130,21 +130,23 @@ _NEEDS = {
 }
 
 
-def _core_has(option: str) -> bool:
+def core_supports(option: str, backward: bool = False) -> bool:
+    """Whether attnlab's core computes ``option`` (in the backward pass too, if asked)."""
     if option == "alibi_slopes":
         return hasattr(masks, "ALiBi")
     if option == "window_size":
         return "left" in inspect.signature(masks.SlidingWindow).parameters
-    if option == "lse":
-        return "return_lse" in inspect.signature(attention).parameters
-    return all(option in inspect.signature(fn).parameters for fn in (attention, attention_backward))
+    name = "return_lse" if option == "lse" else option
+    fns = (attention, attention_backward) if backward and option != "lse" else (attention,)
+    return all(name in inspect.signature(fn).parameters for fn in fns)
 
 
-def require(option: str, what: str | None = None) -> None:
+def require(option: str, what: str | None = None, *, backward: bool = False) -> None:
     """Refuse ``option`` (with CaseError, naming it) unless attnlab's core supports it."""
-    if not _core_has(option):
+    if not core_supports(option, backward):
+        needs = _NEEDS[option] + (" and attention_backward's" if backward else "")
         raise CaseError(
-            f"{option}: {what or 'this option'} needs {_NEEDS[option]}, which this attnlab's "
+            f"{option}: {what or 'this option'} needs {needs}, which this attnlab's "
             "core does not have yet, so verify cannot compute the exact answer for it"
         )
 

@@ -29,7 +29,7 @@ def truth(case: Case, memory_budget: float) -> dict[str, np.ndarray]:
     h_kv, g = case.group
     if "lse" in a:
         require("lse")
-    kwargs = opt.kernel_kwargs((h_kv, g))
+    kwargs = opt.kernel_kwargs((h_kv, g), case.backward)
     want = [name for name in ("out", "lse", "dq", "dk", "dv") if name in a]
     exact = {name: np.zeros(a[name].shape) for name in want}  # float64, packed
     for b, (q0, q1), (k0, k1) in case.sequences():
