@@ -241,3 +241,22 @@ def test_report_as_dict_and_html():
 
 def test_attnlab_verify_is_the_function():
     assert al.verify is verify and "verify" in al.__all__
+
+
+def test_a_long_case_never_holds_an_n_by_m_table():
+    # 4,096 x 4,096: one float64 score table is 128 MiB. verify (truth, baseline, report,
+    # forward and backward) must stay well under it: the blockwise path and row blocks.
+    import tracemalloc
+
+    rng = np.random.default_rng(15)
+    n, d = 4096, 16
+    q, k, v, do = (rng.standard_normal((1, n, 1, d)).astype(np.float32) for _ in range(4))
+    table = n * n * 8
+    tracemalloc.start()
+    try:
+        report = verify(q, k, v, out=q, do=do, dq=q, dk=k, dv=v, causal=True)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert set(report.tensors) == {"out", "dq", "dk", "dv"}
+    assert peak < table / 2, f"peak {peak / 2**20:.0f} MiB"

@@ -67,7 +67,9 @@ def reference(
         p = np.where(total > 0, e / total, 0.0)
         lse = (np.log(total) + top)[..., 0]
     out = p @ vh  # (B, h, N, d_v)
-    result = {"out": out.transpose(0, 2, 1, 3), "lse": lse}
+    # Contiguous, as a kernel's tensors are: safetensors' numpy API writes a strided array's
+    # memory as it lies, not in its index order.
+    result = {"out": np.ascontiguousarray(out.transpose(0, 2, 1, 3)), "lse": lse}
     if do is None:
         return result
     doh = np.asarray(do, np.float64).transpose(0, 2, 1, 3)  # (B, h, N, d_v)
@@ -78,9 +80,8 @@ def reference(
     dq = ds @ kh * scale
     dk = (ds.swapaxes(-1, -2) @ qh * scale).reshape(b, h_kv, g, m, d).sum(2)
     dv = (p.swapaxes(-1, -2) @ doh).reshape(b, h_kv, g, m, -1).sum(2)
-    result.update(
-        dq=dq.transpose(0, 2, 1, 3), dk=dk.transpose(0, 2, 1, 3), dv=dv.transpose(0, 2, 1, 3)
-    )
+    grads = {"dq": dq, "dk": dk, "dv": dv}
+    result.update({n: np.ascontiguousarray(x.transpose(0, 2, 1, 3)) for n, x in grads.items()})
     return result
 
 

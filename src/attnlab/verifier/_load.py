@@ -50,6 +50,7 @@ def _read_npz(path: Path) -> dict[str, np.ndarray]:
 
 
 def _read_safetensors(path: Path) -> dict[str, np.ndarray]:
+    import ml_dtypes  # noqa: F401  (registers bfloat16 with numpy, which safetensors asks for)
     from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
