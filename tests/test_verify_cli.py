@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 from typer.testing import CliRunner
-from verify_reference import inputs, reference
 
 from attnlab.cli import app
+from verify_reference import inputs, reference
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 

@@ -34,7 +34,9 @@ def _sdpa_case(torch, dtype, *, n=48, m=64, h=4, h_kv=2, d=32, window=None, seed
     )
     dq, dk, dv = torch.autograd.grad(out, leaves, do.float().transpose(1, 2))
     seq = [x.transpose(1, 2).to(dtype).contiguous() for x in (out, dq, dk, dv)]
-    return dict(zip(("q", "k", "v", "do", "out", "dq", "dk", "dv"), (q, k, v, do, *seq)))
+    return dict(
+        zip(("q", "k", "v", "do", "out", "dq", "dk", "dv"), (q, k, v, do, *seq), strict=True)
+    )
 
 
 def _save(torch, tmp_path, case, **options):
