@@ -15,9 +15,19 @@ from attnlab.core.interop import (
     to_torch,
 )
 from attnlab.core.interop_jax import from_jax, to_jax
-from attnlab.core.masks import Causal, Combined, Dense, Mask, Padding, SlidingWindow, TileState
+from attnlab.core.masks import (
+    ALiBi,
+    Causal,
+    Combined,
+    Dense,
+    Mask,
+    Padding,
+    SlidingWindow,
+    TileState,
+)
 
 __all__ = [
+    "ALiBi",
     "Causal",
     "Combined",
     "Dense",

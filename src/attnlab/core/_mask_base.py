@@ -17,9 +17,17 @@ from typing import ClassVar
 import numpy as np
 
 from attnlab.core._checks import positive_int
-from attnlab.errors import FullyMaskedRowError, ShapeError
+from attnlab.errors import AttnlabError, FullyMaskedRowError, ShapeError
 
-__all__ = ["Combined", "Mask", "Span", "TileState", "raise_fully_masked", "tile_at"]
+__all__ = [
+    "Combined",
+    "Mask",
+    "Span",
+    "TileState",
+    "check_align",
+    "raise_fully_masked",
+    "tile_at",
+]
 
 Span = tuple[int, int]  # a half-open index range [start, stop)
 
@@ -140,6 +148,15 @@ class Mask:
     def why(self, row: tuple[int, ...], lead_ndim: int) -> str:
         """Words for what this part does to ``row``, for the fully-masked-row error."""
         return repr(self)
+
+
+_ALIGNS = ("top_left", "bottom_right")
+
+
+def check_align(align) -> str:
+    if not isinstance(align, str) or align not in _ALIGNS:
+        raise AttnlabError(f"expected align to be one of {_ALIGNS}, but got {align!r} instead")
+    return align
 
 
 def tile_at(block: np.ndarray, lead: tuple[int, ...]) -> np.ndarray:

@@ -106,6 +106,51 @@ def _strips(mask: Mask, rows, cols, n: int, m: int, lead_ndim: int):
     return out
 
 
+# At least this many work items per thread, so uneven items (causal: later rows see more keys)
+# and a core shared with another process even out; measured flat from 2 to 8 at N = 2048 in the
+# forward kernel, slower at 16 (more renders).
+_ITEMS_PER_THREAD = 4
+
+
+def work_items(blocks, plans: dict, lead: tuple[int, ...], threads: int) -> list:
+    """The work of a blockwise kernel, forward or backward: (query block, group of lead
+    indices) items, enough to give every thread _ITEMS_PER_THREAD or more, longest first."""
+    lead_idx = list(np.ndindex(lead)) if lead else [()]
+    per_item = max(
+        1, min(len(lead_idx), len(blocks) * len(lead_idx) // (_ITEMS_PER_THREAD * threads))
+    )
+    items = [
+        (rows, lead_idx[i : i + per_item])
+        for rows in blocks
+        for i in range(0, len(lead_idx), per_item)
+    ]
+    cost = {rows: sum((b - a) * (c1 - c0) for a, b, (c0, c1), _ in p) for rows, p in plans.items()}
+    items.sort(key=lambda it: -cost[it[0]] * len(it[1]))  # longest first: better balance
+    return items
+
+
+def lone_keys(steps, tiles: dict, height: int):
+    """For a query block's rows, how many keys each allows and the first of them:
+    (count (..., Bq, 1), first (..., Bq, 1)), leading axes the mask's own; None when no row
+    allows exactly one key (the only case the kernels use them for)."""
+    shapes = [t.allowed.shape[:-2] for t in tiles.values()]
+    lead = tuple(np.broadcast_shapes(*shapes)) if shapes else ()
+    count = np.zeros(lead + (height,), np.int64)  # (..., Bq)
+    first = np.zeros_like(count)  # (..., Bq)
+    for a, b, (c0, c1), masked in steps:
+        if masked:
+            ok = tiles[a, c0].allowed  # (..., rows | 1, cols | 1)
+            ok = np.broadcast_to(ok, ok.shape[:-1] + (c1 - c0,))  # (..., rows | 1, cols)
+            n, f = ok.sum(axis=-1), c0 + np.argmax(ok, axis=-1)  # (..., rows | 1)
+        else:
+            n, f = c1 - c0, c0
+        first[..., a:b] = np.where(count[..., a:b] == 0, f, first[..., a:b])
+        count[..., a:b] += n
+    if not (count == 1).any():
+        return None
+    return count[..., None], first[..., None]
+
+
 class TileMask:
     """A tile's mask, rendered once and shared by every lead element.
 

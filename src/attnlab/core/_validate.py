@@ -55,6 +55,8 @@ class Inputs:
     n: int
     m: int
     check_finite: bool = True  # also refuse scores that overflow to inf
+    softcap: float | None = None  # scores <- softcap · tanh(scores / softcap), before the mask
+    sinks: np.ndarray | None = None  # one logit per head, broadcast into lead (see _variants)
 
     def table_lead(self) -> tuple[int, ...]:
         """Leading shape of the score table: q's and k's leading axes, and the mask's."""

@@ -25,6 +25,7 @@ from attnlab.core._validate import (
     validate,
     validate_later,
 )
+from attnlab.core._variants import check_fully_masked, with_variants
 from attnlab.core.dense import dense_output, dense_tables, dense_weights
 from attnlab.core.dense_backward import dense_grad_tables
 from attnlab.core.masks import Causal
@@ -47,6 +48,10 @@ def attention(
     block_size=None,
     threads=None,
     memory_budget=None,
+    softcap=None,
+    sinks=None,
+    return_lse=False,
+    fully_masked="raise",
 ):
     """Scaled dot-product attention: softmax(q kᵀ · scale + mask) v (§6.2).
 
@@ -73,10 +78,20 @@ def attention(
             softmax); default os.cpu_count().
         memory_budget: bytes the dense score table may take under "auto"; default
             ``attnlab.core.blockwise.DEFAULT_MEMORY_BUDGET`` (256 MiB), which can be reassigned.
+        softcap: a number c > 0: each scaled score s becomes c · tanh(s / c) before the mask
+            is added (Gemma 2's and FlashAttention's soft cap). None: no cap.
+        sinks: one logit per head, shape (h,) or (B, h) on q's head axis (-3) (a scalar for
+            every row): added to each row's softmax divisor as exp(sink), with no value, so
+            the row's weights sum to less than 1 (gpt-oss's attention sinks).
+        return_lse: also return each row's log Σ_j exp(score_ij) (natural log; the sink
+            included), shape (..., N): the log-sum-exp a backward pass can reuse.
+        fully_masked: "raise" (default): FullyMaskedRowError for a row that allows no key.
+            "zero": output 0 there (lse -inf), as FlashAttention returns.
 
     Returns:
-        output (..., N, d_v), or (output, weights (..., N, M)). float32 stays float32, float64
-        stays float64, integers compute in float64.
+        output (..., N, d_v); with return_weights (output, weights (..., N, M)); with
+        return_lse the lse (..., N) last. float32 stays float32, float64 stays float64,
+        integers compute in float64.
 
     Raises:
         ShapeError, NonFiniteInputError, FullyMaskedRowError (a row that allows no key).
@@ -93,15 +108,21 @@ def attention(
     budget = (
         blockwise.DEFAULT_MEMORY_BUDGET if memory_budget is None else check_budget(memory_budget)
     )
+    empty = check_fully_masked(fully_masked)
     x, finite = validate_later(q, k, v, mask, scale=scale, check_finite=check_finite)
+    x = with_variants(x, softcap, sinks)
     method = choose_method(method, x.lead, x.n, x.m, x.q.dtype, budget, return_weights)
     if method == "blockwise":
-        return blockwise.run(x, *block, n_threads, check=finite)
+        if not return_lse:
+            return blockwise.run(x, *block, n_threads, check=finite, empty_rows=empty)
+        lse = np.empty(x.lead + (x.n,), x.q.dtype)  # (..., N)
+        out = blockwise.run(x, *block, n_threads, check=finite, lse=lse, empty_rows=empty)
+        return out, lse
     if finite is not None:
         finite()
     if return_weights:
-        return dense_weights(x, threads=n_threads)
-    return dense_output(x, threads=n_threads)
+        return dense_weights(x, threads=n_threads, empty_rows=empty, lse=return_lse)
+    return dense_output(x, threads=n_threads, empty_rows=empty, lse=return_lse)
 
 
 def choose_method(
@@ -128,10 +149,13 @@ def _mib(nbytes: float) -> str:
     return f"{nbytes / 2**20:,.1f} MiB"
 
 
-def trace_attention(q, k, v, mask=None, *, scale=None, grad_output=None) -> AttentionTrace:
+def trace_attention(
+    q, k, v, mask=None, *, scale=None, grad_output=None, softcap=None, sinks=None
+) -> AttentionTrace:
     """Attention with every intermediate table kept, for checking a computation by hand.
 
-    Same arguments and errors as ``attention``. With ``grad_output`` (∂L/∂output, of the
+    Same arguments and errors as ``attention`` (softcap adds the table ``capped``; sinks
+    enter every row's divisor; ``lse`` is always kept). With ``grad_output`` (∂L/∂output, of the
     output's shape (..., N, d_v)), the trace also keeps every table of the backward pass:
     grad_output, grad_v, grad_weights, grad_scores, grad_q and grad_k (see ``AttentionTrace``;
     the same numbers as ``attention_backward``). The chapter's two-token example (§6.2):
@@ -151,11 +175,13 @@ def trace_attention(q, k, v, mask=None, *, scale=None, grad_output=None) -> Atte
     array([[1.196, 1.196],
            [0.804, 0.804]])
     """
-    x = validate(q, k, v, mask, scale=scale)
+    x = with_variants(validate(q, k, v, mask, scale=scale), softcap, sinks)
     tables = dense_tables(x)
     if grad_output is not None:
         tables.update(dense_grad_tables(x, tables, check_grad_output(x, grad_output)))
-    return AttentionTrace(q=x.q, k=x.k, v=x.v, scale=x.scale, mask=x.mask, **tables)
+    return AttentionTrace(
+        q=x.q, k=x.k, v=x.v, scale=x.scale, mask=x.mask, softcap=x.softcap, sinks=x.sinks, **tables
+    )
 
 
 def scaled_dot_product_attention(
@@ -190,8 +216,7 @@ def scaled_dot_product_attention(
             attend to no key; "zero" returns zeros for it, which is what PyTorch 2.x returns.
             attnlab raises by default because a silent zero hides a bug in the mask.
     """
-    if fully_masked not in ("raise", "zero"):
-        raise AttnlabError(f"expected fully_masked 'raise' or 'zero', but got {fully_masked!r}")
+    check_fully_masked(fully_masked)
     if is_causal and attn_mask is not None:
         raise AttnlabError("expected either attn_mask or is_causal=True, but got both")
     if (

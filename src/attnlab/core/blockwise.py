@@ -52,7 +52,16 @@ import threading
 import numpy as np
 
 from attnlab.core._threads import blas_info, pool_map
-from attnlab.core._tiles import LOG2E, Step, TileMask, buffers, exp2_floor, plan
+from attnlab.core._tiles import (
+    LOG2E,
+    Step,
+    TileMask,
+    buffers,
+    exp2_floor,
+    lone_keys,
+    plan,
+    work_items,
+)
 from attnlab.core._validate import (
     Inputs,
     check_block_size,
@@ -88,9 +97,6 @@ DEFAULT_MEMORY_BUDGET = 256 * 2**20
 DEFAULT_BLOCK_Q = 512
 DEFAULT_BLOCK_K = 512
 
-# At least this many work items per thread, so uneven items (causal) and a core shared with
-# another process even out; measured flat from 2 to 8 at N = 2048, slower at 16 (more renders).
-_ITEMS_PER_THREAD = 4
 _LN2 = math.log(2.0)
 
 
@@ -151,10 +157,12 @@ def dense_table_bytes(lead: tuple[int, ...], n: int, m: int, dtype) -> int:
 
 
 # -- the kernel ---------------------------------------------------------------------------------
-def _fast(q_rows, kT, v, steps, idx, c):
+def _fast(q_rows, kT, v, steps, idx, c, cap=None):
     """One query block of one lead element, every base left at 0: two matmuls, an exp2 and a
     row sum per step, nothing else. Returns (acc (Bq, d_v), l (Bq,)), to be checked by _solve.
 
+    ``cap``: with a softcap, softcap · log2 e (c is then scale / softcap): each score becomes
+    cap · tanh(score), two more passes over the tile, only then.
     ``steps`` holds a ``Step`` per tile (see ``_tiles.Step``), unpacked by position: the loop
     runs once per tile and attribute look-ups would cost a GIL-holding call each.
     Few numpy calls per step matter with threads: each call takes the GIL, and a thread that
@@ -167,6 +175,9 @@ def _fast(q_rows, kT, v, steps, idx, c):
     keys = kT[:-1]  # (d_k, M): the ones row is for the exact steps only
     for sl, c0, c1, s, r, ls, rl, ones, tm in steps:
         np.matmul(qs[sl], keys[:, c0:c1], out=s)  # (rows, cols): score, in log2 units
+        if cap is not None:
+            np.tanh(s, out=s)
+            s *= cap
         if tm is None:
             np.exp2(s, out=s)
         else:
@@ -212,12 +223,18 @@ class _Block:
         self.qa[rows, -1] = -base
 
 
-def _exact(q_rows, kT, v, steps, idx, c, floor):
+def _exact(q_rows, kT, v, steps, idx, c, floor, cap=None):
     """The textbook online softmax: at every step, move each row's base to its maximum so far
     and rescale what was summed. Safe for any scores; the fallback when _fast is not."""
     blk = _Block(q_rows, c, v.shape[-1])
     for sl, c0, c1, s, r, ls, rl, ones, tm in steps:
-        np.matmul(blk.qa[sl], kT[:, c0:c1], out=s)  # (rows, cols): score - base, log2 units
+        if cap is None:
+            np.matmul(blk.qa[sl], kT[:, c0:c1], out=s)  # (rows, cols): score - base, log2
+        else:  # the cap is not linear: cap the score, then subtract the base
+            np.matmul(blk.qa[sl, :-1], kT[:-1, c0:c1], out=s)  # (rows, cols)
+            np.tanh(s, out=s)
+            s *= cap
+            s -= blk.base[sl, None]
         if tm is not None and tm.bias is not None:
             s += _pick(tm.bias, idx)
         if tm is None:
@@ -245,15 +262,15 @@ def _exact(q_rows, kT, v, steps, idx, c, floor):
     return blk.acc[:, :-1], blk.l, blk.base
 
 
-def _solve(q_rows, kT, v, steps, idx, c, floor, tiny):
-    acc, l, base = _fast(q_rows, kT, v, steps, idx, c)
+def _solve(q_rows, kT, v, steps, idx, c, floor, tiny, cap):
+    acc, l, base = _fast(q_rows, kT, v, steps, idx, c, cap)
     # Against a base of 0, exp2 overflows once a scaled score passes maxexp (f32: 128 in log2
     # units, 89 in natural ones) and underflows far below: inf, NaN (inf · 0 at a blocked pair)
     # or a sum too small to trust (< 2^-(maxexp/2)) sends the block to the exact pass. Rows
     # that allow no key at all also come here, and leave with l = 0.
     # (A NaN or inf anywhere makes the sum non-finite; a min of NaN fails the comparison.)
     if not (l.min() >= tiny and np.isfinite(acc.sum())):
-        acc, l, base = _exact(q_rows, kT, v, steps, idx, c, floor)
+        acc, l, base = _exact(q_rows, kT, v, steps, idx, c, floor, cap)
     return acc, l, base
 
 
@@ -263,9 +280,10 @@ def run(
 ) -> np.ndarray:  # fmt: skip
     """Blockwise attention on validated inputs (``_validate.Inputs``); returns (..., N, d_v).
     ``lse``, an array (..., N), receives each row's log Σ exp(score · scale + mask) (natural
-    log), for the backward pass: (base + log2 l) · ln 2, base in the log2 units of q · c.
-    ``empty_rows="keep"``: a row that allows no key gets output 0 and lse -inf instead of
-    FullyMaskedRowError (a chunk of keys in ``attnlab.distributed`` may allow a row none).
+    log, the sink included), for the backward pass: (base + log2 l) · ln 2, base in the log2
+    units of q · c. ``empty_rows="zero"``: a row that allows no key gets output 0 and lse -inf
+    instead of FullyMaskedRowError (a chunk of keys in ``attnlab.distributed`` may allow a
+    row none; ``attention(fully_masked="zero")``).
 
     ``check``, if given, is validate's finite-input check: it runs on the pool beside the first
     tiles (at N = 2048, 5% of the time was this check alone, before any tile could start) and
@@ -276,66 +294,12 @@ def run(
             check()
             check = None
         check_scores_in_bands(x)
-    q, k, v, n, m, lead = x.q, x.k, x.v, x.n, x.m, x.lead
-    dtype = q.dtype
-    dk, dv = q.shape[-1], v.shape[-1]
-    finfo = np.finfo(dtype)
-    tiny = dtype.type(2.0 ** -(finfo.maxexp // 2))  # f32: 2^-64 (see _solve)
-    floor = exp2_floor(dtype)  # M of them are invisible beside a row sum >= 1/2, any M < 2^90
-    c = dtype.type(x.scale * LOG2E)
-
-    kT = np.empty(k.shape[:-2] + (dk + 1, m), dtype)  # (..., d_k + 1, M), contiguous keys
-    # Each lead element's keys are transposed by the first work item that needs them, so the
-    # copy runs on the pool, overlapped with other items, instead of before all of them.
-    ready = {i: threading.Lock() for i in np.ndindex(k.shape[:-2])}
-
-    def keys(idx) -> np.ndarray:
-        own = tuple(
-            i if s != 1 else 0
-            for i, s in zip(idx[len(idx) - (k.ndim - 2) :], k.shape[:-2], strict=True)
-        )
-        gate = ready.get(own)
-        if gate is not None:
-            with gate:  # whoever holds it is transposing these keys
-                if own in ready:
-                    kT[own][:dk] = k[own].T  # (d_k, M)
-                    kT[own][dk] = 1.0  # meets q's -base column: matmul returns score - base
-                    del ready[own]
-        return kT[own]  # (d_k + 1, M)
-
-    v = np.ascontiguousarray(v)  # (..., M, d_v): BLAS reads tiles of it in place
-    out = np.empty(lead + (n, dv), dtype)  # (..., N, d_v)
-
-    lead_idx = list(np.ndindex(lead)) if lead else [()]
-    blocks = [(r0, min(n, r0 + bq)) for r0 in range(0, n, bq)]
-    plans = {rows: plan(x.mask, rows, n, m, bk, len(lead)) for rows in blocks}
-    # Work items: a query block for a group of lead elements, small enough to give every thread
-    # _ITEMS_PER_THREAD or more, so uneven blocks (causal: later rows see more keys) and a core
-    # slowed by another process even out. A block's masked tiles are rendered once, by whichever of its
-    # items comes first, and dropped when its last item is done.
-    per_item = max(
-        1, min(len(lead_idx), (len(blocks) * len(lead_idx)) // (_ITEMS_PER_THREAD * threads))
-    )
-    items = [
-        (rows, lead_idx[i : i + per_item])
-        for rows in blocks
-        for i in range(0, len(lead_idx), per_item)
-    ]
-    cost = {rows: sum((b - a) * (c1 - c0) for a, b, (c0, c1), _ in p) for rows, p in plans.items()}
-    items.sort(key=lambda it: -cost[it[0]] * len(it[1]))  # longest first: better balance
-    empty: list[tuple[int, ...]] = []
-    lock = threading.Lock()
-    pending = {rows: sum(it[0] == rows for it in items) for rows in blocks}
-    masks: dict[tuple[int, int], dict] = {}
-
-    def render(rows) -> dict:
-        r0 = rows[0]
-        return {
-            (a, c0): TileMask(x.mask, (r0 + a, r0 + b), (c0, c1), n, m, len(lead), dtype)
-            for a, b, (c0, c1), masked in plans[rows]
-            if masked
-        }
-
+    call = _Call(x, bk, lse)
+    blocks = [(r0, min(x.n, r0 + bq)) for r0 in range(0, x.n, bq)]
+    plans = {rows: plan(x.mask, rows, x.n, x.m, bk, len(x.lead)) for rows in blocks}
+    items = work_items(blocks, plans, x.lead, threads)
+    call.pending = {rows: sum(it[0] == rows for it in items) for rows in blocks}
+    call.plans = plans
     refused: list[Exception] = []
 
     def work(item) -> None:
@@ -344,47 +308,147 @@ def run(
                 check()
             except AttnlabError as exc:
                 refused.append(exc)
-            return
-        rows, group = item
-        with np.errstate(all="ignore"):  # overflow is detected and redone; errstate is per thread
-            with lock:
-                rendered = masks.get(rows)
-            if rendered is None:
-                rendered = render(rows)  # outside the lock; a race renders twice, harmlessly
-                with lock:
-                    rendered = masks.setdefault(rows, rendered)
-            bufs = buffers(dtype, dv, bk)
-            steps = [  # per step: the loop's arguments, looked up once for the whole group
-                Step(
-                    slice(a, b), c0, c1, *bufs(b - a, c1 - c0), rendered[a, c0] if masked else None
-                )
-                for a, b, (c0, c1), masked in plans[rows]
-            ]
-            for idx in group:
-                q_rows = _pick(q, idx)[rows[0] : rows[1]]  # (Bq, d_k)
-                acc, l, base = _solve(q_rows, keys(idx), _pick(v, idx), steps, idx, c, floor, tiny)
-                if lse is not None:
-                    lse[idx][rows[0] : rows[1]] = (np.log2(l) + base) * _LN2  # (Bq,)
-                hollow = np.flatnonzero(l == 0)  # rows that allowed no key at all
-                if hollow.size:
-                    l[hollow] = 1.0  # their acc is 0: output 0, not 0/0
-                    with lock:
-                        empty.extend(idx + (rows[0] + int(i),) for i in hollow)
-                np.divide(acc, l[:, None], out=out[idx][rows[0] : rows[1]])  # (Bq, d_v)
-        with lock:
-            pending[rows] -= 1
-            if pending[rows] == 0:
-                masks.pop(rows, None)
+        else:
+            call.work(*item)
 
-    if check is not None:
-        items.insert(0, None)
-    with pool_map(threads, len(items)) as each:
-        list(each(work, items))
+    with pool_map(threads, len(items) + (check is not None)) as each:
+        list(each(work, ([None] if check is not None else []) + items))
     if refused:
         raise refused[0]
-    if empty and empty_rows == "raise":
-        raise_empty_rows(x, sorted(_table_rows(empty, x.table_lead())))
-    return out
+    if call.empty and empty_rows == "raise":
+        raise_empty_rows(x, sorted(_table_rows(call.empty, x.table_lead())))
+    return call.out
+
+
+class _Call:
+    """One call's constants, its output, and the work of one item (a query block for a group
+    of lead elements): render the block's masked tiles once, solve, normalise, write."""
+
+    def __init__(self, x: Inputs, bk: int, lse):
+        self.x, self.bk, self.lse = x, bk, lse
+        dtype = self.dtype = x.q.dtype
+        finfo = np.finfo(dtype)
+        self.tiny = dtype.type(2.0 ** -(finfo.maxexp // 2))  # f32: 2^-64 (see _solve)
+        self.floor = exp2_floor(dtype)  # M of them are invisible beside a row sum >= 1/2
+        if x.softcap is None:
+            self.c, self.cap = dtype.type(x.scale * LOG2E), None
+        else:  # q · scale / softcap, tanh, then · softcap · log2 e (see _fast)
+            self.c, self.cap = dtype.type(x.scale / x.softcap), dtype.type(x.softcap * LOG2E)
+        self.sinks = None if x.sinks is None else x.sinks * dtype.type(LOG2E)  # log2 units
+        # A row with one allowed key returns that key's value exactly: the lazy base never
+        # makes its weight 1, and p · v / p can be an ulp off. (Not with a sink: then the
+        # value is shared with the sink; nor with non-finite inputs, which must show.)
+        self.lone_keys = x.sinks is None and x.check_finite
+        self.v = np.ascontiguousarray(x.v)  # (..., M, d_v): BLAS reads tiles of it in place
+        self.out = np.empty(x.lead + (x.n, x.v.shape[-1]), dtype)  # (..., N, d_v)
+        self.keys = _Keys(x.k)
+        self.lock = threading.Lock()
+        self.empty: list[tuple[int, ...]] = []
+        self.masks: dict = {}  # query block -> (its rendered tiles, its lone keys), shared
+        self.plans: dict = {}  # query block -> its steps (_tiles.plan), set by run
+        self.pending: dict = {}  # query block -> its items not yet done
+
+    def render(self, rows) -> tuple[dict, tuple | None]:
+        """The block's masked tiles, rendered once for every lead element, and its lone keys."""
+        x, r0 = self.x, rows[0]
+        tiles = {
+            (a, c0): TileMask(x.mask, (r0 + a, r0 + b), (c0, c1), x.n, x.m, len(x.lead), self.dtype)
+            for a, b, (c0, c1), masked in self.plans[rows]
+            if masked
+        }
+        lone = lone_keys(self.plans[rows], tiles, rows[1] - r0) if self.lone_keys else None
+        return tiles, lone
+
+    def shared(self, rows) -> tuple[dict, tuple | None]:
+        with self.lock:
+            got = self.masks.get(rows)
+        if got is None:
+            got = self.render(rows)  # outside the lock; a race renders twice, harmlessly
+            with self.lock:
+                got = self.masks.setdefault(rows, got)
+        return got
+
+    def work(self, rows, group) -> None:
+        with np.errstate(all="ignore"):  # overflow is detected and redone; errstate is per thread
+            tiles, lone = self.shared(rows)
+            bufs = buffers(self.dtype, self.v.shape[-1], self.bk)
+            steps = [  # per step: the loop's arguments, looked up once for the whole group
+                Step(slice(a, b), c0, c1, *bufs(b - a, c1 - c0), tiles[a, c0] if masked else None)
+                for a, b, (c0, c1), masked in self.plans[rows]
+            ]
+            for idx in group:
+                q_rows = _pick(self.x.q, idx)[rows[0] : rows[1]]  # (Bq, d_k)
+                v = _pick(self.v, idx)  # (M, d_v)
+                acc, l, base = _solve(
+                    q_rows, self.keys(idx), v, steps, idx, self.c, self.floor, self.tiny, self.cap
+                )
+                self.finish(idx, rows, acc, l, base, v, lone)
+        with self.lock:
+            self.pending[rows] -= 1
+            if self.pending[rows] == 0:
+                self.masks.pop(rows, None)
+
+    def finish(self, idx, rows, acc, l, base, v, lone) -> None:
+        """Normalise one block's rows (acc / l), after the sink joins the divisor."""
+        hollow = np.flatnonzero(l == 0)  # rows that allowed no key at all
+        if self.sinks is not None:
+            acc, l, base = _add_sink(acc, l, base, _pick_lead(self.sinks, idx))
+        if self.lse is not None:
+            lse = (np.log2(l) + base) * _LN2  # (Bq,)
+            lse[hollow] = -np.inf
+            self.lse[idx][rows[0] : rows[1]] = lse
+        if hollow.size:
+            l[hollow] = 1.0  # their acc is 0: output 0, not 0/0
+            with self.lock:
+                self.empty.extend(idx + (rows[0] + int(i),) for i in hollow)
+        out = self.out[idx][rows[0] : rows[1]]  # (Bq, d_v)
+        np.divide(acc, l[:, None], out=out)
+        if lone is not None:
+            count, first = (_pick(a, idx)[:, 0] for a in lone)  # (Bq,), (Bq,)
+            one = np.flatnonzero(count == 1)
+            out[one] = v[first[one]]  # (ones, d_v): weight exactly 1
+
+
+class _Keys:
+    """kᵀ with a row of ones, (..., d_k + 1, M), contiguous: each lead element's keys are
+    transposed by the first work item that needs them, so the copy runs on the pool,
+    overlapped with other items, instead of before all of them."""
+
+    def __init__(self, k: np.ndarray):
+        self.k, dk, m = k, k.shape[-1], k.shape[-2]
+        self.kT = np.empty(k.shape[:-2] + (dk + 1, m), k.dtype)  # (..., d_k + 1, M)
+        self.ready = {i: threading.Lock() for i in np.ndindex(k.shape[:-2])}
+
+    def __call__(self, idx) -> np.ndarray:
+        k = self.k
+        own = tuple(
+            i if s != 1 else 0
+            for i, s in zip(idx[len(idx) - (k.ndim - 2) :], k.shape[:-2], strict=True)
+        )
+        gate = self.ready.get(own)
+        if gate is not None:
+            with gate:  # whoever holds it is transposing these keys
+                if own in self.ready:
+                    self.kT[own][:-1] = k[own].T  # (d_k, M)
+                    self.kT[own][-1] = 1.0  # meets q's -base column: matmul gives score - base
+                    del self.ready[own]
+        return self.kT[own]  # (d_k + 1, M)
+
+
+def _pick_lead(a: np.ndarray, idx: tuple[int, ...]):
+    """The entry of ``a`` (broadcastable into the lead shape, aligned at its end) at ``idx``."""
+    own = idx[len(idx) - a.ndim :] if a.ndim else ()
+    return a[tuple(i if s != 1 else 0 for i, s in zip(own, a.shape, strict=True))]
+
+
+def _add_sink(acc, l, base, sink):
+    """Add exp2(sink - base) to each row's divisor l, moving the base up to the sink first
+    where the sink is larger (by whole numbers: acc and l shrink by exact powers of two)."""
+    top = np.maximum(base, np.ceil(sink))  # (Bq,) integers
+    shrink = np.clip(top - base, 0, 2**30).astype(np.int64)  # (Bq,)
+    acc = np.ldexp(acc, -shrink[:, None])  # (Bq, d_v)
+    l = np.ldexp(l, -shrink) + np.exp2(sink - top)  # (Bq,)
+    return acc, l, top
 
 
 def _table_rows(rows, table_lead: tuple[int, ...]) -> set[tuple[int, ...]]:

@@ -56,8 +56,13 @@ class _Rows:
     def __init__(self, x: Inputs, keep: dict | None = None):
         self.x, self.keep = x, keep  # keep: where the trace copies each table, or None
         self.lead = x.table_lead()
+        self.sink = None
+        if x.sinks is not None:  # one logit per head: its axes may be the table's only ones
+            self.lead = tuple(np.broadcast_shapes(self.lead, x.sinks.shape))
+            self.sink = x.sinks[..., None, None]  # (..., h, 1, 1)
         self.row_max = np.empty(self.lead + (x.n, 1), x.q.dtype)  # (..., N, 1)
         self.total = np.empty_like(self.row_max)  # (..., N, 1): each row's Σ exp
+        self.hollow = np.zeros(self.row_max.shape, bool)  # (..., N, 1): rows with no key
         self.kT = np.swapaxes(x.k, -1, -2)  # (..., d_k, M), a view
         self.risky = may_overflow(x)
         if self.risky:  # refused as the blockwise kernels refuse it, whichever path runs
@@ -79,22 +84,42 @@ class _Rows:
             check_overflow(x, s, rows)
         if self.keep is not None:
             self.keep["scaled"] = s.copy()
+        if x.softcap is not None:  # before the mask, as FlashAttention and Gemma 2 cap
+            cap = s.dtype.type(x.softcap)
+            s /= cap
+            np.tanh(s, out=s)
+            s *= cap
+            if self.keep is not None:
+                self.keep["capped"] = s.copy()
         if x.mask is not None:
             apply_mask(s, x.mask, rows, (0, x.m), x.n, x.m, s.ndim - 2)
         if self.keep is not None:
             self.keep["masked"] = s.copy()
         # Safe softmax (see core/softmax.py), fused in place: shift by the row max and
         # exponentiate; a row with no allowed key is shifted by 0 (all its weights are 0).
-        top = np.max(s, axis=-1, keepdims=True, out=self.row_max[..., rows[0] : rows[1], :])
+        band = (..., slice(rows[0], rows[1]), slice(None))
+        top = np.max(s, axis=-1, keepdims=True, out=self.row_max[band])
+        np.isneginf(top, out=self.hollow[band])
+        if self.sink is not None:  # the sink's logit joins the row: the max covers it too
+            np.maximum(top, self.sink, out=top)
         top[np.isneginf(top)] = 0.0
         s -= top
         np.exp(s, out=s)  # now the unnormalised weights
-        np.sum(s, axis=-1, keepdims=True, out=self.total[..., rows[0] : rows[1], :])
+        total = np.sum(s, axis=-1, keepdims=True, out=self.total[band])
+        if self.sink is not None:  # in the divisor, with no value: weights sum to < 1
+            total += np.exp(self.sink - top)
 
     def check_empty(self, empty_rows: str) -> None:
-        empty = self.total == 0.0  # (..., N, 1): rows with no allowed key
-        if empty_rows == "raise" and empty.any():
-            raise_empty_rows(self.x, np.argwhere(empty[..., 0]))
+        if empty_rows == "raise" and self.hollow.any():
+            raise_empty_rows(self.x, np.argwhere(self.hollow[..., 0]))
+
+    def lse(self, shape: tuple[int, ...]) -> np.ndarray:
+        """Each row's log Σ exp (natural log, sinks included), (..., N) broadcast to ``shape``;
+        -inf for a row that allows no key."""
+        with np.errstate(divide="ignore"):
+            lse = (np.log(self.total) + self.row_max)[..., 0]  # (..., N)
+        lse[self.hollow[..., 0]] = -np.inf
+        return lse if lse.shape == shape else np.broadcast_to(lse, shape).copy()
 
     def row_bytes(self) -> int:
         return math.prod(self.lead) * self.x.m * self.x.q.dtype.itemsize
@@ -109,11 +134,12 @@ def _each(fn, starts, threads: int, size: int) -> None:
             fn(r0)
 
 
-def dense_output(x: Inputs, *, empty_rows: str = "raise", threads: int = 1) -> np.ndarray:
+def dense_output(x: Inputs, *, empty_rows: str = "raise", threads: int = 1, lse: bool = False):
     """The output (..., N, d_v) alone, a band of rows at a time: no N x M table is kept.
 
     empty_rows: "raise" (FullyMaskedRowError) or "zero" (output 0 there, as PyTorch does).
     threads: bands of rows computed at once (numpy's matmul and ufuncs release the GIL).
+    lse: also return each row's log-sum-exp, (..., N): (output, lse).
     """
     r = _Rows(x)
     n = x.n
@@ -135,13 +161,12 @@ def dense_output(x: Inputs, *, empty_rows: str = "raise", threads: int = 1) -> n
 
     _each(band_rows, range(0, n, band), threads, r.row_max.size * x.m * x.q.dtype.itemsize)
     r.check_empty(empty_rows)
-    return out
+    return (out, r.lse(out.shape[:-1])) if lse else out
 
 
-def dense_weights(
-    x: Inputs, *, empty_rows: str = "raise", threads: int = 1
-) -> tuple[np.ndarray, np.ndarray]:
-    """(output (..., N, d_v), weights (..., N, M)): the table is the answer, so it is kept."""
+def dense_weights(x: Inputs, *, empty_rows: str = "raise", threads: int = 1, lse: bool = False):
+    """(output (..., N, d_v), weights (..., N, M)): the table is the answer, so it is kept.
+    With lse: (output, weights, lse (..., N))."""
     r = _Rows(x)
     scores = r.scores((0, x.n))  # (..., N, M)
     band = max(1, _BAND_BYTES // r.row_bytes())
@@ -151,17 +176,19 @@ def dense_weights(
         threads,
         scores.nbytes,
     )
-    return _normalise(r, scores, empty_rows)
+    out, weights = _normalise(r, scores, empty_rows)
+    return (out, weights, r.lse(out.shape[:-1])) if lse else (out, weights)
 
 
 def dense_tables(x: Inputs) -> dict[str, np.ndarray]:
-    """Every table of §6.2's diagram: scores, scaled, masked, weights and output."""
+    """Every table of §6.2's diagram: scores, scaled, (capped,) masked, weights, output, lse."""
     tables: dict[str, np.ndarray] = {}
     r = _Rows(x, keep=tables)
     scores = r.scores((0, x.n))  # (..., N, M)
     tables["scores"] = scores.copy()
     r.softmax(scores, (0, x.n))  # the trace keeps every table: one band
     tables["output"], tables["weights"] = _normalise(r, scores, "raise")
+    tables["lse"] = r.lse(tables["output"].shape[:-1])
     return tables
 
 

@@ -16,6 +16,11 @@ P = softmax(S) row by row, O = P V):
     5. dQ = dS K · scale                 (..., N, d_k)
     6. dK = dSᵀ Q · scale                (..., M, d_k)
 
+The variants add to the chain: with a softcap c (capped = c · tanh(scaled / c)), step 4's dS is
+the gradient of the capped scores, and the scaled ones get dS ∘ (1 − tanh²) before steps 5-6;
+a float mask's gradient (wrt "bias") is dS itself, summed back to the mask's shape; a sink σ,
+whose weight in row i is P_iσ = exp(σ − lse_i), gets dσ = −Σ_i P_iσ D_i.
+
 Step 3 uses rowsum(dO ∘ O), N·d_v products instead of N·M: the two are equal because
 rowsum(dP ∘ P) = Σ_j P_ij (dO_i · v_j) = dO_i · O_i. The entry points take ``Inputs`` already
 validated (``core/_validate.py``) and a checked ``grad_output`` (``core/_grad.py``), and return
@@ -29,15 +34,23 @@ import numpy as np
 
 from attnlab.core._grad import sum_to
 from attnlab.core._validate import Inputs
+from attnlab.core._variants import float_bias
 from attnlab.core.dense import dense_weights
 
 __all__ = ["dense_grad_tables", "dense_gradients"]
 
 
 def dense_gradients(
-    x: Inputs, grad_output: np.ndarray, *, threads: int = 1
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    x: Inputs,
+    grad_output: np.ndarray,
+    *,
+    threads: int = 1,
+    empty_rows: str = "raise",
+    wrt: tuple[str, ...] = ("q", "k", "v"),
+) -> tuple[np.ndarray, ...]:
     """(dq, dk, dv), each of its input's shape: two N x M tables live at once (P and dP -> dS).
+    ``wrt`` picks and orders the gradients (also "bias" and "sinks", see the module docstring);
+    ``empty_rows="zero"``: a row that allows no key gets gradient 0 instead of an error.
 
     >>> from attnlab.core._validate import validate
     >>> x = validate([[3, -3], [1, 1]], [[-3, 3], [1, 1]], [[0, -1], [1, 2]])
@@ -46,8 +59,20 @@ def dense_gradients(
     array([[0.196, 0.196],
            [1.804, 1.804]])
     """
-    output, weights = dense_weights(x, threads=threads)  # (..., N, d_v), (..., N, M)
-    return _chain(x, weights, output, grad_output, None)
+    # (..., N, d_v), (..., N, M), (..., N)
+    output, weights, lse = dense_weights(x, threads=threads, empty_rows=empty_rows, lse=True)
+    capped = _capped(x) if x.softcap is not None else None
+    grads = _chain(x, weights, output, grad_output, None, capped, lse, wrt)
+    return tuple(grads[w] for w in wrt)
+
+
+def _capped(x: Inputs) -> np.ndarray:
+    """The capped scores c · tanh(q kᵀ · scale / c), (..., N, M), again (for tanh')."""
+    s = x.q @ np.swapaxes(x.k, -1, -2)  # (..., N, M)
+    s *= s.dtype.type(x.scale / x.softcap)
+    np.tanh(s, out=s)
+    s *= s.dtype.type(x.softcap)
+    return s
 
 
 def dense_grad_tables(x: Inputs, tables: dict, grad_output: np.ndarray) -> dict[str, np.ndarray]:
@@ -57,13 +82,19 @@ def dense_grad_tables(x: Inputs, tables: dict, grad_output: np.ndarray) -> dict[
     ``tables`` are the forward tables of ``dense.dense_tables`` (their weights and output).
     """
     keep: dict[str, np.ndarray] = {"grad_output": grad_output}
-    dq, dk, dv = _chain(x, tables["weights"], tables["output"], grad_output, keep)
-    keep.update(grad_q=dq, grad_k=dk, grad_v=dv)
+    wrt = ("q", "k", "v") + (("sinks",) if x.sinks is not None else ())
+    grads = _chain(
+        x, tables["weights"], tables["output"], grad_output, keep, tables.get("capped"),
+        tables["lse"], wrt,
+    )  # fmt: skip
+    keep.update(grad_q=grads["q"], grad_k=grads["k"], grad_v=grads["v"])
+    keep["grad_sinks"] = grads.get("sinks")
     return keep
 
 
-def _chain(x: Inputs, p, o, g, keep: dict | None):
-    """Steps 1-6 of the module docstring; ``keep`` receives copies of dP and dS for a trace."""
+def _chain(x: Inputs, p, o, g, keep: dict | None, capped, lse, wrt) -> dict[str, np.ndarray]:
+    """Steps 1-6 of the module docstring; ``keep`` receives copies of dP and dS for a trace.
+    capped: the capped scores with a softcap, else None; lse (..., N): for a sink's weight."""
     # 1) dV = Pᵀ dO
     dv = np.swapaxes(p, -1, -2) @ g  # (..., M, d_v)
     # 2) dP = dO Vᵀ
@@ -77,6 +108,17 @@ def _chain(x: Inputs, p, o, g, keep: dict | None):
     ds *= p
     if keep is not None:
         keep["grad_scores"] = ds.copy()
+    grads = {}
+    if "bias" in wrt:  # the masked scores are capped + bias: dS is the bias's gradient
+        grads["bias"] = sum_to(ds, float_bias(x))
+    if "sinks" in wrt:  # dσ = −Σ_i P_iσ D_i; a row with no key (lse -inf) has D = 0
+        with np.errstate(over="ignore"):
+            share = np.exp(x.sinks[..., None] - lse)  # (..., N): each row's sink weight
+        share[np.isneginf(lse)] = 0.0
+        grads["sinks"] = sum_to(-(share * d[..., 0]).sum(axis=-1), x.sinks.shape)
+    if capped is not None:  # through the cap: d(c · tanh(s / c))/ds = 1 − tanh²
+        t = capped / capped.dtype.type(x.softcap)  # (..., N, M)
+        ds *= 1.0 - t * t
     scale = x.q.dtype.type(x.scale)
     # 5) dQ = dS K · scale (the scale on the small result, not on the N x M table)
     dq = ds @ x.k  # (..., N, d_k)
@@ -84,4 +126,5 @@ def _chain(x: Inputs, p, o, g, keep: dict | None):
     # 6) dK = dSᵀ Q · scale
     dk = np.swapaxes(ds, -1, -2) @ x.q  # (..., M, d_k)
     dk *= scale
-    return sum_to(dq, x.q.shape), sum_to(dk, x.k.shape), sum_to(dv, x.v.shape)
+    grads.update(q=sum_to(dq, x.q.shape), k=sum_to(dk, x.k.shape), v=sum_to(dv, x.v.shape))
+    return grads

@@ -175,8 +175,10 @@ def _words(part: Mask, n: int, m: int) -> str:
         return f"{part!r}: query i sees keys 0..{_offset(part, n, m)}"
     if isinstance(part, SlidingWindow):
         off = 0 if part.align == "top_left" else m - n
-        lo = off - part.size + 1
-        return f"{part!r}: query i sees keys i{lo:+d}..{_offset(part, n, m)}".replace("i+0", "i")
+        left, right = part._reach()
+        lo = "0" if left == float("inf") else f"i{off - int(left):+d}"
+        hi = str(m - 1) if right == float("inf") else f"i{off + int(right):+d}"
+        return f"{part!r}: query i sees keys {lo}..{hi}".replace("i+0", "i")
     if isinstance(part, Padding):
         return f"{part!r}: batch element b sees keys 0..lengths[b]-1"
     if isinstance(part, Dense) and part.boolean:

@@ -159,8 +159,8 @@ def from_jax(
 def _jax_band(part: Mask, n: int, m: int) -> tuple[int, int]:
     """(left, right) of a Causal / SlidingWindow part on an N x M table, JAX's window."""
     off = 0 if part.align == "top_left" else m - n
-    size = part.size if isinstance(part, SlidingWindow) else n + m  # Causal: unbounded left
-    return size - 1 - off, off
+    left, right = part._reach()  # inf for a side without a limit
+    return int(min(left, n + m)) - off, int(min(right, n + m)) + off
 
 
 def to_jax(mask, n: int, m: int | None = None) -> dict:

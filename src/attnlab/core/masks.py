@@ -17,6 +17,7 @@ Rendering:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import ClassVar
 
@@ -27,12 +28,15 @@ from attnlab.core._mask_base import (
     Mask,
     Span,
     TileState,
+    check_align,
     raise_fully_masked,
     tile_at,
 )
+from attnlab.core.alibi import ALiBi
 from attnlab.errors import AttnlabError, ShapeError
 
 __all__ = [
+    "ALiBi",
     "Causal",
     "Combined",
     "Dense",
@@ -45,23 +49,15 @@ __all__ = [
     "tile_at",
 ]
 
-_ALIGNS = ("top_left", "bottom_right")
-
-
-def _check_align(align) -> str:
-    if not isinstance(align, str) or align not in _ALIGNS:
-        raise AttnlabError(f"expected align to be one of {_ALIGNS}, but got {align!r} instead")
-    return align
-
 
 def _cols(cols: Span) -> np.ndarray:
     return np.arange(cols[0], cols[1])[None, :]  # (1, cols)
 
 
 class _Banded(Mask):
-    """Query i may see keys lo(i)..hi(i): hi(i) = i + offset, lo(i) = hi(i) - size + 1."""
+    """Query i may see keys i + offset - left .. i + offset + right (``_reach``: (left, right),
+    inf for a side without a limit); offset is 0 (top_left) or M - N (bottom_right)."""
 
-    size: float = np.inf
     align: str = "top_left"
 
     def _offset(self, n: int, m: int) -> int:
@@ -69,22 +65,32 @@ class _Banded(Mask):
         # sees the last key, which is what a decoder with a KV cache of M - N old keys needs.
         return 0 if self.align == "top_left" else m - n
 
+    def _reach(self) -> tuple[float, float]:
+        return math.inf, 0  # Causal: every earlier key, no later one
+
     def block(self, rows, cols, n, m, lead_ndim):
         # Compare a row vector with a column vector: no (rows, cols) integer table is built
         # (for a 512 x 512 tile, 6x faster than subtracting first), only the bool result.
-        hi = np.arange(rows[0], rows[1], dtype=np.int64)[:, None] + self._offset(n, m)  # (rows, 1)
+        left, right = self._reach()
+        mid = np.arange(rows[0], rows[1], dtype=np.int64)[:, None] + self._offset(n, m)  # (rows, 1)
         j = np.arange(cols[0], cols[1], dtype=np.int64)[None, :]  # (1, cols)
-        if self.size == np.inf:
-            return j <= hi  # (rows, cols)
-        return (j <= hi) & (j > hi - self.size)  # (rows, cols)
+        if right == math.inf:
+            ok = np.ones((rows[1] - rows[0], cols[1] - cols[0]), bool)  # (rows, cols)
+        else:
+            ok = j <= mid + int(right)  # (rows, cols)
+        if left != math.inf:
+            ok &= j >= mid - int(left)  # (rows, cols)
+        return ok
 
     def tile_state(self, rows, cols, n, m, lead_ndim=None):
+        # Pair (i, j) is allowed iff j - i lies in [off - left, off + right]; over the tile,
+        # j - i runs from cols[0] - (rows[1] - 1) to (cols[1] - 1) - rows[0].
+        left, right = self._reach()
         off = self._offset(n, m)
-        hi_first, hi_last = rows[0] + off, rows[1] - 1 + off
-        first_col, last_col = cols[0], cols[1] - 1
-        if first_col > hi_last or last_col <= hi_first - self.size:
+        least, most = cols[0] - (rows[1] - 1), (cols[1] - 1) - rows[0]
+        if most < off - left or least > off + right:
             return TileState.BLOCKED
-        if last_col <= hi_first and first_col > hi_last - self.size:
+        if least >= off - left and most <= off + right:
             return TileState.OPEN
         return TileState.PARTIAL
 
@@ -106,7 +112,7 @@ class Causal(_Banded):
     align: str = "top_left"
 
     def __post_init__(self):
-        _check_align(self.align)
+        check_align(self.align)
 
     def __repr__(self) -> str:
         return "Causal()" if self.align == "top_left" else f"Causal(align={self.align!r})"
@@ -117,33 +123,71 @@ class Causal(_Banded):
 MAX_WINDOW = 2**62
 
 
+def _window_side(name: str, value, low: int) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
+        raise AttnlabError(f"expected {name} to be an integer >= {low}, but got {value!r} instead")
+    if value > MAX_WINDOW:
+        raise AttnlabError(f"expected {name} to be at most 2**62 keys, but got {value!r} instead")
+    return int(value)
+
+
 @dataclass(frozen=True, repr=False)
 class SlidingWindow(_Banded):
-    """Query i sees keys i-size+1..i: a causal band of ``size`` keys (the chapter's fourth kind).
+    """Query i sees keys i-left..i+right (both ends included); ``SlidingWindow(size)`` is the
+    causal band of ``size`` keys, i-size+1..i (the chapter's fourth kind).
 
     Args:
-        size: how many keys each query sees, itself included (1 to 2**62).
-        align: as for ``Causal``.
+        size: how many keys each query sees, itself included (1 to 2**62); the same as
+            left=size-1, right=0. Give either size or left/right.
+        left: how many earlier keys each query sees (>= 0); None: every earlier key.
+        right: how many later keys each query sees (>= 0); None: every later key.
+            FlashAttention's ``window_size=(left, right)`` with -1 for "no limit" is
+            ``SlidingWindow(left=..., right=...)`` with None for -1.
+        align: as for ``Causal``: with "bottom_right" the window is centred on key i + M - N.
 
-    >>> SlidingWindow(2) == SlidingWindow(2)
+    >>> SlidingWindow(2) == SlidingWindow(left=1, right=0)
     True
+    >>> SlidingWindow(left=1, right=1).allowed(3).astype(int)
+    array([[1, 1, 0],
+           [1, 1, 1],
+           [0, 1, 1]])
     """
 
-    size: int
+    size: int | None = None
     align: str = "top_left"
+    left: int | None = field(default=None, kw_only=True)
+    right: int | None = field(default=None, kw_only=True)
 
     def __post_init__(self):
-        size = self.size
-        if isinstance(size, bool) or not isinstance(size, int | np.integer) or size < 1:
-            raise AttnlabError(f"expected size to be an integer >= 1, but got {size!r} instead")
-        if size > MAX_WINDOW:
-            raise AttnlabError(f"expected size to be at most 2**62 keys, but got {size!r} instead")
-        object.__setattr__(self, "size", int(size))
-        _check_align(self.align)
+        size = _window_side("size", self.size, 1)
+        left, right = _window_side("left", self.left, 0), _window_side("right", self.right, 0)
+        if size is not None:
+            if left is not None or right is not None:
+                raise AttnlabError(
+                    f"expected either size or left/right, but got size={size}, left={left}, "
+                    f"right={right}"
+                )
+            left, right = size - 1, 0
+        elif right == 0 and left is not None:
+            size = left + 1  # the causal band: one spelling, so equal windows compare equal
+        object.__setattr__(self, "size", size)
+        object.__setattr__(self, "left", left)
+        object.__setattr__(self, "right", right)
+        check_align(self.align)
+
+    def _reach(self) -> tuple[float, float]:
+        return (
+            math.inf if self.left is None else self.left,
+            math.inf if self.right is None else self.right,
+        )
 
     def __repr__(self) -> str:
         extra = "" if self.align == "top_left" else f", align={self.align!r}"
-        return f"SlidingWindow(size={self.size}{extra})"
+        if self.size is not None:
+            return f"SlidingWindow(size={self.size}{extra})"
+        return f"SlidingWindow(left={self.left}, right={self.right}{extra})"
 
 
 #: The longest padded length accepted (as for SlidingWindow: beyond any real sequence).

@@ -27,6 +27,7 @@ _BACKWARD_HEADING = "backward: the gradient of a loss L, given grad_output = ∂
 _CAPTIONS = {
     "scores": "1. scores  Q Kᵀ  (N x M)",
     "scaled": "2. scaled  Q Kᵀ · scale",
+    "capped": "2b. capped  c · tanh(scaled / c)  (softcap c)",
     "masked": "3. masked  + M  (-inf where blocked)",
     "weights": "4. weights  softmax of each row",
     "output": "5. output  weights · V  (N x d_v)",
@@ -48,6 +49,9 @@ class AttentionTrace:
         scores: q kᵀ, (..., N, M).   scaled: scores · scale.   masked: scaled + mask.
         weights: softmax of each masked row, (..., N, M).   output: weights · v, (..., N, d_v).
         scale: the factor applied (1/sqrt(d_k) by default).   mask: the Mask used, or None.
+        capped: softcap · tanh(scaled / softcap), with a softcap (else None); masked adds the
+        mask to it.   lse: each row's log Σ exp(masked) (natural log, sinks included), (..., N).
+        softcap, sinks: the options used (None when unused).
 
     With ``trace_attention(..., grad_output=dO)``, the backward tables too (else None), P being
     the weights and S the masked table:
@@ -55,7 +59,7 @@ class AttentionTrace:
         (..., N, M).   grad_scores: dS = P ∘ (dP − rowsum(dP ∘ P)), the gradient of the masked
         scores, (..., N, M).   grad_q: dS K · scale.   grad_k: dSᵀ Q · scale.
         grad_q, grad_k and grad_v have their input's shape (summed over broadcast axes), and
-        equal ``attention_backward``'s.
+        equal ``attention_backward``'s; grad_sinks (with sinks) the sinks' shape.
     """
 
     q: np.ndarray
@@ -74,11 +78,17 @@ class AttentionTrace:
     grad_scores: np.ndarray | None = None
     grad_q: np.ndarray | None = None
     grad_k: np.ndarray | None = None
+    capped: np.ndarray | None = None
+    lse: np.ndarray | None = None
+    softcap: float | None = None
+    sinks: np.ndarray | None = None
+    grad_sinks: np.ndarray | None = None
 
     def stages(self) -> list[tuple[str, str, np.ndarray]]:
         """(name, caption, table) for each step, in order: the forward pass, then (with a
-        grad_output) the backward pass."""
-        names = _STAGES + (_BACKWARD if self.grad_output is not None else ())
+        grad_output) the backward pass. ``capped`` appears only with a softcap."""
+        names = _STAGES[:2] + (("capped",) if self.capped is not None else ()) + _STAGES[2:]
+        names += _BACKWARD if self.grad_output is not None else ()
         return [(s, _CAPTIONS[s], getattr(self, s)) for s in names]
 
     def __repr__(self) -> str:

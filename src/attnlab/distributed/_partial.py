@@ -107,7 +107,7 @@ def partial(q, k, v, mask: Mask | None, scale: float, block: int = BLOCK):
     n, m = q.shape[-2], k.shape[-2]
     x = Inputs(q, k, v, mask, float(scale), lead, n, m)
     lse = np.empty(lead + (n,), q.dtype)  # (..., n)
-    out = blockwise.run(x, block, block, threads=1, lse=lse, empty_rows="keep")  # (..., n, d_v)
+    out = blockwise.run(x, block, block, threads=1, lse=lse, empty_rows="zero")  # (..., n, d_v)
     return lse, out
 
 

@@ -60,26 +60,38 @@ def forward(q, k, v, opts: Options, *, lse=False, probs=False, slopes=None) -> R
 
 def _fill(res: Result, r0: int, q, k, v, opts: Options, mask) -> None:
     """Rows r0 .. N - 1 of ``res`` from attention over q (..., h, N - r0, d)."""
-    if res.lse is not None:
-        # attnlab returns the log-sum-exp of the scores it softmaxes: scaled, capped, biased.
-        got = attention(q, k, v, mask, return_lse=True, **_core_options(opts))
-        res.out[..., r0:, :], res.lse[..., r0:] = got
+    kwargs = _core_options(opts)
     if res.probs is None:
         if res.lse is None:
-            res.out[..., r0:, :] = attention(q, k, v, mask, **_core_options(opts))
+            res.out[..., r0:, :] = attention(q, k, v, mask, **kwargs)
+        else:
+            # attnlab's log-sum-exp is over the scores it softmaxes: scaled, capped, biased.
+            res.out[..., r0:, :], res.lse[..., r0:] = attention(
+                q, k, v, mask, return_lse=True, **kwargs
+            )
         return
-    _, weights = attention(
-        q, k, v, mask, return_weights=True, method="dense", **_core_options(opts)
-    )  # (..., h, N - r0, M)
-    drawn = weights
+    got = attention(
+        q,
+        k,
+        v,
+        mask,
+        return_weights=True,
+        return_lse=res.lse is not None,
+        method="dense",
+        **kwargs,
+    )  # out, weights (..., h, N - r0, M)[, lse]
+    weights = got[1]
+    if res.lse is not None:
+        res.lse[..., r0:] = got[2]
+    res.out[..., r0:, :] = got[0]
     if opts.dropout_p:
         # One uniform number per (..., h, N - r0, M) cell, in C order, for the rows that see a
         # key. Kept weights grow by 1/(1 - p), as in training.
         keep = opts.rng.random(weights.shape) >= opts.dropout_p
         drawn = np.where(keep, weights / (1.0 - opts.dropout_p), 0.0).astype(weights.dtype)
+        res.out[..., r0:, :] = drawn @ v  # (..., h, N - r0, d_v)
         weights = np.where(keep, weights, -weights)  # FlashAttention's sign code: < 0 = dropped
     res.probs[..., r0:, :] = weights
-    res.out[..., r0:, :] = drawn @ v  # (..., h, N - r0, d_v)
 
 
 def _core_options(opts: Options) -> dict:
