@@ -37,7 +37,7 @@ def _check_plot(plot: Path | None, force: bool) -> None:
 def _show(report) -> None:
     table = Table(title=f"attnlab verify: {report.dtype} kernel, layout {report.layout}")
     for column in report.COLUMNS:
-        right = column not in ("tensor", "dtype", "worst at", "verdict")
+        right = column not in ("tensor", "dtype", "verdict") and not column.startswith("worst")
         table.add_column(column, justify="right" if right else "left")
     for row in report.rows():
         verdict = row[-1]

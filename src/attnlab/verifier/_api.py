@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from attnlab.errors import AttnlabError
 from attnlab.verifier._baseline import baseline
 from attnlab.verifier._case import Case, make_case
@@ -124,12 +126,14 @@ def verify_case(case: Case, *, factor=2.0, atol=None, memory_budget=None) -> Ver
         if name in case.arrays
     }
     a = case.arrays
+    lengths_q, lengths_k = np.diff(case.cu_q).tolist(), np.diff(case.cu_k).tolist()
+    varlen = case.layout == "varlen"
     shape = {
         "batch": case.batch,
         "heads": case.heads,
         "kv_heads": case.kv_heads,
-        "query_rows": a["q"].shape[1],
-        "key_rows": a["k"].shape[1],
+        "seqlen_q": lengths_q if varlen else lengths_q[0],  # one length, or one per sequence
+        "seqlen_k": lengths_k if varlen else lengths_k[0],
         "d_k": a["q"].shape[-1],
         "d_v": a["v"].shape[-1],
     }

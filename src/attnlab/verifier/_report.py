@@ -102,6 +102,11 @@ class TensorVerdict:
         return ", ".join(parts)
 
 
+def _position(worst: dict) -> str:
+    keys = ("batch", "head", "row", "column")
+    return "(" + ", ".join(str(worst[k]) for k in keys if k in worst) + ")"
+
+
 def _num(x: float) -> float | None:
     return x if math.isfinite(x) else None  # JSON has no inf: null, with nonfinite counted
 
@@ -197,7 +202,7 @@ class VerifyReport:
                 f"{t.baseline_error:.3g}",
                 f"{t.ratio:.3g}",
                 f"{t.tolerance:.3g}",
-                t.where(),
+                _position(t.worst),
                 "pass" if t.passed else "FAIL",
             ]
             for name, t in self.tensors.items()
@@ -208,10 +213,10 @@ class VerifyReport:
         "dtype",
         "max error",
         "mean error",
-        "baseline error",
+        "baseline",
         "ratio",
         "tolerance",
-        "worst at",
+        "worst (b, h, row, col)",
         "verdict",
     )
 
