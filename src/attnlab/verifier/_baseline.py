@@ -1,6 +1,6 @@
 """The yardstick: attention computed plainly in the kernel's own dtype, forward and backward.
 
-Shape legend: as ``_case.py``; a row block of R query rows at a time.
+Shape legend: as ``_case.py``; a block of R query rows at a time, C the keys it may see.
 
 FlashAttention's tests judge a kernel by how far a plain implementation in the same dtype
 lands from the exact answer (its ``attention_ref(..., upcast=False, reorder_ops=True)``, with
@@ -19,13 +19,16 @@ product rounded once; a key/value head's gradient is its group's sum, rounded on
 Products accumulate in float32 (float64 for a float64 kernel), as GPU matrix units do, and
 rounding to float16 or bfloat16 is numpy's or ml_dtypes' round-to-nearest-even. A sink's
 logit joins each row's softmax denominator. Rows are taken R at a time, R chosen so that the
-few (h, R, M) tables alive at once fit ``memory_budget``: no N x M table is ever held.
+few (h, R, M) tables alive at once fit ``memory_budget``: no N x M table is ever held. Each
+block computes only the keys its mask lets it see (``_key_span``), so a 65,536-row case with
+a 256-key window costs about 257 keys per row, as the kernel does.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from attnlab.core.masks import TileState
 from attnlab.verifier._case import Case
 
 __all__ = ["baseline"]
@@ -86,24 +89,26 @@ def _sequence(case, p: _Precision, b, qs, ks, budget, plain) -> None:
     rows = int(max(1, min(n, budget // (_LIVE_TABLES * h_kv * g * m * p.compute.itemsize))))
     for r0 in range(0, n, rows):
         r1 = min(n, r0 + rows)
-        s, t = _scores(p, q[:, :, r0:r1], k, opt.softcap, mask, (r0, r1), (n, m))
-        w, lse = _softmax(p, s, sinks)  # (h_kv, g, R, M), (h_kv, g, R)
-        out = p.round(w @ v)  # (h_kv, g, R, d_v)
+        c0, c1 = _key_span(mask, (r0, r1), n, m)  # the keys these rows may see at all
+        kc, vc = k[:, :, c0:c1], v[:, :, c0:c1]  # (h_kv, 1, C, d)
+        s, t = _scores(p, q[:, :, r0:r1], kc, opt.softcap, mask, (r0, r1), (c0, c1), (n, m))
+        w, lse = _softmax(p, s, sinks)  # (h_kv, g, R, C), (h_kv, g, R)
+        out = p.round(w @ vc)  # (h_kv, g, R, d_v)
         _put(plain, "out", out, qs[0] + r0, qs[0] + r1)
         _put(plain, "lse", lse, qs[0] + r0, qs[0] + r1)
         if do is None:
             continue
         dout = do[:, :, r0:r1]  # (h_kv, g, R, d_v)
-        dv_sum += w.swapaxes(-1, -2) @ dout  # (h_kv, g, M, d_v)
-        dp = p.round(dout @ v.swapaxes(-1, -2))  # (h_kv, g, R, M)
+        dv_sum[:, :, c0:c1] += w.swapaxes(-1, -2) @ dout  # (h_kv, g, C, d_v)
+        dp = p.round(dout @ vc.swapaxes(-1, -2))  # (h_kv, g, R, C)
         dp -= np.einsum("...ij,...ij->...i", dp, w)[..., None]  # dP - rowsum(P dP)
         dp *= w
-        ds = p.round(dp)  # (h_kv, g, R, M): softmax's backward, one rounding
+        ds = p.round(dp)  # (h_kv, g, R, C): softmax's backward, one rounding
         if opt.softcap:
             c = p.compute.type(opt.softcap)
             ds = p.round(p.round(p.round(ds * c) * (1 - t * t)) / c)
-        _put(plain, "dq", p.round(ds @ k), qs[0] + r0, qs[0] + r1)  # (h_kv, g, R, d_k)
-        dk_sum += ds.swapaxes(-1, -2) @ q[:, :, r0:r1]  # (h_kv, g, M, d_k)
+        _put(plain, "dq", p.round(ds @ kc), qs[0] + r0, qs[0] + r1)  # (h_kv, g, R, d_k)
+        dk_sum[:, :, c0:c1] += ds.swapaxes(-1, -2) @ q[:, :, r0:r1]  # (h_kv, g, C, d_k)
     if do is not None:
         dv = p.round(p.round(dv_sum).sum(axis=1))  # (h_kv, M, d_v): the group's sum
         dk_scaled = p.round(p.round(dk_sum).sum(axis=1))  # (h_kv, M, d_k), for k * scale
@@ -118,7 +123,23 @@ def _put(plain: dict, name: str, x: np.ndarray, r0: int, r1: int) -> None:
         plain[name][:, r0:r1] = x.reshape((-1, r1 - r0, *x.shape[3:]))
 
 
-def _scores(p: _Precision, q, k, softcap: float, mask, rows, nm):
+def _key_span(mask, rows, n: int, m: int) -> tuple[int, int]:
+    """[c0, c1): the keys outside which ``mask`` blocks every pair of ``rows``, found tile by
+    tile with the masks' own ``tile_state``, so a window's rows cost its width, not M."""
+    if mask is None:
+        return 0, m
+    width = max(512, -(-m // 64))  # at most 64 tiles to ask about per row block
+    seen = [
+        c
+        for c in range(0, m, width)
+        if mask.tile_state(rows, (c, min(c + width, m)), n, m, 2) is not TileState.BLOCKED
+    ]
+    if not seen:  # rows that see no key: any tile keeps the shapes, the mask blocks it all
+        return 0, min(width, m)
+    return seen[0], min(seen[-1] + width, m)
+
+
+def _scores(p: _Precision, q, k, softcap: float, mask, rows, cols, nm):
     """The block's scores after softcap and masks, and softcap's tanh (None without one)."""
     s = p.round(q @ k.swapaxes(-1, -2))  # (h_kv, g, R, M)
     t = None
@@ -129,9 +150,9 @@ def _scores(p: _Precision, q, k, softcap: float, mask, rows, nm):
     if mask is not None:
         n, m = nm
         if mask.boolean:  # a bool tile, a quarter of the scores' bytes, and -inf in place
-            np.copyto(s, -np.inf, where=~mask.block(rows, (0, m), n, m, 2))
+            np.copyto(s, -np.inf, where=~mask.block(rows, cols, n, m, 2))
         else:
-            s += mask.bias(rows, (0, m), n, m, 2)  # broadcastable to (h_kv, g, R, M)
+            s += mask.bias(rows, cols, n, m, 2)  # broadcastable to (h_kv, g, R, C)
     return s, t
 
 
