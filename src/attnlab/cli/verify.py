@@ -80,7 +80,9 @@ def verify_command(
         Path | None,
         typer.Option(dir_okay=False, help="Write the error per (head, row) and per tile (.html)."),
     ] = None,
-    force: Annotated[bool, typer.Option(help="Overwrite the --plot file if it exists.")] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="Overwrite the --plot file if it exists.")
+    ] = False,
     tile: Annotated[int, typer.Option(min=1, help="Query rows per tile in the plot.")] = 128,
 ) -> None:
     """Judge a kernel's output against the exact answer, as FlashAttention's tests do.

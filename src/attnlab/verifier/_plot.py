@@ -181,7 +181,9 @@ def write_plot(report, path, *, force: bool = False, tile: int = DEFAULT_TILE) -
 
     path = Path(path)
     if path.exists() and not force:
-        raise AttnlabError(f"plot: {str(path)!r} already exists; pass --force to overwrite it")
+        raise AttnlabError(
+            f"plot: {str(path)!r} already exists; pass force=True (--force) to overwrite it"
+        )
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         plotly.io.write_html(figure(report, tile), str(tmp), include_plotlyjs=True, full_html=True)
@@ -191,7 +193,7 @@ def write_plot(report, path, *, force: bool = False, tile: int = DEFAULT_TILE) -
             os.link(tmp, path)  # fails, rather than overwrite, if the file appeared meanwhile
     except FileExistsError:
         raise AttnlabError(
-            f"plot: {str(path)!r} already exists; pass --force to overwrite it"
+            f"plot: {str(path)!r} already exists; pass force=True (--force) to overwrite it"
         ) from None
     finally:
         tmp.unlink(missing_ok=True)
