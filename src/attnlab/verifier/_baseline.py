@@ -86,10 +86,8 @@ def _sequence(case, p: _Precision, b, qs, ks, budget, plain) -> None:
         dk_sum = np.zeros((h_kv, g, m, q.shape[-1]), p.compute)  # (h_kv, g, M, d_k)
     mask = opt.mask(b, (h_kv, g))
     sinks = None if opt.sinks is None else opt.sinks.reshape(h_kv, g, 1, 1).astype(p.compute)
-    rows = int(max(1, min(n, budget // (_LIVE_TABLES * h_kv * g * m * p.compute.itemsize))))
-    for r0 in range(0, n, rows):
-        r1 = min(n, r0 + rows)
-        c0, c1 = _key_span(mask, (r0, r1), n, m)  # the keys these rows may see at all
+    cells = int(budget // (_LIVE_TABLES * h_kv * g * p.compute.itemsize))  # R x C per block
+    for r0, r1, c0, c1 in _blocks(mask, n, m, cells):  # rows r0:r1 see keys c0:c1 at most
         kc, vc = k[:, :, c0:c1], v[:, :, c0:c1]  # (h_kv, 1, C, d)
         s, t = _scores(p, q[:, :, r0:r1], kc, opt.softcap, mask, (r0, r1), (c0, c1), (n, m))
         w, lse = _softmax(p, s, sinks)  # (h_kv, g, R, C), (h_kv, g, R)
@@ -121,6 +119,23 @@ def _sequence(case, p: _Precision, b, qs, ks, budget, plain) -> None:
 def _put(plain: dict, name: str, x: np.ndarray, r0: int, r1: int) -> None:
     if name in plain:  # (h_kv, g, R, ...) -> rows r0:r1 of the packed (h, T_q, ...)
         plain[name][:, r0:r1] = x.reshape((-1, r1 - r0, *x.shape[3:]))
+
+
+def _blocks(mask, n: int, m: int, cells: int):
+    """(r0, r1, c0, c1) for blocks of query rows, each with the span of keys it may see, as
+    many rows as keep rows x keys within ``cells``: a window's blocks grow to its width."""
+    r0 = 0
+    while r0 < n:
+        rows = max(1, min(n - r0, cells // m))
+        c0, c1 = _key_span(mask, (r0, r0 + rows), n, m)
+        while rows < n - r0:  # double the block while its scores still fit
+            more = min(2 * rows, n - r0)
+            s0, s1 = _key_span(mask, (r0, r0 + more), n, m)
+            if more * (s1 - s0) > cells:
+                break
+            rows, c0, c1 = more, s0, s1
+        yield r0, r0 + rows, c0, c1
+        r0 += rows
 
 
 def _key_span(mask, rows, n: int, m: int) -> tuple[int, int]:
