@@ -39,6 +39,8 @@ def reference(q, k, v, *, scale=None, causal=False, window=(-1, -1), softcap=0.0
     out = np.zeros((n, h, v.shape[-1]))
     lse = np.full((h, n), -np.inf)
     weights = np.zeros((h, n, m))
+    if n == 0 or m == 0:
+        return out, lse, weights  # no key: every row is 0 with lse -inf
     for head in range(h):
         kv_head = head // (h // h_k)
         s = q[:, head] @ k[:, kv_head].T * scale  # (N, M)
@@ -47,13 +49,13 @@ def reference(q, k, v, *, scale=None, causal=False, window=(-1, -1), softcap=0.0
         if slopes is not None:
             s = s - slopes[head] * dist
         s = np.where(ok, s, -np.inf)
-        for i in range(n):
-            if not ok[i].any():
-                continue
-            top = s[i].max()
-            lse[head, i] = top + math.log(np.exp(s[i] - top).sum())
-            weights[head, i] = np.exp(s[i] - lse[head, i])
-            out[i, head] = weights[head, i] @ v[:, kv_head]
+        seen = ok.any(axis=1)  # (N,): rows that see at least one key
+        top = np.where(seen, s.max(axis=1), 0.0)  # (N,)
+        e = np.exp(s - top[:, None])  # (N, M), 0 where blocked
+        total = e.sum(axis=1)
+        lse[head] = np.where(seen, top + np.log(np.where(seen, total, 1.0)), -np.inf)
+        weights[head] = e / np.where(seen, total, 1.0)[:, None]
+        out[:, head] = weights[head] @ v[:, kv_head]
     return out, lse, weights
 
 

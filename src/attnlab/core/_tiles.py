@@ -151,6 +151,12 @@ def lone_keys(steps, tiles: dict, height: int):
     return count[..., None], first[..., None]
 
 
+def lead_at(a: np.ndarray, idx: tuple[int, ...]):
+    """The entry of ``a`` (broadcastable into the lead shape, aligned at its end) at ``idx``."""
+    own = idx[len(idx) - a.ndim :] if a.ndim else ()
+    return a[tuple(i if s != 1 else 0 for i, s in zip(own, a.shape, strict=True))]
+
+
 class TileMask:
     """A tile's mask, rendered once and shared by every lead element.
 

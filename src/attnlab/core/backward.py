@@ -24,6 +24,7 @@ from attnlab.core._validate import (
     check_threads,
     validate,
 )
+from attnlab.core._variants import check_fully_masked, check_lse, check_wrt, with_variants
 from attnlab.core.attention import choose_method
 from attnlab.core.dense_backward import dense_gradients
 
@@ -43,7 +44,12 @@ def attention_backward(
     threads=None,
     memory_budget=None,
     check_finite=True,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    softcap=None,
+    sinks=None,
+    lse=None,
+    fully_masked="raise",
+    wrt=("q", "k", "v"),
+) -> tuple[np.ndarray, ...]:
     """Exact gradients of ``attention(q, k, v, mask, scale=scale)`` for an upstream gradient.
 
     With L any scalar loss and ``grad_output`` = ∂L/∂output, returns (∂L/∂q, ∂L/∂k, ∂L/∂v):
@@ -61,11 +67,21 @@ def attention_backward(
             (default): dense unless the score table would pass ``memory_budget``.
         block_size, threads, memory_budget: as for ``attnlab.attention``.
         check_finite: refuse NaN/inf in q, k, v and grad_output.
+        softcap, sinks, fully_masked: as for ``attnlab.attention``; "zero" gives a row that
+            allows no key gradient 0. The gradient flows through the cap by 1 − tanh².
+        lse: the log-sum-exp that ``attention(..., return_lse=True)`` returned for the same
+            call, (..., N): the blockwise kernel then takes each row's divisor from it instead
+            of summing it again from the tiles (the dense kernel, which computes its table
+            anyway, checks its shape and recomputes).
+        wrt: which gradients to return, in this order: any of "q", "k", "v", "bias" (the
+            gradient of the float mask, the one additive table among the mask's parts,
+            summed back to its shape) and "sinks" (of the sinks' shape).
 
     Returns:
-        (dq, dk, dv), each of its input's shape and of the compute dtype (float32 stays
-        float32; integers compute in float64). An input broadcast along an axis gets the sum
-        of its gradients there. A pair the mask blocks contributes exactly 0.
+        The gradients named by ``wrt``, by default (dq, dk, dv), each of its input's shape
+        and of the compute dtype (float32 stays float32; integers compute in float64). An
+        input broadcast along an axis gets the sum of its gradients there. A pair the mask
+        blocks contributes exactly 0.
 
     Raises:
         ShapeError (naming grad_output when its shape is not the output's),
@@ -89,8 +105,14 @@ def attention_backward(
     budget = (
         blockwise.DEFAULT_MEMORY_BUDGET if memory_budget is None else check_budget(memory_budget)
     )
+    empty = check_fully_masked(fully_masked)
     x = validate(q, k, v, mask, scale=scale, check_finite=check_finite)
+    x = with_variants(x, softcap, sinks)
+    names = check_wrt(wrt, x)
+    saved = check_lse(lse, x)  # (..., N) or None
     g = check_grad_output(x, grad_output)  # (..., N, d_v)
     if choose_method(method, x.lead, x.n, x.m, x.q.dtype, budget, False) == "blockwise":
-        return blockwise_backward.run(x, g, *block, n_threads)
-    return dense_gradients(x, g, threads=n_threads)
+        return blockwise_backward.run(
+            x, g, *block, n_threads, lse=saved, empty_rows=empty, wrt=names
+        )
+    return dense_gradients(x, g, threads=n_threads, empty_rows=empty, wrt=names)

@@ -51,6 +51,7 @@ import threading
 
 import numpy as np
 
+from attnlab.core._precision import WIDE, narrow, widen
 from attnlab.core._threads import blas_info, pool_map
 from attnlab.core._tiles import (
     LOG2E,
@@ -58,6 +59,7 @@ from attnlab.core._tiles import (
     TileMask,
     buffers,
     exp2_floor,
+    lead_at,
     lone_keys,
     plan,
     work_items,
@@ -317,6 +319,12 @@ def run(
         raise refused[0]
     if call.empty and empty_rows == "raise":
         raise_empty_rows(x, sorted(_table_rows(call.empty, x.table_lead())))
+    if call.wide:  # float32 scores far from 0: see core/_precision.py
+        wide = None if lse is None else np.empty(lse.shape, np.float64)
+        out = run(widen(x), bq, bk, threads, lse=wide, empty_rows=empty_rows)
+        if lse is not None:
+            lse[...] = wide
+        return narrow(out)
     return call.out
 
 
@@ -339,6 +347,9 @@ class _Call:
         # makes its weight 1, and p · v / p can be an ulp off. (Not with a sink: then the
         # value is shared with the sink; nor with non-finite inputs, which must show.)
         self.lone_keys = x.sinks is None and x.check_finite
+        self.watch = dtype == np.float32 and x.check_finite  # for scores far from 0
+        self.wide = False
+        self.log2m = np.log2(x.m)
         self.v = np.ascontiguousarray(x.v)  # (..., M, d_v): BLAS reads tiles of it in place
         self.out = np.empty(x.lead + (x.n, x.v.shape[-1]), dtype)  # (..., N, d_v)
         self.keys = _Keys(x.k)
@@ -391,8 +402,10 @@ class _Call:
     def finish(self, idx, rows, acc, l, base, v, lone) -> None:
         """Normalise one block's rows (acc / l), after the sink joins the divisor."""
         hollow = np.flatnonzero(l == 0)  # rows that allowed no key at all
+        if self.watch and not self.wide:
+            self.wide = self._wide(l, base)
         if self.sinks is not None:
-            acc, l, base = _add_sink(acc, l, base, _pick_lead(self.sinks, idx))
+            acc, l, base = _add_sink(acc, l, base, lead_at(self.sinks, idx))
         if self.lse is not None:
             lse = (np.log2(l) + base) * _LN2  # (Bq,)
             lse[hollow] = -np.inf
@@ -407,6 +420,14 @@ class _Call:
             count, first = (_pick(a, idx)[:, 0] for a in lone)  # (Bq,), (Bq,)
             one = np.flatnonzero(count == 1)
             out[one] = v[first[one]]  # (ones, d_v): weight exactly 1
+
+    def _wide(self, l, base) -> bool:
+        """Whether some row's maximum surely passes ±WIDE: it lies in [lse - log M, lse]."""
+        with np.errstate(divide="ignore"):
+            lse2 = np.log2(l) + base  # (Bq,), log2 units; -inf for a row with no key
+        lse2 = lse2[np.isfinite(lse2)]
+        wide = WIDE * LOG2E
+        return bool(lse2.size and (lse2.max() - self.log2m > wide or lse2.min() < -wide))
 
 
 class _Keys:
@@ -435,16 +456,10 @@ class _Keys:
         return self.kT[own]  # (d_k + 1, M)
 
 
-def _pick_lead(a: np.ndarray, idx: tuple[int, ...]):
-    """The entry of ``a`` (broadcastable into the lead shape, aligned at its end) at ``idx``."""
-    own = idx[len(idx) - a.ndim :] if a.ndim else ()
-    return a[tuple(i if s != 1 else 0 for i, s in zip(own, a.shape, strict=True))]
-
-
 def _add_sink(acc, l, base, sink):
     """Add exp2(sink - base) to each row's divisor l, moving the base up to the sink first
     where the sink is larger (by whole numbers: acc and l shrink by exact powers of two)."""
-    top = np.maximum(base, np.ceil(sink))  # (Bq,) integers
+    top = np.maximum(np.broadcast_to(base, l.shape), np.ceil(sink))  # (Bq,) integers
     shrink = np.clip(top - base, 0, 2**30).astype(np.int64)  # (Bq,)
     acc = np.ldexp(acc, -shrink[:, None])  # (Bq, d_v)
     l = np.ldexp(l, -shrink) + np.exp2(sink - top)  # (Bq,)

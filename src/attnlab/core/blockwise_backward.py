@@ -57,16 +57,15 @@ import numpy as np
 
 from attnlab.core import blockwise
 from attnlab.core._grad import sum_to
+from attnlab.core._precision import narrow, too_wide, widen
 from attnlab.core._threads import pool_map
-from attnlab.core._tiles import LOG2E, TileMask, exp2_floor, plan
+from attnlab.core._tiles import LOG2E, TileMask, exp2_floor, lead_at, plan, work_items
 from attnlab.core._validate import Inputs, check_scores_in_bands, may_overflow
+from attnlab.core._variants import float_bias
 from attnlab.core.masks import tile_at
 
 __all__ = ["run"]
 
-# At least this many work items per thread, so uneven query blocks (causal: later rows see
-# more keys) even out between threads.
-_ITEMS_PER_THREAD = 4
 # A query block is halved while its kept tiles overflow the budget, down to this many rows.
 _MIN_ROWS = 128
 # The kept tiles of all threads: the L3 cache of the machine measured (2-core AMD EPYC, 32 MiB).
@@ -76,9 +75,13 @@ _KEEP_BYTES = 32 * 2**20
 
 
 def run(
-    x: Inputs, grad_output: np.ndarray, bq: int, bk: int, threads: int = 1
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(dq, dk, dv) of attention on validated inputs, each of its input's shape.
+    x: Inputs, grad_output: np.ndarray, bq: int, bk: int, threads: int = 1, *, lse=None,
+    empty_rows: str = "raise", wrt: tuple[str, ...] = ("q", "k", "v"),
+) -> tuple[np.ndarray, ...]:  # fmt: skip
+    """The gradients named by ``wrt`` (of "q", "k", "v", "bias", "sinks") of attention on
+    validated inputs, each of its input's shape. ``lse`` (..., N): the forward pass's saved
+    log-sum-exp, so the row sums are not summed again; ``empty_rows="zero"``: a row that
+    allows no key gets gradient 0 instead of FullyMaskedRowError.
 
     >>> from attnlab.core._validate import validate
     >>> from attnlab.core.masks import Causal
@@ -93,7 +96,7 @@ def run(
     q, k, v, n, m, lead = x.q, x.k, x.v, x.n, x.m, x.lead
     dtype = q.dtype
     g = grad_output  # (..., N, d_v)
-    kernel = _Kernel(x, g)
+    kernel = _Kernel(x, g, lse, empty_rows, wrt)
     # Kept tiles (p and dP', two per tile), per thread: at most the elements of q, k, v and
     # dO together, and no more than the cache holds.
     budget = min(sum(a.size for a in (q, k, v, g)), _KEEP_BYTES // dtype.itemsize) // threads
@@ -101,17 +104,6 @@ def run(
         bq //= 2  # shorter blocks keep all their tiles; shorter still, matmuls slow down
     blocks = [(r0, min(n, r0 + bq)) for r0 in range(0, n, bq)]
     plans = {rows: plan(x.mask, rows, n, m, bk, len(lead)) for rows in blocks}
-    lead_idx = list(np.ndindex(lead)) if lead else [()]
-    per_item = max(
-        1, min(len(lead_idx), len(blocks) * len(lead_idx) // (_ITEMS_PER_THREAD * threads))
-    )
-    items = [
-        (rows, lead_idx[i : i + per_item])
-        for rows in blocks
-        for i in range(0, len(lead_idx), per_item)
-    ]
-    cost = {rows: sum((b - a) * (c1 - c0) for a, b, (c0, c1), _ in p) for rows, p in plans.items()}
-    items.sort(key=lambda it: -cost[it[0]] * len(it[1]))  # longest first: better balance
 
     def work(item) -> None:
         (r0, r1), group = item
@@ -130,14 +122,18 @@ def run(
             for idx in group:
                 kernel.block(idx, r0, r1, steps, kept)
 
+    items = work_items(blocks, plans, lead, threads)
     with pool_map(threads, len(items)) as each:
         each(work, items)
     if kernel.empty:  # a row that allows no key: the forward pass raises its error, naming it
         blockwise.run(x, bq, bk, threads)
-    scale = dtype.type(x.scale)
-    kernel.dq *= scale
-    kernel.dk *= scale
-    return sum_to(kernel.dq, q.shape), sum_to(kernel.dk, k.shape), sum_to(kernel.dv, v.shape)
+    if kernel.wide:  # float32 scores far from 0: see core/_precision.py
+        saved = None if lse is None else lse.astype(np.float64)
+        g64 = g.astype(np.float64)
+        return narrow(
+            run(widen(x), g64, bq, bk, threads, lse=saved, empty_rows=empty_rows, wrt=wrt)
+        )
+    return kernel.gradients(wrt)
 
 
 def _keep(steps, budget: int, dtype) -> list:
@@ -164,13 +160,21 @@ def _keep(steps, budget: int, dtype) -> list:
 class _Kernel:
     """One call's inputs and gradients, and the sweeps of one query block (``block``)."""
 
-    def __init__(self, x: Inputs, g: np.ndarray):
-        self.x, self.g = x, g
+    def __init__(self, x: Inputs, g: np.ndarray, lse, empty_rows: str, wrt):
+        self.x, self.g, self.empty_rows = x, g, empty_rows
         q, k, v, dtype = x.q, x.k, x.v, x.q.dtype
         self.dq = np.zeros(x.lead + (x.n, q.shape[-1]), dtype)  # (..., N, d_k)
         self.dk = np.zeros(x.lead + (x.m, k.shape[-1]), dtype)  # (..., M, d_k), all blocks
         self.dv = np.zeros(x.lead + (x.m, v.shape[-1]), dtype)  # (..., M, d_v), all blocks
-        self.c = dtype.type(x.scale * LOG2E)  # scale · log2 e, folded into q
+        if x.softcap is None:
+            self.c, self.cap = dtype.type(x.scale * LOG2E), None  # scale · log2 e, in q
+        else:  # q · scale / softcap, tanh, then · softcap · log2 e (as blockwise._fast)
+            self.c, self.cap = dtype.type(x.scale / x.softcap), dtype.type(x.softcap * LOG2E)
+        self.sinks = None if x.sinks is None else x.sinks * dtype.type(LOG2E)  # log2 units
+        self.dsinks = np.zeros(x.lead, dtype) if "sinks" in wrt else None  # (...)
+        shape = float_bias(x) if "bias" in wrt else None
+        self.dbias = None if shape is None else np.zeros(shape, dtype)  # the mask's shape
+        self.lse2 = None if lse is None else lse * dtype.type(LOG2E)  # (..., N), log2 units
         finfo = np.finfo(dtype)
         # Row sums the base of 0 may leave (f32: [2^-16, 2^64]): 1 / l stays a normal number.
         # Outside, the exact sweep.
@@ -185,6 +189,54 @@ class _Kernel:
         self.floor = exp2_floor(dtype)  # exp2's fast path
         self.lock = threading.Lock()
         self.empty = False
+        self.watch = dtype == np.float32 and x.check_finite  # for scores far from 0
+        self.wide = False
+
+    def gradients(self, wrt) -> tuple[np.ndarray, ...]:
+        x, scale = self.x, self.x.q.dtype.type(self.x.scale)
+        self.dq *= scale
+        self.dk *= scale
+        out = {"q": (self.dq, x.q.shape), "k": (self.dk, x.k.shape), "v": (self.dv, x.v.shape)}
+        if self.dsinks is not None:
+            out["sinks"] = (self.dsinks, x.sinks.shape)
+        if self.dbias is not None:
+            out["bias"] = (self.dbias, self.dbias.shape)
+        return tuple(sum_to(*out[w]) for w in wrt)
+
+    def _sink(self, idx, base):
+        """exp2(sink - base) of this lead element's sink, (Bq,), or None without sinks."""
+        if self.sinks is None:
+            return None
+        return np.exp2(lead_at(self.sinks, idx) - (0.0 if base is None else base))
+
+    def _divisors(self, idx, r0, r1, qs, k_i, v_i, steps, kept, bufs):
+        """Sweep A: (base, l, Σ p V of the tiles not kept, rows with no key), filling the kept
+        tiles' p; l includes the sink. From a saved lse, the base and l come from it."""
+        if self.lse2 is not None:
+            lse2 = self.lse2[idx][r0:r1]  # (Bq,)
+            hollow = np.isneginf(lse2)
+            base = np.where(hollow, 0.0, np.ceil(lse2)).astype(qs.dtype)  # (Bq,) integers
+            _, acc = self._sweep_a(qs, k_i, v_i, steps, kept, idx, base, bufs)
+            return base, np.exp2(lse2 - base), acc, hollow
+        base = None
+        l, acc = self._sweep_a(qs, k_i, v_i, steps, kept, idx, base, bufs)
+        sink = self._sink(idx, base)
+        total = l if sink is None else l + sink
+        lo, hi = self.safe  # a NaN (inf · 0 at a blocked pair) fails both comparisons
+        g_i = self.g[idx][r0:r1]  # (Bq, d_v)
+        if not (
+            l.min() >= lo
+            and total.max() <= hi
+            and np.isfinite(acc).all()
+            and self._g_fits(g_i, total)
+        ):
+            base = self._row_max(qs, k_i, steps, idx, bufs)  # (Bq,)
+            if self.sinks is not None:  # the sink is one more score of the row
+                base = np.maximum(base, np.ceil(lead_at(self.sinks, idx)))
+            l, acc = self._sweep_a(qs, k_i, v_i, steps, kept, idx, base, bufs)
+            sink = self._sink(idx, base)
+            total = l if sink is None else l + sink
+        return base, total, acc, l == 0
 
     def block(self, idx, r0: int, r1: int, steps, kept) -> None:
         x, dtype = self.x, self.x.q.dtype
@@ -193,18 +245,18 @@ class _Kernel:
         qs = q_i * self.c  # (Bq, d_k)
         bufs = _buffers(dtype)
         # A) the row sums l against a base of 0; again against the row maxima if unsafe
-        base = None
-        l, acc = self._sweep_a(qs, k_i, v_i, steps, kept, idx, base, bufs)
-        lo, hi = self.safe  # a NaN (inf · 0 at a blocked pair) fails both comparisons
-        g_i = self.g[idx][r0:r1]  # (Bq, d_v)
-        if not (
-            l.min() >= lo and l.max() <= hi and np.isfinite(acc).all() and self._g_fits(g_i, l)
-        ):
-            base = self._row_max(qs, k_i, steps, idx, bufs)  # (Bq,)
-            l, acc = self._sweep_a(qs, k_i, v_i, steps, kept, idx, base, bufs)
-            if not l.all():  # a row that allows no key
+        base, l, acc, hollow = self._divisors(idx, r0, r1, qs, k_i, v_i, steps, kept, bufs)
+        if self.watch and not self.wide:
+            with np.errstate(divide="ignore"):
+                lse = (np.log2(l) + (0.0 if base is None else base)) / LOG2E  # (Bq,)
+            lse[hollow] = -np.inf
+            self.wide = too_wide(x, lse - np.log(x.m)) or too_wide(x, np.minimum(lse, 0))
+        if hollow.any():  # a row that allows no key: an error, or gradient 0 there
+            if self.empty_rows == "raise":
                 self.empty = True
                 return
+            l = np.where(hollow, 1.0, l).astype(dtype)  # its p are all 0: 0, not 0/0
+        g_i = self.g[idx][r0:r1]  # (Bq, d_v)
         inv = np.reciprocal(l)  # (Bq,)
         gl = g_i * inv[:, None]  # (Bq, d_v): dO / l
         d_row = np.vecdot(gl, acc)  # (Bq,): D from the tiles not kept
@@ -213,6 +265,10 @@ class _Kernel:
         for (rows, cols, _), tiles in zip(steps, kept, strict=True):
             if tiles is not None:
                 d_row[rows] += self._dp_dv(tiles, gl[rows], v_i[cols], dv_i[cols], bufs)
+        if self.dsinks is not None:  # dσ = −Σ_i P_iσ D_i, P_iσ = exp2(σ − base) / l
+            share = self._sink(idx, base) * inv  # (Bq,)
+            with self.lock:
+                self.dsinks[idx] -= np.vecdot(share, d_row)
         d_row *= inv  # D / l
         # B2) dS, dQ and dK; a tile not kept is computed again
         for (rows, cols, tm), tiles in zip(steps, kept, strict=True):
@@ -223,12 +279,35 @@ class _Kernel:
             else:
                 p, dp = tiles
             dp -= d_row[rows, None]
-            dp *= p  # (rows, cols) dS
+            dp *= p  # (rows, cols) dS, the gradient of the capped and masked scores
+            if self.dbias is not None:
+                self._add_bias(dp, idx, r0 + rows.start, cols)
+            if self.cap is not None:  # through the cap: 1 − tanh², the tile's tanh again
+                np.matmul(qs[rows], k_i[cols].T, out=p)  # p is spent: reuse it
+                np.tanh(p, out=p)
+                p *= p
+                np.subtract(1.0, p, out=p)
+                dp *= p  # (rows, cols) dS of the scaled scores
             np.matmul(dp.T, q_i[rows], out=tk)  # (cols, d_k)
             np.matmul(dp, k_i[cols], out=tq)  # (rows, d_k)
             dq_i[rows] += tq  # this item's own rows
             with self.lock:
                 dk_i[cols] += tk
+
+    def _add_bias(self, ds, idx, row0: int, cols: slice) -> None:
+        """Add a tile's dS (rows, cols) to the float mask's gradient, summed where the mask
+        broadcasts (its size-1 axes)."""
+        b = tile_at(self.dbias, idx)  # (N | 1, M | 1)
+        if b.shape[-2] == 1:
+            ds = ds.sum(axis=0, keepdims=True)  # (1, cols)
+        else:
+            b = b[row0 : row0 + ds.shape[0]]
+        if b.shape[-1] == 1:
+            ds = ds.sum(axis=1, keepdims=True)  # (rows | 1, 1)
+        else:
+            b = b[:, cols]
+        with self.lock:
+            b += ds
 
     def _g_fits(self, g, l) -> bool:
         """Whether every nonzero dO / l of these rows is a normal number with room to spare."""
@@ -255,6 +334,9 @@ class _Kernel:
         """p = exp2(score - base) of one tile, in place; 0 at blocked pairs. ``base``: None
         (0), or the tile rows' integer bases, when the weights are clipped to [2^floor, 1]."""
         np.matmul(qs_rows, k_cols.T, out=p)  # (rows, cols): score, in log2 units
+        if self.cap is not None:
+            np.tanh(p, out=p)
+            p *= self.cap
         if tm is not None and tm.bias is not None:
             p += tile_at(tm.bias, idx)
         if base is not None:
@@ -282,6 +364,9 @@ class _Kernel:
         for rows, cols, tm in steps:
             s = bufs(rows.stop - rows.start, cols.stop - cols.start, qs.shape[-1])[0]
             np.matmul(qs[rows], k_i[cols].T, out=s)
+            if self.cap is not None:
+                np.tanh(s, out=s)
+                s *= self.cap
             if tm is None:
                 t = s.max(axis=1)
             else:

@@ -24,6 +24,7 @@ import math
 
 import numpy as np
 
+from attnlab.core._precision import narrow, too_wide, widen
 from attnlab.core._threads import on_threads
 from attnlab.core._validate import (
     Inputs,
@@ -161,6 +162,8 @@ def dense_output(x: Inputs, *, empty_rows: str = "raise", threads: int = 1, lse:
 
     _each(band_rows, range(0, n, band), threads, r.row_max.size * x.m * x.q.dtype.itemsize)
     r.check_empty(empty_rows)
+    if too_wide(x, r.row_max):  # float32 scores far from 0: see core/_precision.py
+        return narrow(dense_output(widen(x), empty_rows=empty_rows, threads=threads, lse=lse))
     return (out, r.lse(out.shape[:-1])) if lse else out
 
 
@@ -176,6 +179,8 @@ def dense_weights(x: Inputs, *, empty_rows: str = "raise", threads: int = 1, lse
         threads,
         scores.nbytes,
     )
+    if too_wide(x, r.row_max):  # float32 scores far from 0: see core/_precision.py
+        return narrow(dense_weights(widen(x), empty_rows=empty_rows, threads=threads, lse=lse))
     out, weights = _normalise(r, scores, empty_rows)
     return (out, weights, r.lse(out.shape[:-1])) if lse else (out, weights)
 

@@ -33,6 +33,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnlab.core._grad import sum_to
+from attnlab.core._precision import narrow, too_wide, widen
 from attnlab.core._validate import Inputs
 from attnlab.core._variants import float_bias
 from attnlab.core.dense import dense_weights
@@ -61,6 +62,9 @@ def dense_gradients(
     """
     # (..., N, d_v), (..., N, M), (..., N)
     output, weights, lse = dense_weights(x, threads=threads, empty_rows=empty_rows, lse=True)
+    if too_wide(x, lse):  # float32 scores far from 0: see core/_precision.py
+        g = grad_output.astype(np.float64)
+        return narrow(dense_gradients(widen(x), g, threads=threads, empty_rows=empty_rows, wrt=wrt))
     capped = _capped(x) if x.softcap is not None else None
     grads = _chain(x, weights, output, grad_output, None, capped, lse, wrt)
     return tuple(grads[w] for w in wrt)
