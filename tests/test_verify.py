@@ -15,7 +15,6 @@ import pytest
 
 import attnlab as al
 from attnlab.verifier import CaseError, verify
-from attnlab.verifier._options import core_supports
 from attnlab.verifier._report import default_atol
 from verify_reference import inputs, reference
 
@@ -57,10 +56,6 @@ def test_the_truth_is_the_independent_reference():
     exact = reference(q, k, v, window_size=(3, 2))["out"]
     out = exact.copy()
     out[1, 5, 2, 7] += 1.0
-    if not core_supports("window_size"):
-        with pytest.raises(CaseError, match="window_size"):
-            verify(q=q, k=k, v=v, out=out, window_size=(3, 2))
-        return
     w = verify(q=q, k=k, v=v, out=out, window_size=(3, 2)).tensors["out"].worst
     assert (w["batch"], w["row"], w["head"], w["column"]) == (1, 5, 2, 7)
     assert w["exact"] == pytest.approx(exact[1, 5, 2, 7], abs=1e-12)
@@ -140,7 +135,6 @@ def test_gradients_in_bfloat16_pass():
     assert report.passed, report.summary()
 
 
-@pytest.mark.skipif(not core_supports("softcap"), reason="attnlab's core has no softcap yet")
 def test_output_computed_without_the_cases_softcap_fails():
     q, k, v = inputs(np.random.default_rng(8), dtype=np.float32)
     q *= 4  # scores large enough for the cap to bite
@@ -149,13 +143,6 @@ def test_output_computed_without_the_cases_softcap_fails():
     assert verify(q=q, k=k, v=v, out=right, softcap=5.0).passed
     report = verify(q=q, k=k, v=v, out=forgot, softcap=5.0)
     assert not report.passed
-
-
-@pytest.mark.skipif(core_supports("softcap"), reason="softcap is wired")
-def test_softcap_is_refused_until_thecore_supports_it():
-    q, k, v = inputs(np.random.default_rng(8))
-    with pytest.raises(CaseError, match=r"^softcap: .*attention\(softcap=\.\.\.\)"):
-        verify(q=q, k=k, v=v, out=q, softcap=5.0)
 
 
 def test_bhsd_layout_and_gqa():
@@ -260,3 +247,12 @@ def test_a_long_case_never_holds_an_n_by_m_table():
         tracemalloc.stop()
     assert set(report.tensors) == {"out", "dq", "dk", "dv"}
     assert peak < table / 2, f"peak {peak / 2**20:.0f} MiB"
+
+
+def test_a_bad_case_raises_case_error_naming_the_array():
+    q, k, v = inputs(np.random.default_rng(16))
+    with pytest.raises(CaseError, match="^v: missing array"):
+        verify(q=q, k=k, out=q)
+    with pytest.raises(CaseError, match="^out: expected shape"):
+        verify(q=q, k=k, v=v, out=q[:, :5])
+    assert issubclass(CaseError, al.AttnlabError)

@@ -1,8 +1,6 @@
 """attnlab.verify with FlashAttention's options: each one honoured, and each one forgotten fails.
 
-Kernel outputs come from tests/verify_reference.py (independent numpy). An option whose core
-support has not landed is refused with a CaseError naming it; these tests check whichever of
-the two this attnlab does.
+Kernel outputs come from tests/verify_reference.py (independent numpy).
 """
 
 from __future__ import annotations
@@ -10,21 +8,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from attnlab import AttnlabError
-from attnlab.verifier import CaseError, verify
-from attnlab.verifier._options import core_supports
+from attnlab.verifier import verify
 from verify_reference import inputs, reference
 
 
-def _check(option: str, backward: bool, call, *, must_pass: bool = True):
-    """Run ``call`` if the core supports ``option``; otherwise it must refuse, naming it."""
-    if not core_supports(option, backward):
-        with pytest.raises(CaseError, match=rf"^{option}: "):
-            call()
-        return None
-    report = call()
-    if must_pass:
-        assert report.passed, report.summary()
+def _passes(report):
+    assert report.passed, report.summary()
     return report
 
 
@@ -50,9 +39,7 @@ def test_each_option_honoured_and_forgotten(option, value):
     options = {option: value}
     right = _cast(reference(q, k, v, **options))
     forgot = _cast(reference(q, k, v))
-    report = _check(option, False, lambda: verify(q, k, v, right["out"], **options))
-    if report is None:
-        return
+    _passes(verify(q, k, v, right["out"], **options))
     assert not verify(q, k, v, forgot["out"], **options).passed
 
 
@@ -75,9 +62,7 @@ def test_causal_overrides_the_windows_right_edge():
 def test_lse_checked_and_a_wrong_row_named():
     q, k, v = inputs(np.random.default_rng(23))
     got = _cast(reference(q, k, v, causal=True))
-    report = _check("lse", False, lambda: verify(q, k, v, got["out"], lse=got["lse"], causal=True))
-    if report is None:
-        return
+    report = _passes(verify(q, k, v, got["out"], lse=got["lse"], causal=True))
     assert list(report.tensors) == ["out", "lse"]
     got["lse"][1, 2, 9] += 1e-3  # (B, h, N): batch 1, head 2, row 9
     report = verify(q, k, v, got["out"], lse=got["lse"], causal=True)
@@ -93,10 +78,6 @@ def test_rows_with_no_key_are_zero_and_their_lse_may_be_plus_or_minus_inf():
     assert np.isneginf(got["lse"][:, :, :4]).all() and (got["out"][:, :4] == 0).all()
     plus = got["lse"].copy()
     plus[np.isneginf(plus)] = np.inf  # what FlashAttention 2 writes there
-    if not (core_supports("fully_masked") and core_supports("lse")):
-        with pytest.raises(AttnlabError, match=r"lse|may attend to no key"):  # refused, not NaN
-            verify(q, k, v, got["out"], lse=got["lse"], causal=True)
-        return
     for lse in (got["lse"], plus):
         assert verify(q, k, v, got["out"], lse=lse, causal=True).passed
     bad = got["lse"].copy()
@@ -116,9 +97,7 @@ def test_gradients_with_options(option, value):
     do = rng.standard_normal(q.shape).astype(np.float32)
     got = _cast(reference(q, k, v, do, **{option: value}))
     grads = {"do": do, "dq": got["dq"], "dk": got["dk"], "dv": got["dv"]}
-    report = _check(option, True, lambda: verify(q, k, v, got["out"], **grads, **{option: value}))
-    if report is None:
-        return
+    _passes(verify(q, k, v, got["out"], **grads, **{option: value}))
     forgot = _cast(reference(q, k, v, do))
     report = verify(q, k, v, got["out"], do=do, dq=forgot["dq"], dk=got["dk"], dv=got["dv"],
                     **{option: value})  # fmt: skip

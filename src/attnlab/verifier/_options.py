@@ -12,24 +12,18 @@ FlashAttention's conventions, kept exactly (its ``flash_attn_func`` docstring):
 - ``softcap`` 0 means none; ``softmax_scale`` None means 1/sqrt(d_k).
 - ``alibi_slopes`` (h,) or (B, h): the bias -slope * |i + M - N - j| on every score.
 - ``sinks`` (h,): one logit per head added to each row's softmax denominator.
-
-An option whose support has not reached attnlab's core yet is refused by ``require``, naming
-it, so a case is never judged against a truth that ignored one of its options.
 """
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 
 import numpy as np
 
 from attnlab import masks
-from attnlab.core.attention import attention
-from attnlab.core.backward import attention_backward
 from attnlab.errors import AttnlabError
 
-__all__ = ["OPTION_NAMES", "CaseError", "Options", "core_supports", "parse_options", "require"]
+__all__ = ["OPTION_NAMES", "CaseError", "Options", "parse_options"]
 
 OPTION_NAMES = (
     "causal",
@@ -73,7 +67,6 @@ class Options:
         if band is not None:
             parts.append(band)
         if self.alibi_slopes is not None:
-            require("alibi_slopes")
             parts.append(masks.ALiBi(self.alibi_slopes[b].reshape(heads), align="bottom_right"))
         if not parts:
             return None
@@ -82,18 +75,15 @@ class Options:
             total = total + p
         return total
 
-    def kernel_kwargs(self, heads: tuple[int, int], backward: bool) -> dict:
-        """The keyword arguments ``attention`` (and ``attention_backward``) take for this case."""
-        kwargs = {"scale": self.softmax_scale}
-        if self.softcap:
-            require("softcap", backward=backward)
-            kwargs["softcap"] = self.softcap
-        if self.sinks is not None:
-            require("sinks", backward=backward)
-            kwargs["sinks"] = self.sinks.reshape(heads)
-        if core_supports("fully_masked", backward):
-            kwargs["fully_masked"] = "zero"  # FlashAttention's answer for a row with no key
-        return kwargs
+    def kernel_kwargs(self, heads: tuple[int, int]) -> dict:
+        """The keyword arguments ``attention`` and ``attention_backward`` take for this case,
+        for q viewed as (h_kv, g, N, d): per-head sinks laid out on those two axes."""
+        return {
+            "scale": self.softmax_scale,
+            "softcap": self.softcap or None,  # FlashAttention's 0 is attnlab's None: no cap
+            "sinks": None if self.sinks is None else self.sinks.reshape(heads),
+            "fully_masked": "zero",  # FlashAttention's answer for a row with no key: 0
+        }
 
     def as_dict(self) -> dict:
         out = {"causal": self.causal, "window_size": list(self.window_size)}
@@ -109,46 +99,11 @@ def _band(window: tuple[int, int]):
     left, right = window
     if (left, right) == (-1, -1):
         return None
-    if right == 0 and left < 0:
+    if (left, right) == (-1, 0):
         return masks.Causal(align="bottom_right")
-    if right == 0:
-        return masks.SlidingWindow(left + 1, align="bottom_right")
-    require("window_size", f"a window with a right edge, (left, right) = {window}")
     return masks.SlidingWindow(
         left=None if left < 0 else left, right=None if right < 0 else right, align="bottom_right"
     )
-
-
-# What each option needs from attnlab's core, and how to tell that the core has it.
-_NEEDS = {
-    "softcap": "attention(softcap=...)",
-    "sinks": "attention(sinks=...)",
-    "lse": "attention(return_lse=True)",
-    "alibi_slopes": "masks.ALiBi",
-    "window_size": "masks.SlidingWindow(left=..., right=...)",
-    "fully_masked": "attention(fully_masked=...)",
-}
-
-
-def core_supports(option: str, backward: bool = False) -> bool:
-    """Whether attnlab's core computes ``option`` (in the backward pass too, if asked)."""
-    if option == "alibi_slopes":
-        return hasattr(masks, "ALiBi")
-    if option == "window_size":
-        return "left" in inspect.signature(masks.SlidingWindow).parameters
-    name = "return_lse" if option == "lse" else option
-    fns = (attention, attention_backward) if backward and option != "lse" else (attention,)
-    return all(name in inspect.signature(fn).parameters for fn in fns)
-
-
-def require(option: str, what: str | None = None, *, backward: bool = False) -> None:
-    """Refuse ``option`` (with CaseError, naming it) unless attnlab's core supports it."""
-    if not core_supports(option, backward):
-        needs = _NEEDS[option] + (" and attention_backward's" if backward else "")
-        raise CaseError(
-            f"{option}: {what or 'this option'} needs {needs}, which this attnlab's "
-            "core does not have yet, so verify cannot compute the exact answer for it"
-        )
 
 
 def _scalar(name: str, value, kind: str):
