@@ -251,8 +251,8 @@ def test_a_long_case_never_holds_an_n_by_m_table():
 
 def test_a_bad_case_raises_case_error_naming_the_array():
     q, k, v = inputs(np.random.default_rng(16))
-    with pytest.raises(CaseError, match="^v: missing array"):
+    with pytest.raises(CaseError, match=r"^v: missing array"):
         verify(q=q, k=k, out=q)
-    with pytest.raises(CaseError, match="^out: expected shape"):
+    with pytest.raises(CaseError, match=r"^out: expected shape"):
         verify(q=q, k=k, v=v, out=q[:, :5])
     assert issubclass(CaseError, al.AttnlabError)
