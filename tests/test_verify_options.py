@@ -102,3 +102,28 @@ def test_gradients_with_options(option, value):
     report = verify(q, k, v, got["out"], do=do, dq=forgot["dq"], dk=got["dk"], dv=got["dv"],
                     **{option: value})  # fmt: skip
     assert [n for n, t in report.tensors.items() if not t.passed] == ["dq"]
+
+
+def test_a_row_with_no_key_keeps_its_sink_in_the_lse():
+    q, k, v = inputs(np.random.default_rng(26), n=12, m=8)
+    sinks = np.array([0.5, -1.0, 2.0, 0.0])
+    got = _cast(reference(q, k, v, causal=True, sinks=sinks))
+    assert (got["lse"][:, :, :4] == sinks[None, :, None]).all()  # log(exp(sink)), no key
+    report = _passes(verify(q, k, v, got["out"], lse=got["lse"], causal=True, sinks=sinks))
+    assert report.tensors["lse"].max_abs_error < 1e-6
+    got["lse"][0, 1, 2] = -np.inf  # as if the sink were forgotten on that empty row
+    report = verify(q, k, v, got["out"], lse=got["lse"], causal=True, sinks=sinks)
+    assert not report.passed and report.tensors["lse"].worst["row"] == 2
+
+
+def test_where_the_plain_float16_answer_overflows_it_sets_no_bound():
+    rng = np.random.default_rng(27)
+    q, k, v = (rng.standard_normal((1, 16, 2, 16)) for _ in range(3))
+    q, k = (200 * q).astype(np.float16), (200 * k).astype(np.float16)  # scores past 65,504
+    v = v.astype(np.float16)
+    out = reference(q, k, v)["out"].astype(np.float16)  # a kernel that sums in float32
+    report = _passes(verify(q, k, v, out))
+    assert np.isfinite(report.tensors["out"].baseline_error)
+    out[0, 5, 1, 3] = np.nan
+    report = verify(q, k, v, out)
+    assert not report.passed and report.tensors["out"].worst["row"] == 5

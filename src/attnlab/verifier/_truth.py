@@ -39,6 +39,10 @@ def truth(case: Case, memory_budget: float) -> dict[str, np.ndarray]:
             out, lse = attention(
                 q, k, v, mask, return_lse=True, memory_budget=memory_budget, **kwargs
             )
+            if opt.sinks is not None:
+                # A row with no key still has its sink: log(exp(sink)) = sink, where attnlab's
+                # fully_masked="zero" reports -inf (its output, 0, is the same either way).
+                lse = np.where(np.isneginf(lse), opt.sinks.reshape(h_kv, g, 1), lse)
             exact["lse"][:, q0:q1] = lse.reshape(h_kv * g, n)
         else:
             out = attention(q, k, v, mask, memory_budget=memory_budget, **kwargs)
