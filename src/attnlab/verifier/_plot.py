@@ -68,106 +68,83 @@ def _log(x: np.ndarray) -> np.ndarray:
     return np.log10(np.clip(x, _FLOOR, _CEIL))
 
 
+def _heat_trace(t, axis: str, colorbar: dict) -> dict:
+    """The heat map of log10 error per (head, row), rows pooled past MAX_COLUMNS."""
+    starts, pooled = _pool(t.heat)
+    zmin, zmax = _colour_range(t.heat)
+    return {
+        "type": "heatmap",
+        "x": starts.tolist(),
+        "y": list(range(t.heat.shape[0])),
+        "z": _log(pooled).tolist(),
+        "customdata": pooled.tolist(),
+        "colorscale": "Viridis",
+        "zmin": zmin,
+        "zmax": zmax,
+        "colorbar": {"title": {"text": "log10 error"}, **colorbar},
+        "hovertemplate": "head %{y}, row %{x}: error %{customdata:.3g}<extra></extra>",
+        "xaxis": f"x{axis}",
+        "yaxis": f"y{axis}",
+    }
+
+
+def _tile_trace(t, cu: np.ndarray, tile: int, axis: str) -> dict:
+    """One bar per query tile: its largest error, red past the tolerance."""
+    starts, widths, errors = _tiles(t.heat, cu, tile)
+    return {
+        "type": "bar",
+        "x": starts,
+        "y": [e if np.isfinite(e) else _CEIL for e in errors],
+        "width": widths,
+        "offset": 0,
+        "marker": {"color": ["#cf222e" if e > t.tolerance else "#1f6feb" for e in errors]},
+        "hovertemplate": "tile from row %{x}: error %{y:.3g}<extra></extra>",
+        "xaxis": f"x{axis}",
+        "yaxis": f"y{axis}",
+    }
+
+
+def _line(xref: str, yref: str, x: tuple, y: tuple, colour: str, dash: str) -> dict:
+    return {"type": "line", "xref": xref, "yref": yref, "x0": x[0], "x1": x[1], "y0": y[0],
+            "y1": y[1], "line": {"color": colour, "dash": dash}}  # fmt: skip
+
+
 def figure(report, tile: int = DEFAULT_TILE) -> dict:
     """The report's figure as Plotly JSON: for each tensor a heat map and a bar chart of tiles."""
     names = list(report.tensors)
     panels = 2 * len(names)
     gap = 0.08 / max(panels - 1, 1)
     height = (1.0 - gap * (panels - 1)) / panels
-    data, layout = (
-        [],
-        {
-            "title": {"text": f"attnlab verify: {report.summary()}"},
-            "height": 360 * panels,
-            "showlegend": False,
-        },
-    )
+    title = {"text": f"attnlab verify: {report.summary()}"}
+    data, shapes = [], []
+    layout = {"title": title, "height": 360 * panels, "showlegend": False, "shapes": shapes}
     for i, name in enumerate(names):
         t = report.tensors[name]
         cu = report.cu_k if name in ("dk", "dv") else report.cu_q
         top = 1.0 - 2 * i * (height + gap)
-        heat_axis, tile_axis = _axis(2 * i + 1), _axis(2 * i + 2)
-        starts, pooled = _pool(t.heat)
-        zmin, zmax = _colour_range(t.heat)
-        data.append(
-            {
-                "type": "heatmap",
-                "x": starts.tolist(),
-                "y": list(range(t.heat.shape[0])),
-                "z": _log(pooled).tolist(),
-                "customdata": pooled.tolist(),
-                "colorscale": "Viridis",
-                "zmin": zmin,
-                "zmax": zmax,
-                "colorbar": {
-                    "title": {"text": "log10 error"},
-                    "len": height,
-                    "y": top - height / 2,
-                },
-                "hovertemplate": "head %{y}, row %{x}: error %{customdata:.3g}<extra></extra>",
-                "xaxis": f"x{heat_axis}",
-                "yaxis": f"y{heat_axis}",
-            }
-        )
-        tile_x, tile_w, tile_err = _tiles(t.heat, cu, tile)
-        data.append(
-            {
-                "type": "bar",
-                "x": tile_x,
-                "y": [e if np.isfinite(e) else _CEIL for e in tile_err],
-                "width": tile_w,
-                "offset": 0,
-                "marker": {
-                    "color": ["#cf222e" if e > t.tolerance else "#1f6feb" for e in tile_err]
-                },
-                "hovertemplate": "tile from row %{x}: error %{y:.3g}<extra></extra>",
-                "xaxis": f"x{tile_axis}",
-                "yaxis": f"y{tile_axis}",
-            }
-        )
+        heat, bars = _axis(2 * i + 1), _axis(2 * i + 2)
+        data.append(_heat_trace(t, heat, {"len": height, "y": top - height / 2}))
+        data.append(_tile_trace(t, cu, tile, bars))
         rows = "key row (packed)" if name in ("dk", "dv") else "query row (packed)"
-        for axis, lo in ((heat_axis, top - height), (tile_axis, top - 2 * height - gap)):
+        for axis, lo in ((heat, top - height), (bars, top - 2 * height - gap)):
             layout[f"xaxis{axis}"] = {
                 "domain": [0, 0.92],
                 "anchor": f"y{axis}",
                 "range": [0, int(cu[-1])],
                 "title": {"text": rows},
             }
-            layout[f"yaxis{axis}"] = {
-                "domain": [max(lo, 0), max(lo + height, 0)],
-                "anchor": f"x{axis}",
-            }
-        layout[f"yaxis{heat_axis}"]["title"] = {"text": f"{name}: head"}
-        layout[f"yaxis{tile_axis}"].update(
+            layout[f"yaxis{axis}"] = {"domain": [max(lo, 0), max(lo + height, 0)],
+                                      "anchor": f"x{axis}"}  # fmt: skip
+        layout[f"yaxis{heat}"]["title"] = {"text": f"{name}: head"}
+        layout[f"yaxis{bars}"].update(
             type="log", title={"text": f"{name}: max error per {tile}-row tile"}
         )
-        shapes = layout.setdefault("shapes", [])
-        shapes.append(
-            {
-                "type": "line",
-                "xref": f"x{tile_axis} domain",
-                "yref": f"y{tile_axis}",
-                "x0": 0,
-                "x1": 1,
-                "y0": t.tolerance,
-                "y1": t.tolerance,
-                "line": {"color": "#cf222e", "dash": "dash"},
-            }
-        )
+        tol = (t.tolerance, t.tolerance)
+        shapes.append(_line(f"x{bars} domain", f"y{bars}", (0, 1), tol, "#cf222e", "dash"))
         for edge in cu[1:-1]:  # where one sequence (batch element) ends and the next begins
-            shapes.extend(
-                {
-                    "type": "line",
-                    "xref": f"x{axis}",
-                    "yref": f"y{axis} domain",
-                    "x0": int(edge),
-                    "x1": int(edge),
-                    "y0": 0,
-                    "y1": 1,
-                    "line": {"color": "#57606a", "dash": "dot"},
-                }
-                for axis in (heat_axis, tile_axis)
-            )
+            for axis in (heat, bars):
+                x = (int(edge), int(edge))
+                shapes.append(_line(f"x{axis}", f"y{axis} domain", x, (0, 1), "#57606a", "dot"))
     return {"data": data, "layout": layout}
 
 
