@@ -69,6 +69,8 @@ def test_fail_exits_1_naming_batch_head_and_row(bad):
     result = run(bad)
     assert result.exit_code == 1, result.output
     assert "batch 1, head 2, row 7" in result.stdout and "FAIL" in result.stdout
+    assert run(bad, "--atol", "0.02").exit_code == 0  # an allowance past the 1e-2 error
+    one_error_line(run(bad, "--factor", "-1"), "--factor")
 
 
 def test_json_schema(bad):
@@ -110,6 +112,7 @@ def test_missing_v_exits_2_with_one_line(tmp_path):
         (lambda c: c.update(dq=c["q"]), ["do:", "dq"]),
         (lambda c: c.update(softmax_scale=np.array(-1.0)), ["softmax_scale"]),
         (lambda c: c.update(cu_seqlens_q=np.array([0, 3])), ["cu_seqlens_k"]),
+        (lambda c: c.update(softmax_scale=None), ["softmax_scale", "pickle"]),
     ],
 )
 def test_bad_cases_exit_2_naming_the_entry(tmp_path, change, words):

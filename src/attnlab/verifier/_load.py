@@ -41,10 +41,19 @@ def read_case_file(path) -> dict[str, np.ndarray]:
 
 
 def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    entries, name = {}, None
     try:
         with np.load(path, allow_pickle=False) as data:
-            entries = {name: data[name] for name in data.files}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+            for name in data.files:
+                entries[name] = data[name]
+    except ValueError as exc:  # an entry numpy stored as a pickled object (None, a dict, ...)
+        if "allow_pickle" in str(exc) and name is not None:
+            raise CaseError(
+                f"{name}: stored as a Python object (a pickle), which verify does not load; "
+                "store numbers, or leave the entry out for FlashAttention's default"
+            ) from None
+        raise CaseError(f"case: cannot read {str(path)!r} as .npz ({_reason(exc)})") from None
+    except (OSError, zipfile.BadZipFile, EOFError) as exc:
         raise CaseError(f"case: cannot read {str(path)!r} as .npz ({_reason(exc)})") from None
     return {name: _bfloat16_from_void(name, arr) for name, arr in entries.items()}
 
