@@ -17,7 +17,12 @@ import math
 import numpy as np
 import pytest
 
-from attnlab.flash import flash_attn_func, flash_attn_kvpacked_func, flash_attn_varlen_func
+from attnlab.flash import (
+    flash_attn_backward,
+    flash_attn_func,
+    flash_attn_kvpacked_func,
+    flash_attn_varlen_func,
+)
 from flash_reference import allowed_table, reference, reference_batch
 from tolerances import F64
 
@@ -27,36 +32,33 @@ OUTPUT_PAIRS = [
 ]  # fmt: skip
 HEAD_DIMS = [32, 40, 59, 64, 96, 111, 128, 160, 192, 224, 256]
 MHA = {"mha": (4, 4), "gqa": (4, 2), "mqa": (4, 1)}
-OUTPUT_GRID = list(
-    itertools.product(
-        OUTPUT_PAIRS,
-        HEAD_DIMS,
-        [False, True],
-        [False, True],
-        [False, True],
-        [0.0, 50.0],
-        sorted(MHA),
-        [False, True],
-    )
-)  # pair, d, causal, local, alibi, softcap, mha_type, kvpacked
-VARLEN_GRID = list(
-    itertools.product(
-        [(1, 147)] + OUTPUT_PAIRS,
-        [32, 59, 64, 80, 96, 111, 128, 160, 192, 224, 256],
-        [False, True],
-        [False, True],
-        [False, True],
-        [0.0, 50.0],
-        sorted(MHA),
-    )
-)
+OUTPUT_AXES = [
+    OUTPUT_PAIRS,
+    HEAD_DIMS,
+    [False, True],
+    [False, True],
+    [False, True],
+    [0.0, 50.0],
+    sorted(MHA),
+    [False, True],
+]  # pair, d, causal, local, alibi, softcap, mha_type, kvpacked
+VARLEN_AXES = [
+    [(1, 147)] + OUTPUT_PAIRS, [32, 59, 64, 80, 96, 111, 128, 160, 192, 224, 256],
+    [False, True], [False, True], [False, True], [0.0, 50.0], sorted(MHA),
+]  # fmt: skip
+OUTPUT_GRID = list(itertools.product(*OUTPUT_AXES))
+VARLEN_GRID = list(itertools.product(*VARLEN_AXES))
 
 
-def default_sample(grid, count, largest=512):
-    """A fixed rotation through ``grid``: ``count`` cases spread over it, small pairs only."""
-    small = [case for case in grid if max(case[0]) <= largest]
-    step = max(1, len(small) // count)
-    return small[::step][:count]
+def default_sample(axes, count, largest=512):
+    """A fixed rotation through the grid: case j takes value (j // (i + 1)) of axis i (pairs
+    above ``largest`` left out), so each value of every axis appears and the options mix."""
+    pairs = [pair for pair in axes[0] if max(pair) <= largest]
+    return [
+        (pairs[j % len(pairs)],)
+        + tuple(axis[(j // i) % len(axis)] for i, axis in enumerate(axes[1:], 1))
+        for j in range(count)
+    ]
 
 
 def full_grid(request):
@@ -64,10 +66,9 @@ def full_grid(request):
         pytest.skip("the whole grid runs with `pytest -m grid`")
 
 
-def torch_plain(torch, q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, slopes=None):
-    """FlashAttention's PyTorch comparator (attention_ref with upcast=False, reorder_ops=True):
-    float32 all the way, k scaled instead of q; out (B, N, h, d_v) as float64 numpy."""
-    q, k, v = (torch.from_numpy(np.asarray(a, dtype=np.float32)) for a in (q, k, v))
+def torch_ref(torch, q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, slopes=None):
+    """FlashAttention's attention_ref in torch on tensors (B, N, h, d), in their own dtype, k
+    scaled instead of q (its reorder_ops); rows that see no key give 0."""
     n, h, d = q.shape[1:]
     m, g = k.shape[1], h // k.shape[2]
     k, v = k.repeat_interleave(g, dim=2), v.repeat_interleave(g, dim=2)  # (B, M, h, d)
@@ -77,10 +78,39 @@ def torch_plain(torch, q, k, v, *, causal=False, window=(-1, -1), softcap=0.0, s
     ok = torch.from_numpy(allowed_table(n, m, causal, window))  # (N, M)
     if slopes is not None:
         dist = np.abs(np.arange(n)[:, None] + m - n - np.arange(m)[None, :])
-        s = s - torch.from_numpy((slopes[:, :, None, None] * dist).astype(np.float32))
-    s = s.masked_fill(~ok, -math.inf)
-    w = torch.softmax(s, dim=-1).nan_to_num(0.0)  # a row with no key: 0, as FlashAttention
-    return torch.einsum("bhts,bshd->bthd", w, v).double().numpy()
+        s = s - torch.from_numpy(slopes[:, :, None, None] * dist).to(s.dtype)
+    seen = ok.any(dim=-1, keepdim=True)  # (N, 1)
+    s = s.masked_fill(~ok, -math.inf).masked_fill(~seen, 0.0)  # no NaN from an empty row
+    w = torch.softmax(s, dim=-1).masked_fill(~seen, 0.0)
+    return torch.einsum("bhts,bshd->bthd", w, v)
+
+
+def torch_plain(torch, q, k, v, **ref):
+    """FlashAttention's PyTorch comparator: the same maths in float32 (upcast=False)."""
+    t = (torch.from_numpy(np.asarray(a, dtype=np.float32)) for a in (q, k, v))
+    return torch_ref(torch, *t, **ref).double().numpy()
+
+
+def torch_grads(torch, arrays, dout, **ref):
+    """(dq, dk, dv) of torch_ref by autograd, in the arrays' dtype."""
+    t = [torch.tensor(a, requires_grad=True) for a in arrays]
+    torch_ref(torch, *t, **ref).backward(torch.from_numpy(dout.astype(arrays[0].dtype)))
+    return [x.grad.double().numpy() for x in t]
+
+
+def grads_within_rule(torch, f32, dout, factor, atol, **ref):
+    """flash_attn_backward in float32 against the float64 gradients, under FlashAttention's rule."""
+    want = torch_grads(torch, [a.astype(np.float64) for a in f32], dout, **ref)
+    plain = torch_grads(torch, f32, dout, **ref)
+    got = flash_attn_backward(
+        dout.astype(np.float32), *f32, causal=ref.get("causal", False),
+        window_size=ref.get("window", (-1, -1)), softcap=ref.get("softcap", 0.0),
+        alibi_slopes=ref.get("slopes"),
+    )  # fmt: skip
+    for name, g, w, p in zip("qkv", got, want, plain, strict=True):
+        assert g.dtype == np.float32
+        err, plain_err = np.abs(g - w).max(), np.abs(p - w).max()
+        assert err <= factor * plain_err + atol, f"d{name}: {err:.3g} > {factor} x {plain_err:.3g}"
 
 
 def within_rule(got, want, plain, factor=2.0):
@@ -131,9 +161,11 @@ def check_output_float32(torch, case, seed):
     got = run_flash(*f32, ref, kvpacked)
     assert got.dtype == np.float32
     within_rule(got, want, torch_plain(torch, *f32, **ref))
+    dout = np.random.default_rng(seed).standard_normal(got.shape)
+    grads_within_rule(torch, f32, dout, factor=3.0, atol=0.0, **ref)  # its output test's rule
 
 
-OUTPUT_SAMPLE = default_sample(OUTPUT_GRID, 16)
+OUTPUT_SAMPLE = default_sample(OUTPUT_AXES, 12)
 
 
 @pytest.mark.parametrize("case", OUTPUT_SAMPLE, ids=str)
@@ -142,7 +174,7 @@ def test_flash_attn_output(case):
 
 
 @pytest.mark.oracle
-@pytest.mark.parametrize("case", OUTPUT_SAMPLE[::2], ids=str)
+@pytest.mark.parametrize("case", OUTPUT_SAMPLE[::3], ids=str)
 def test_flash_attn_output_float32_rule(torch, case):
     check_output_float32(torch, case, seed=0)
 
@@ -185,7 +217,7 @@ def check_varlen(case, seed):
     np.testing.assert_allclose(out, want, **F64)
 
 
-@pytest.mark.parametrize("case", default_sample(VARLEN_GRID, 8, largest=256), ids=str)
+@pytest.mark.parametrize("case", default_sample(VARLEN_AXES, 6, largest=256), ids=str)
 def test_flash_attn_varlen_output(case):
     check_varlen(case, seed=1)
 
@@ -201,11 +233,14 @@ def test_flash_attn_varlen_output_full(request):
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("d", [16, 32, 64])
 @pytest.mark.parametrize("seqlen", [1, 2, 5, 17, 128])
-def test_flash_attn_overflow_forward(torch, seqlen, d, causal):
-    """FlashAttention's bwd_overflow inputs (q·5, k·3, v·3), forward, in float32 under its rule."""
+def test_flash_attn_overflow(torch, seqlen, d, causal):
+    """FlashAttention's bwd_overflow case (q·5, k·3, v·3) in float32, forward and backward,
+    each under its rule."""
     rng = np.random.default_rng(0)
     q = rng.standard_normal((2, seqlen, 5, d)) * 5
     k, v = rng.standard_normal((2, 2, seqlen, 5, d)) * 3
     f32 = [a.astype(np.float32) for a in (q, k, v)]
     want, _, _ = reference_batch(*f32, causal=causal)
     within_rule(flash_attn_func(*f32, causal=causal), want, torch_plain(torch, *f32, causal=causal))
+    dout = rng.standard_normal(q.shape)
+    grads_within_rule(torch, f32, dout, factor=5.0, atol=1e-3, causal=causal)  # its rule here

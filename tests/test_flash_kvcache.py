@@ -197,3 +197,107 @@ def test_an_int_seqlen_serves_every_sequence():
     same = flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cache_seqlens=np.array([7, 7]))
     np.testing.assert_array_equal(out, same)
     assert (k_cache[:, 7] == k[:, 0]).all()
+
+
+# FlashAttention's test_flash_attn_kvcache grid (seqlen pairs, head widths and every switch).
+KV_PAIRS = [
+    (1, 128), (1, 339), (3, 1024), (64, 800), (64, 256), (3, 799), (64, 2048),
+    (16, 20000), (1, 128 * 1024), (16, 128 * 1024), (128, 128),
+]  # fmt: skip
+KV_AXES = [
+    KV_PAIRS,
+    [32, 59, 64, 80, 128, 256],
+    [False, True],
+    [False, True],
+    [False, True],
+    [False, True],
+    [True, False],
+    [0.0, 0.5, 1.0],
+    [False, True],
+    [None, 256],
+    [False, True],
+    ["mha", "mqa", "gqa"],
+]  # pair, d, causal, local, alibi, new_kv, seqlen_new_eq_seqlen_q, rotary_fraction,
+#    rotary_interleaved, paged_kv_block_size, has_leftpad, mha_type
+
+
+def rotation(axes, count, seed=0):
+    """A fixed sample of the grid: each axis's values repeated to ``count`` and shuffled once
+    with a fixed seed, so every value appears and the switches mix."""
+    rng = np.random.default_rng(seed)
+    columns = [rng.permutation(np.resize(np.arange(len(axis)), count)) for axis in axes]
+    return [
+        tuple(axis[col[j]] for axis, col in zip(axes, columns, strict=True)) for j in range(count)
+    ]
+
+
+KV_SAMPLE = rotation([[p for p in KV_PAIRS if max(p) <= 2048]] + KV_AXES[1:], 12)
+
+
+def kvcache_grid_case(case, seed=0):
+    (n, s), d, causal, local, alibi, new_kv, same_len, fraction, interleaved, page, pad, mha = case
+    if n > s and new_kv:
+        return  # FlashAttention skips these
+    rng = np.random.default_rng(seed)
+    h, h_k = 6, {"mha": 6, "mqa": 1, "gqa": 3}[mha]
+    rotary = (int(fraction * d) // 16) * 16 if new_kv else 0  # a multiple of 16, as there
+    window = tuple(int(x) for x in rng.integers(0, s, 2)) if local else (-1, -1)
+    n_new = n if same_len else int(rng.integers(1, n + 1))
+    q = rng.standard_normal((B, n, h, d))
+    k, v = rng.standard_normal((2, B, n_new, h_k, d)) if new_kv else (None, None)
+    if page is None:
+        k_store, v_store = rng.standard_normal((2, B, s, h_k, d))
+        table = None
+        views = [
+            k_store.copy(),
+            v_store.copy(),
+        ]  # (B, S, h_k, d): the cache as each sequence sees it
+    else:
+        blocks = -(-s // page) * 3
+        k_store, v_store = rng.standard_normal((2, B * blocks, page, h_k, d))
+        table = rng.permutation(B * blocks).reshape(B, blocks)
+        views = [x[table].reshape(B, blocks * page, h_k, d) for x in (k_store, v_store)]
+    reach = n if (causal or local) and rotary else (n_new if new_kv else 0)
+    seqlens = rng.integers(0 if new_kv else 1, s - reach + 1, B)
+    leftpad = np.array([rng.integers(0, x) if x > 0 else 0 for x in seqlens]) if pad else None
+    slopes = rng.random((B, h)) * 0.3 if alibi else None
+    cos = sin = None
+    q_ref, k_new = q, k
+    if rotary:
+        angle = rng.uniform(0, 2 * np.pi, (views[0].shape[1], rotary // 2))
+        cos, sin = np.cos(angle), np.sin(angle)
+        steps = np.arange(n) if causal or local else np.zeros(n, int)
+        q_ref = rotate(q, cos, sin, seqlens[:, None] + steps, interleaved)
+        k_new = rotate(k, cos, sin, seqlens[:, None] + np.arange(n_new), interleaved)
+    for b in range(B):
+        if new_kv:
+            views[0][b, seqlens[b] : seqlens[b] + n_new] = k_new[b]
+            views[1][b, seqlens[b] : seqlens[b] + n_new] = v[b]
+    out = flash_attn_with_kvcache(
+        q, k_store, v_store, k, v, cos, sin, seqlens, None, leftpad, table, causal=causal,
+        window_size=window, rotary_interleaved=interleaved, alibi_slopes=slopes,
+    )  # fmt: skip
+    after = [k_store, v_store] if table is None else [
+        x[table].reshape(views[0].shape[:3] + (d,)) for x in (k_store, v_store)
+    ]  # fmt: skip
+    np.testing.assert_allclose(after[0], views[0], **F64)
+    np.testing.assert_array_equal(after[1], views[1])
+    pads = np.zeros(B, int) if leftpad is None else leftpad
+    want = expected(
+        q_ref, *views, np.arange(B), seqlens, pads, n_new if new_kv else 0,
+        causal=causal, window=window, slopes=slopes,
+    )  # fmt: skip
+    np.testing.assert_allclose(out, want, **F64)
+
+
+@pytest.mark.parametrize("case", KV_SAMPLE, ids=str)
+def test_flash_attn_kvcache_grid(case):
+    kvcache_grid_case(case)
+
+
+@pytest.mark.grid
+def test_flash_attn_kvcache_full_grid(request):
+    if "grid" not in (request.config.option.markexpr or ""):
+        pytest.skip("the whole grid runs with `pytest -m grid`")
+    for case in itertools.product(*KV_AXES):
+        kvcache_grid_case(case)

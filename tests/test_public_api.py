@@ -38,7 +38,7 @@ EXTRA_NAMES = {"logsumexp", "__version__", "attention_backward", "verify"}
 LAZY = {"labs", "exercises"}
 HEAVY = ["torch", "typer", "rich", "click", "fastapi", "uvicorn", "pydantic", "plotly"]
 SUBMODULE_NAMES = {
-    "masks": {"Causal", "Padding", "SlidingWindow", "Dense"},
+    "masks": {"Causal", "Padding", "SlidingWindow", "Dense", "ALiBi"},
     "positions": {"sinusoidal"},
     "cost": {"mha_flops", "crossover_length", "breakdown", "score_memory_bytes"},
     "errors": {"AttnlabError", "ShapeError", "FullyMaskedRowError", "NonFiniteInputError"},

@@ -102,7 +102,7 @@ def torch_variant(torch, c: Case, tensors: dict):
     i = torch.arange(n)[:, None] + c.offset()
     j = torch.arange(m)[None, :]
     if c.slopes is not None:
-        slopes = torch.as_tensor(np.asarray(c.slopes, dtype=float))
+        slopes = torch.as_tensor(np.asarray(c.slopes, dtype=c.q.dtype))
         s = s - slopes[..., None, None] * (i - j).abs()
     allowed = torch.ones(q.shape[0], 1, n, m, dtype=torch.bool)
     if c.causal:

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnlab.core._validate import Inputs, as_real
-from attnlab.errors import NonFiniteInputError, ShapeError
+from attnlab.core._validate import Inputs, as_real, refuse_non_finite
+from attnlab.errors import ShapeError
 
 __all__ = ["check_grad_output", "sum_to"]
 
@@ -39,18 +39,8 @@ def check_grad_output(x: Inputs, grad_output) -> np.ndarray:
             f"but got grad_output.shape={g.shape} instead"
         )
     g = g.astype(x.q.dtype, copy=False)
-    if x.check_finite:
-        # One quick sum clears the common case (as _validate.refuse_non_finite does); the
-        # words are this function's own: attention_backward has no check_finite to point to.
-        with np.errstate(over="ignore", invalid="ignore"):
-            if not np.isfinite(np.sum(g)):
-                bad = ~np.isfinite(g)
-                if bad.any():
-                    where = tuple(int(i) for i in np.argwhere(bad)[0])
-                    raise NonFiniteInputError(
-                        f"expected finite values in grad_output, but got {g[where]} at index "
-                        f"{where} ({int(bad.sum())} non-finite entries)"
-                    )
+    if x.check_finite:  # the one non-finite reporter, as for q, k and v
+        refuse_non_finite("grad_output", g, hint=False)
     return g
 
 

@@ -91,8 +91,9 @@ def compute_dtype(*arrays: np.ndarray) -> np.dtype:
     return np.dtype(np.float32) if dtype.itemsize < 4 else dtype
 
 
-def refuse_non_finite(name: str, arr: np.ndarray) -> None:
-    """Refuse NaN or inf in ``arr``, naming the first bad entry."""
+def refuse_non_finite(name: str, arr: np.ndarray, hint: bool = True) -> None:
+    """Refuse NaN or inf in ``arr``, naming the first bad entry; ``hint``: say that
+    check_finite=False skips the check (False where the caller has no such option)."""
     # A NaN or inf anywhere makes the sum NaN or inf: one quick pass (no bool table) clears the
     # common case; only a non-finite sum, which large finite values can also reach by
     # overflowing, needs the entry-by-entry look. Not np.dot, though faster: OpenBLAS would run
@@ -106,7 +107,8 @@ def refuse_non_finite(name: str, arr: np.ndarray) -> None:
         where = tuple(int(i) for i in np.argwhere(bad)[0])
         raise NonFiniteInputError(
             f"expected finite values in {name}, but got {arr[where]} at index {where} "
-            f"({int(bad.sum())} non-finite entries); pass check_finite=False to skip this check"
+            f"({int(bad.sum())} non-finite entries)"
+            + ("; pass check_finite=False to skip this check" if hint else "")
         )
 
 

@@ -101,28 +101,30 @@ def attention(
     array([[ 0.   , -1.   ],
            [ 0.804,  1.413]])
     """
-    method = check_method(method)
-    block = check_block_size(block_size, (blockwise.DEFAULT_BLOCK_Q, blockwise.DEFAULT_BLOCK_K))
-    n_threads = check_threads(threads)
-    # Read the default at call time: it may be reassigned for the process (see blockwise).
-    budget = (
-        blockwise.DEFAULT_MEMORY_BUDGET if memory_budget is None else check_budget(memory_budget)
-    )
+    method, block, n_threads, budget = check_options(method, block_size, threads, memory_budget)
     empty = check_fully_masked(fully_masked)
     x, finite = validate_later(q, k, v, mask, scale=scale, check_finite=check_finite)
     x = with_variants(x, softcap, sinks)
     method = choose_method(method, x.lead, x.n, x.m, x.q.dtype, budget, return_weights)
     if method == "blockwise":
-        if not return_lse:
-            return blockwise.run(x, *block, n_threads, check=finite, empty_rows=empty)
-        lse = np.empty(x.lead + (x.n,), x.q.dtype)  # (..., N)
+        lse = np.empty(x.lead + (x.n,), x.q.dtype) if return_lse else None  # (..., N)
         out = blockwise.run(x, *block, n_threads, check=finite, lse=lse, empty_rows=empty)
-        return out, lse
+        return (out, lse) if return_lse else out
     if finite is not None:
         finite()
-    if return_weights:
-        return dense_weights(x, threads=n_threads, empty_rows=empty, lse=return_lse)
-    return dense_output(x, threads=n_threads, empty_rows=empty, lse=return_lse)
+    kernel = dense_weights if return_weights else dense_output
+    return kernel(x, threads=n_threads, empty_rows=empty, lse=return_lse)
+
+
+def check_options(method, block_size, threads, memory_budget):
+    """(method, (Bq, Bk), threads, memory budget) checked, defaults filled in: the options
+    ``attention`` and ``attention_backward`` share."""
+    block = check_block_size(block_size, (blockwise.DEFAULT_BLOCK_Q, blockwise.DEFAULT_BLOCK_K))
+    # Read the default at call time: it may be reassigned for the process (see blockwise).
+    budget = (
+        blockwise.DEFAULT_MEMORY_BUDGET if memory_budget is None else check_budget(memory_budget)
+    )
+    return check_method(method), block, check_threads(threads), budget
 
 
 def choose_method(

@@ -15,17 +15,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnlab.core import blockwise, blockwise_backward
+from attnlab.core import blockwise_backward
 from attnlab.core._grad import check_grad_output
 from attnlab.core._validate import (
-    check_block_size,
-    check_budget,
-    check_method,
-    check_threads,
     validate,
 )
 from attnlab.core._variants import check_fully_masked, check_lse, check_wrt, with_variants
-from attnlab.core.attention import choose_method
+from attnlab.core.attention import check_options, choose_method
 from attnlab.core.dense_backward import dense_gradients
 
 __all__ = ["attention_backward"]
@@ -99,12 +95,7 @@ def attention_backward(
     array([[ 0.  ,  0.  ],
            [ 1.78, -0.89]])
     """
-    method = check_method(method)
-    block = check_block_size(block_size, (blockwise.DEFAULT_BLOCK_Q, blockwise.DEFAULT_BLOCK_K))
-    n_threads = check_threads(threads)
-    budget = (
-        blockwise.DEFAULT_MEMORY_BUDGET if memory_budget is None else check_budget(memory_budget)
-    )
+    method, block, n_threads, budget = check_options(method, block_size, threads, memory_budget)
     empty = check_fully_masked(fully_masked)
     x = validate(q, k, v, mask, scale=scale, check_finite=check_finite)
     x = with_variants(x, softcap, sinks)

@@ -56,6 +56,8 @@ import threading
 import numpy as np
 
 from attnlab.core import blockwise
+from attnlab.core._backward_tiles import keep_tiles as _keep
+from attnlab.core._backward_tiles import scratch as _buffers
 from attnlab.core._grad import sum_to
 from attnlab.core._precision import narrow, too_wide, widen
 from attnlab.core._threads import pool_map
@@ -134,27 +136,6 @@ def run(
             run(widen(x), g64, bq, bk, threads, lse=saved, empty_rows=empty_rows, wrt=wrt)
         )
     return kernel.gradients(wrt)
-
-
-def _keep(steps, budget: int, dtype) -> list:
-    """(p, dP') buffers for the first steps whose two tiles fit ``budget`` elements; None for
-    the rest, which sweep B2 recomputes."""
-    sizes = [(st[0].stop - st[0].start, st[1].stop - st[1].start) for st in steps]
-    count, used = 0, 0
-    for rows, cols in sizes:
-        if used + 2 * rows * cols > budget:
-            break
-        used += 2 * rows * cols
-        count += 1
-    flat = np.empty(used, dtype)  # one allocation: the tiles are views of it
-    kept, at = [], 0
-    for rows, cols in sizes[:count]:
-        size = rows * cols
-        kept.append(
-            tuple(flat[at + i * size : at + (i + 1) * size].reshape(rows, cols) for i in (0, 1))
-        )
-        at += 2 * size
-    return kept + [None] * (len(steps) - count)
 
 
 class _Kernel:
@@ -378,48 +359,3 @@ class _Kernel:
         # 0 for a row that allows nothing; NaN or +inf (only with check_finite=False) stays NaN
         base = np.where(np.isfinite(top), np.ceil(top), np.where(np.isneginf(top), 0.0, np.nan))
         return base.astype(qs.dtype)
-
-
-_local = threading.local()
-
-
-def _buffers(dtype) -> _Scratch:
-    """This thread's scratch tiles, kept between items and calls (a fresh 1 MiB array faults
-    its pages in on first touch: see _tiles.buffers)."""
-    cache = getattr(_local, "scratch", None)
-    if cache is None or cache.dtype != dtype:
-        cache = _local.scratch = _Scratch(dtype)
-    return cache
-
-
-class _Scratch:
-    """Tiles for steps not kept, and each step's (rows, d_k), (cols, d_k), (cols, d_v) products."""
-
-    def __init__(self, dtype):
-        self.dtype, self.table, self.ones = dtype, {}, np.ones(0, dtype)
-
-    def _get(self, key, make):
-        if key not in self.table:
-            if len(self.table) >= 32:  # ragged edges of many different calls: start afresh
-                self.table.clear()
-            self.table[key] = make()
-        return self.table[key]
-
-    def __call__(self, rows: int, cols: int, dk: int):
-        return self._get(
-            (rows, cols, dk),
-            lambda: (
-                np.empty((rows, cols), self.dtype),  # p
-                np.empty((rows, cols), self.dtype),  # dP', then dS
-                np.empty((rows, dk), self.dtype),  # dS K_j
-                np.empty((cols, dk), self.dtype),  # dSᵀ Q_i
-            ),
-        )
-
-    def ones_for(self, cols: int) -> np.ndarray:
-        if self.ones.size < cols:
-            self.ones = np.ones(cols, self.dtype)  # row sums by matrix-vector products
-        return self.ones[:cols]
-
-    def tv(self, cols: int, dv: int) -> np.ndarray:
-        return self._get((cols, dv), lambda: np.empty((cols, dv), self.dtype))  # pᵀ dO / l

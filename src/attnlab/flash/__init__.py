@@ -9,7 +9,7 @@ can take attnlab as its reference::
 
 Every option becomes an argument of ``attnlab.attention`` (bottom-right ``masks.Causal``,
 ``masks.SlidingWindow``, ``masks.ALiBi``, ``softcap=``, ``return_lse=``), so the dense and the
-blockwise paths both serve it. docs/flash.md maps each option and lists what differs.
+blockwise paths both serve it. docs/kernels.md ("attnlab.flash") maps each option and lists what differs.
 """
 
 from attnlab.flash.interface import (

@@ -15,6 +15,7 @@ aligns them: the last query row sees the last key.
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass
 
 import numpy as np
@@ -135,12 +136,16 @@ def _window(window_size) -> tuple[int | None, int | None]:
         ) from None
     edges = []
     for edge in (left, right):
-        if isinstance(edge, bool) or not isinstance(edge, int | np.integer) or edge < -1:
+        try:  # any integer: Python, numpy, or a 0-d torch tensor (FlashAttention's tests pass one)
+            value = None if isinstance(edge, bool | np.bool_) else operator.index(edge)
+        except TypeError:
+            value = None
+        if value is None or value < -1:
             raise AttnlabError(
                 "expected window_size to hold -1 (unbounded) or integers >= 0, but got "
                 f"window_size={window_size!r} instead"
             )
-        edges.append(None if edge == -1 else int(edge))
+        edges.append(None if value == -1 else value)
     return edges[0], edges[1]
 
 

@@ -7,7 +7,7 @@ Shape legend (FlashAttention's layout, sequence before heads):
 ``causal`` and ``window_size`` are aligned bottom-right, as FlashAttention aligns them: query i
 sees keys i + M - N - left .. i + M - N + right (causal: right = 0). Rows that see no key give
 output 0 and log-sum-exp -inf. The arithmetic is ``attnlab.attention``'s, dense or blockwise by
-the memory budget; docs/flash.md maps every option and lists what differs from FlashAttention.
+the memory budget; docs/kernels.md ("attnlab.flash") maps every option and what differs.
 """
 
 from __future__ import annotations

@@ -51,7 +51,8 @@ def flash_attn_with_kvcache(
     Args:
         q: (B, N, h, d).
         k_cache, v_cache: numpy arrays (B_c, S, h_k, d) and (B_c, S, h_k, d_v), or pages
-            (num_blocks, page, h_k, d) with ``block_table``. Written in place when k is given.
+            (num_blocks, page, h_k, d) with ``block_table``. Written in place when k is given
+            (a CPU torch tensor works too: numpy shares its memory).
         k, v: None, or new rows (B, N_new, h_k, d) and (B, N_new, h_k, d_v) of the caches'
             dtype, written at rows cache_seqlens[b] .. cache_seqlens[b] + N_new - 1.
         rotary_cos, rotary_sin: None, or (S_ro, r / 2): turn features 0 .. r - 1 of q and of
@@ -84,31 +85,38 @@ def flash_attn_with_kvcache(
     c = _Cache.read(
         q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_leftpad, block_table, opts
     )
-    q = c.q
+    q = c.q  # (B, N, h, d)
     if rotary_cos is not None or rotary_sin is not None:
-        local = opts.left is not None or opts.right is not None
-        cos, sin = _rotary_tables(rotary_cos, rotary_sin, c, q.shape[1], local)
-        steps = np.arange(q.shape[1]) if local else np.zeros(q.shape[1], np.int64)
-        q = apply_rotary(
-            q, cos, sin, c.seqlens[:, None] + steps, rotary_interleaved
-        )  # (B, N, h, d)
-        new = c.seqlens[:, None] + np.arange(c.k.shape[1])  # (B, N_new)
-        c.k = apply_rotary(c.k, cos, sin, new, rotary_interleaved)  # (B, N_new, h_k, d)
+        q = _rotate(q, c, rotary_cos, rotary_sin, rotary_interleaved, opts)
     c.append()
+    return _attend_cache(q, c, opts, return_softmax_lse)
+
+
+def _rotate(q, c: _Cache, cos, sin, interleaved: bool, opts) -> np.ndarray:
+    """Turn the new keys (in ``c``) and return q turned, at FlashAttention's positions."""
+    local = opts.left is not None or opts.right is not None
+    cos, sin = _rotary_tables(cos, sin, c, q.shape[1], local)
+    # Causal or windowed queries stand at L_b + i; otherwise all at L_b, the first new row.
+    steps = np.arange(q.shape[1]) if local else np.zeros(q.shape[1], np.int64)
+    new = c.seqlens[:, None] + np.arange(c.k.shape[1])  # (B, N_new)
+    c.k = apply_rotary(c.k, cos, sin, new, interleaved)  # (B, N_new, h_k, d)
+    return apply_rotary(q, cos, sin, c.seqlens[:, None] + steps, interleaved)  # (B, N, h, d)
+
+
+def _attend_cache(q, c: _Cache, opts, want_lse: bool):
+    """Each sequence's queries against its live cache rows: out (B, N, h, d_v)[, lse]."""
     h, d_v = q.shape[2], c.v_cache.shape[-1]
     dtype = np.result_type(q, c.k_cache, c.v_cache, np.float32)
     out = np.zeros(q.shape[:3] + (d_v,), dtype)  # (B, N, h, d_v)
-    lse = np.full((q.shape[0], h, q.shape[1]), -np.inf, dtype) if return_softmax_lse else None
+    lse = np.full((q.shape[0], h, q.shape[1]), -np.inf, dtype) if want_lse else None
     for b in range(q.shape[0]):
         kb, vb = c.keys(b)  # (h_k, M_b, d), (h_k, M_b, d_v)
         slopes = None if opts.slopes is None or opts.slopes.ndim == 1 else opts.slopes[b]
-        res = _attend.forward(
-            np.swapaxes(q[b], 0, 1), kb, vb, opts, lse=return_softmax_lse, slopes=slopes
-        )
+        res = _attend.forward(np.swapaxes(q[b], 0, 1), kb, vb, opts, lse=want_lse, slopes=slopes)
         out[b] = np.swapaxes(res.out, 0, 1)  # (N, h, d_v)
-        if lse is not None:
+        if want_lse:
             lse[b] = res.lse  # (h, N)
-    return (out, lse) if return_softmax_lse else out
+    return (out, lse) if want_lse else out
 
 
 class _Cache:
@@ -188,8 +196,13 @@ class _Cache:
                 f"and the caches' heads and widths, but got k.shape={k.shape}, v.shape={v.shape}, "
                 f"k_cache.shape={self.k_cache.shape}, v_cache.shape={self.v_cache.shape}"
             )
-        for name, cache in (("k_cache", k_cache), ("v_cache", v_cache)):
-            if not isinstance(cache, np.ndarray) or not cache.flags.writeable:
+        for name, cache, arr in (
+            ("k_cache", k_cache, self.k_cache),
+            ("v_cache", v_cache, self.v_cache),
+        ):
+            # A numpy array, or an object whose memory numpy shares (a CPU torch tensor): a
+            # list would be copied, and the append lost.
+            if not hasattr(cache, "__array__") or not arr.flags.writeable:
                 raise AttnlabError(
                     f"expected {name} to be a writeable numpy array, to append the "
                     f"new rows in place, but got {type(cache).__name__}"
