@@ -53,6 +53,12 @@ def test_window_off_by_one_edge_fails():
     assert report.tensors["out"].worst["row"] >= 4  # rows 0..3 see every key they may
 
 
+def test_window_size_may_be_stored_as_whole_floats():
+    q, k, v = inputs(np.random.default_rng(28))
+    out = _cast(reference(q, k, v, window_size=(3, 1)))["out"]
+    _passes(verify(q, k, v, out, window_size=np.array([3.0, 1.0])))
+
+
 def test_causal_overrides_the_windows_right_edge():
     q, k, v = inputs(np.random.default_rng(22))
     out = _cast(reference(q, k, v, causal=True, window_size=(6, 0)))["out"]

@@ -145,7 +145,10 @@ def _causal(value) -> bool:
 
 def _window(value) -> tuple[int, int]:
     arr = np.asarray(value)
-    if arr.shape != (2,) or arr.dtype.kind not in "iu" or (arr < -1).any():
+    whole = arr.dtype.kind in "iu" or (
+        arr.dtype.kind == "f" and np.isfinite(arr).all() and (arr == np.round(arr)).all()
+    )  # 128.0 is 128, as a window a float tensor was saved from
+    if arr.shape != (2,) or not whole or (arr < -1).any():
         shown = arr.tolist() if arr.size <= 4 else f"an array of shape {arr.shape}"
         raise CaseError(
             "window_size: expected two integers (left, right), each >= 0 or -1 for no limit, "
