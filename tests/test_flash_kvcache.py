@@ -14,6 +14,7 @@ import pytest
 
 from attnlab.flash import flash_attn_with_kvcache
 from flash_reference import reference, rotate
+from test_flash_grid import full_grid
 from tolerances import F64
 
 B, H, H_K, D = 2, 4, 2, 16
@@ -297,7 +298,6 @@ def test_flash_attn_kvcache_grid(case):
 
 @pytest.mark.grid
 def test_flash_attn_kvcache_full_grid(request):
-    if "grid" not in (request.config.option.markexpr or ""):
-        pytest.skip("the whole grid runs with `pytest -m grid`")
+    full_grid(request)
     for case in itertools.product(*KV_AXES):
         kvcache_grid_case(case)

@@ -39,6 +39,13 @@ float32 exp2 handles on a slow path), and the base is always finite, so a row th
 in a tile adds exactly 0 there and the NaN of exp(-inf - -inf) cannot arise. A row whose sum is 0
 at the end allowed no key at all and raises FullyMaskedRowError, exactly as the dense path does.
 
+The variants cost nothing when unused. A softcap folds scale / softcap into q instead, and
+caps each tile's scores with a tanh and a multiply (the exact pass caps before subtracting
+its base); a sink joins each row's divisor once, at the end, moving the integer base up to it
+when it is larger (exact powers of two again); ALiBi and two-sided windows are masks. A row
+whose mask allows exactly one key is given that key's value: the lazy base never makes its
+weight exactly 1, and p · v / p can miss v by an ulp.
+
 Tiles a mask blocks are skipped (``Mask.tile_state``); tiles it allows whole need no mask
 arithmetic; a partial tile is cut into strips trimmed to the keys they need (causal: 5/8 of a
 diagonal tile). Query blocks run on a thread pool: numpy's matmul and exp2 release the GIL.
