@@ -34,7 +34,7 @@ DESIGN_NAMES = {
 }
 # Added beside them on purpose: logsumexp (STYLE.md: written once, beside softmax), the version,
 # and attention_backward (DESIGN.md's "Round 2 additions").
-EXTRA_NAMES = {"logsumexp", "__version__", "attention_backward"}
+EXTRA_NAMES = {"logsumexp", "__version__", "attention_backward", "verify"}
 LAZY = {"labs", "exercises"}
 HEAVY = ["torch", "typer", "rich", "click", "fastapi", "uvicorn", "pydantic", "plotly"]
 SUBMODULE_NAMES = {

@@ -26,6 +26,7 @@ from attnlab.core.backward import attention_backward
 from attnlab.core.multihead import MultiHeadAttention, multi_head_attention
 from attnlab.core.softmax import logsumexp, softmax
 from attnlab.errors import AttnlabError, FullyMaskedRowError, NonFiniteInputError, ShapeError
+from attnlab.verifier import verify
 
 try:
     __version__ = version("attnlab")
@@ -53,6 +54,7 @@ __all__ = [
     "scaled_dot_product_attention",
     "softmax",
     "trace_attention",
+    "verify",
 ]
 
 _LAZY = {"labs", "exercises", "figures", "bench", "notebook", "distributed"}

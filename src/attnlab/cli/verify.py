@@ -1,0 +1,108 @@
+"""``attnlab verify CASE``: judge a kernel's attention output (and gradients) saved to a file.
+
+Exit codes: 0 every tensor passes, 1 one fails, 2 the case cannot be judged (a missing array,
+shapes that disagree, an unknown entry, a bad dtype, an unreadable file), with one red line
+naming the array or option. The library does the work (``attnlab.verifier``); this module
+parses, calls and presents.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from attnlab.cli._app import app, clip, console, err_console, fail, friendly_errors
+
+FAIL = 1
+
+
+def _check_plot(plot: Path | None, force: bool) -> None:
+    """Refuse a plot path before any work: the wrong suffix, no folder, or a file to keep."""
+    if plot is None:
+        return
+    if plot.suffix.lower() not in (".html", ".htm"):
+        raise fail(f"--plot: expected an .html file, but got {clip(str(plot))} instead")
+    folder = plot.parent if str(plot.parent) else Path(".")
+    if plot.is_dir() or not folder.is_dir():
+        raise fail(f"--plot: expected a file in an existing folder, but got {clip(str(plot))}")
+    if plot.exists() and not force:
+        raise fail(f"--plot: {clip(str(plot))} already exists; pass --force to overwrite it")
+
+
+def _show(report) -> None:
+    table = Table(title=f"attnlab verify: {report.dtype} kernel, layout {report.layout}")
+    for column in report.COLUMNS:
+        right = column not in ("tensor", "dtype", "verdict") and not column.startswith("worst")
+        table.add_column(column, justify="right" if right else "left")
+    for row in report.rows():
+        verdict = row[-1]
+        style = "green" if verdict == "pass" else "bold red"
+        table.add_row(*(escape(c) for c in row[:-1]), f"[{style}]{verdict}[/]")
+    console.print(table)
+    style = "green" if report.passed else "bold red"
+    console.print(f"[{style}]{escape(report.summary())}[/]", highlight=False)
+    console.print(
+        f"[dim]rule: error <= {report.factor:g} x baseline error + atol; baseline: a plain "
+        f"attention in {report.dtype}; exact: attnlab in float64[/]",
+        highlight=False,
+    )
+
+
+@app.command("verify")
+@friendly_errors
+def verify_command(
+    case: Annotated[
+        Path,
+        typer.Argument(
+            help="A .npz or .safetensors file: q, k, v, out [, lse, do, dq, dk, dv] and options "
+            "(causal, window_size, softcap, softmax_scale, alibi_slopes, sinks, "
+            "cu_seqlens_q, cu_seqlens_k)."
+        ),
+    ],
+    layout: Annotated[
+        str,
+        typer.Option(help="bshd: (batch, seq, heads, dim), FlashAttention's; bhsd: SDPA's."),
+    ] = "bshd",
+    factor: Annotated[
+        float, typer.Option(min=0.0, help="Pass when error <= factor x baseline error + atol.")
+    ] = 2.0,
+    atol: Annotated[
+        float | None,
+        typer.Option(min=0.0, help="The allowance added; default 2 ulps of each tensor's dtype."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    plot: Annotated[
+        Path | None,
+        typer.Option(dir_okay=False, help="Write the error per (head, row) and per tile (.html)."),
+    ] = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Overwrite the --plot file if it exists.")
+    ] = False,
+    tile: Annotated[int, typer.Option(min=1, help="Query rows per tile in the plot.")] = 128,
+) -> None:
+    """Judge a kernel's output against the exact answer, as FlashAttention's tests do.
+
+    The exact answer is attnlab's, in float64; the baseline is a plain attention in the
+    kernel's dtype. Each tensor passes when its largest error is at most --factor times the
+    baseline's plus --atol. Exit 0: pass, 1: fail, 2: a case that cannot be judged.
+    """
+    from attnlab.verifier import verify_file, write_plot
+
+    if layout not in ("bshd", "bhsd"):
+        raise fail(f"--layout: expected bshd or bhsd, but got {clip(layout)} instead")
+    _check_plot(plot, force)
+    report = verify_file(case, layout=layout, factor=factor, atol=atol)
+    if as_json:
+        typer.echo(json.dumps(report.as_dict(), indent=2))
+    else:
+        _show(report)
+    if plot is not None:
+        write_plot(report, plot, force=force, tile=tile)
+        err_console.print(f"wrote {escape(str(plot))}", highlight=False)
+    if not report.passed:
+        raise typer.Exit(FAIL)

@@ -1,0 +1,192 @@
+"""The yardstick: attention computed plainly in the kernel's own dtype, forward and backward.
+
+Shape legend: as ``_case.py``; a block of R query rows at a time, C the keys it may see.
+
+FlashAttention's tests judge a kernel by how far a plain implementation in the same dtype
+lands from the exact answer (its ``attention_ref(..., upcast=False, reorder_ops=True)``, with
+torch's autograd through it for the gradients). This module computes that plain answer the
+way PyTorch on a GPU would, every operation's result rounded to the kernel's dtype:
+
+    scores   round(q @ round(k * scale)ᵀ)            (the scale on k: reorder_ops=True)
+    softcap  round(round(tanh(round(s / c))) * c)
+    masks    -inf where blocked; ALiBi's float32 bias added (float32 slopes promote, as in torch)
+    weights  round(softmax(s))                       (sums in float32, one rounding at the end)
+    output   round(weights @ v)
+and the chain rule back through the same steps (dV = Pᵀ dO, dP = dO Vᵀ, the softmax's
+dS = P (dP - rowsum(P dP)), softcap's 1 - tanh², dQ = dS k·scale, dK = dSᵀ q · scale), each
+product rounded once; a key/value head's gradient is its group's sum, rounded once.
+
+Products accumulate in float32 (float64 for a float64 kernel), as GPU matrix units do, and
+rounding to float16 or bfloat16 is numpy's or ml_dtypes' round-to-nearest-even. A sink's
+logit joins each row's softmax denominator. Rows are taken R at a time, R chosen so that the
+few (h, R, M) tables alive at once fit ``memory_budget``: no N x M table is ever held. Each
+block computes only the keys its mask lets it see (``_key_span``), so a 65,536-row case with
+a 256-key window costs about 257 keys per row, as the kernel does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attnlab.core.masks import TileState
+from attnlab.verifier._case import Case
+
+__all__ = ["baseline"]
+
+# (h, R, M) float32 tables alive at once at the backward's peak: the weights, dP, softcap's
+# tanh, and the copies that rounding to the kernel's dtype makes; measured with tracemalloc.
+_LIVE_TABLES = 8
+
+
+class _Precision:
+    """The kernel's dtype: values cast to it, computed in float32 (float64), rounded back."""
+
+    def __init__(self, dtype: np.dtype):
+        self.dtype = dtype
+        self.compute = np.dtype(np.float64 if dtype == np.float64 else np.float32)
+        self.emulated = dtype.itemsize < self.compute.itemsize  # float16 and bfloat16
+
+    def cast(self, x: np.ndarray) -> np.ndarray:
+        """``x`` as the kernel holds it (rounded to its dtype), in the compute dtype."""
+        with np.errstate(over="ignore"):
+            return np.asarray(x).astype(self.dtype).astype(self.compute)
+
+    def round(self, x: np.ndarray) -> np.ndarray:
+        if not self.emulated:
+            return x
+        with np.errstate(over="ignore"):  # past float16's range is inf, as on the GPU
+            return x.astype(self.dtype).astype(self.compute)
+
+
+def baseline(case: Case, memory_budget: float) -> dict[str, np.ndarray]:
+    """float64 arrays, packed as the case's, of the plain answer for each tensor the case holds,
+    each rounded to the dtype the kernel stored that tensor in."""
+    a = case.arrays
+    p = _Precision(case.dtype)
+    want = [name for name in ("out", "lse", "dq", "dk", "dv") if name in a]
+    plain = {name: np.zeros(a[name].shape, dtype=p.compute) for name in want}
+    # A plain float16 attention overflows (scores past 65,504 are inf, inf - inf is NaN) as it
+    # would on the GPU; the report bounds the kernel only where it stayed finite.
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        for b, (q0, q1), (k0, k1) in case.sequences():
+            _sequence(case, p, b, (q0, q1), (k0, k1), memory_budget, plain)
+    with np.errstate(over="ignore"):
+        return {name: plain[name].astype(a[name].dtype).astype(np.float64) for name in want}
+
+
+def _sequence(case, p: _Precision, b, qs, ks, budget, plain) -> None:
+    a, opt = case.arrays, case.options
+    h_kv, g = case.group
+    n, m = qs[1] - qs[0], ks[1] - ks[0]
+    scale = opt.softmax_scale or 1.0 / np.sqrt(a["q"].shape[-1])
+    q = p.cast(a["q"][:, qs[0] : qs[1]]).reshape(h_kv, g, n, -1)  # (h_kv, g, N, d_k)
+    k = p.round(p.cast(a["k"][:, ks[0] : ks[1]]) * p.compute.type(scale))[:, None]
+    v = p.cast(a["v"][:, ks[0] : ks[1]])[:, None]  # (h_kv, 1, M, d_v)
+    do = None
+    if case.backward:
+        do = p.cast(a["do"][:, qs[0] : qs[1]]).reshape(h_kv, g, n, -1)  # (h_kv, g, N, d_v)
+        dv_sum = np.zeros((h_kv, g, m, v.shape[-1]), p.compute)  # (h_kv, g, M, d_v)
+        dk_sum = np.zeros((h_kv, g, m, q.shape[-1]), p.compute)  # (h_kv, g, M, d_k)
+    mask = opt.mask(b, (h_kv, g))
+    sinks = None if opt.sinks is None else opt.sinks.reshape(h_kv, g, 1, 1).astype(p.compute)
+    cells = int(budget // (_LIVE_TABLES * h_kv * g * p.compute.itemsize))  # R x C per block
+    for r0, r1, c0, c1 in _blocks(mask, n, m, cells):  # rows r0:r1 see keys c0:c1 at most
+        kc, vc = k[:, :, c0:c1], v[:, :, c0:c1]  # (h_kv, 1, C, d)
+        s, t = _scores(p, q[:, :, r0:r1], kc, opt.softcap, mask, (r0, r1), (c0, c1), (n, m))
+        w, lse = _softmax(p, s, sinks)  # (h_kv, g, R, C), (h_kv, g, R)
+        out = p.round(w @ vc)  # (h_kv, g, R, d_v)
+        _put(plain, "out", out, qs[0] + r0, qs[0] + r1)
+        _put(plain, "lse", lse, qs[0] + r0, qs[0] + r1)
+        if do is None:
+            continue
+        dout = do[:, :, r0:r1]  # (h_kv, g, R, d_v)
+        dv_sum[:, :, c0:c1] += w.swapaxes(-1, -2) @ dout  # (h_kv, g, C, d_v)
+        dp = p.round(dout @ vc.swapaxes(-1, -2))  # (h_kv, g, R, C)
+        dp -= np.einsum("...ij,...ij->...i", dp, w)[..., None]  # dP - rowsum(P dP)
+        dp *= w
+        ds = p.round(dp)  # (h_kv, g, R, C): softmax's backward, one rounding
+        if opt.softcap:
+            c = p.compute.type(opt.softcap)
+            ds = p.round(p.round(p.round(ds * c) * (1 - t * t)) / c)
+        _put(plain, "dq", p.round(ds @ kc), qs[0] + r0, qs[0] + r1)  # (h_kv, g, R, d_k)
+        dk_sum[:, :, c0:c1] += ds.swapaxes(-1, -2) @ q[:, :, r0:r1]  # (h_kv, g, C, d_k)
+    if do is not None:
+        dv = p.round(p.round(dv_sum).sum(axis=1))  # (h_kv, M, d_v): the group's sum
+        dk_scaled = p.round(p.round(dk_sum).sum(axis=1))  # (h_kv, M, d_k), for k * scale
+        dk = p.round(dk_scaled * p.compute.type(scale))
+        for name, grad in (("dk", dk), ("dv", dv)):
+            if name in plain:
+                plain[name][:, ks[0] : ks[1]] = grad
+
+
+def _put(plain: dict, name: str, x: np.ndarray, r0: int, r1: int) -> None:
+    if name in plain:  # (h_kv, g, R, ...) -> rows r0:r1 of the packed (h, T_q, ...)
+        plain[name][:, r0:r1] = x.reshape((-1, r1 - r0, *x.shape[3:]))
+
+
+def _blocks(mask, n: int, m: int, cells: int):
+    """(r0, r1, c0, c1) for blocks of query rows, each with the span of keys it may see, as
+    many rows as keep rows x keys within ``cells``: a window's blocks grow to its width."""
+    r0 = 0
+    while r0 < n:
+        rows = max(1, min(n - r0, cells // m))
+        c0, c1 = _key_span(mask, (r0, r0 + rows), n, m)
+        while rows < n - r0:  # double the block while its scores still fit
+            more = min(2 * rows, n - r0)
+            s0, s1 = _key_span(mask, (r0, r0 + more), n, m)
+            if more * (s1 - s0) > cells:
+                break
+            rows, c0, c1 = more, s0, s1
+        yield r0, r0 + rows, c0, c1
+        r0 += rows
+
+
+def _key_span(mask, rows, n: int, m: int) -> tuple[int, int]:
+    """[c0, c1): the keys outside which ``mask`` blocks every pair of ``rows``, found tile by
+    tile with the masks' own ``tile_state``, so a window's rows cost its width, not M."""
+    if mask is None:
+        return 0, m
+    width = max(512, -(-m // 64))  # at most 64 tiles to ask about per row block
+    seen = [
+        c
+        for c in range(0, m, width)
+        if mask.tile_state(rows, (c, min(c + width, m)), n, m, 2) is not TileState.BLOCKED
+    ]
+    if not seen:  # rows that see no key: any tile keeps the shapes, the mask blocks it all
+        return 0, min(width, m)
+    return seen[0], min(seen[-1] + width, m)
+
+
+def _scores(p: _Precision, q, k, softcap: float, mask, rows, cols, nm):
+    """The block's scores after softcap and masks, and softcap's tanh (None without one)."""
+    s = p.round(q @ k.swapaxes(-1, -2))  # (h_kv, g, R, M)
+    t = None
+    if softcap:
+        c = p.compute.type(softcap)
+        t = p.round(np.tanh(p.round(s / c)))
+        s = p.round(t * c)
+    if mask is not None:
+        n, m = nm
+        if mask.boolean:  # a bool tile, a quarter of the scores' bytes, and -inf in place
+            np.copyto(s, -np.inf, where=~mask.block(rows, cols, n, m, 2))
+        else:
+            s += mask.bias(rows, cols, n, m, 2)  # broadcastable to (h_kv, g, R, C)
+    return s, t
+
+
+def _softmax(p: _Precision, s: np.ndarray, sinks):
+    """Weights rounded to the kernel's dtype and the log-sum-exp (-inf for a row with no key).
+    ``s`` is overwritten."""
+    top = s.max(axis=-1, keepdims=True)  # (h_kv, g, R, 1)
+    if sinks is not None:
+        top = np.maximum(top, sinks)
+    top[~np.isfinite(top)] = 0  # a row with no key: no shift, every exp is 0
+    s -= top
+    e = np.exp(s, out=s)  # (h_kv, g, R, M)
+    total = e.sum(axis=-1, keepdims=True)
+    if sinks is not None:
+        total += np.exp(sinks - top)
+    with np.errstate(divide="ignore"):
+        lse = np.log(total) + top  # log 0 = -inf for a row with no key
+    e /= np.where(total > 0, total, 1)  # a row with no key stays all 0
+    return p.round(e), lse[..., 0]

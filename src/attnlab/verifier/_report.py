@@ -1,0 +1,254 @@
+"""The verdict: each tensor's error against the exact answer, judged by FlashAttention's rule.
+
+Shape legend: as ``_case.py``; a tensor is packed (heads, rows, columns), lse (heads, rows).
+
+For each tensor the kernel returned (out, lse, dq, dk, dv):
+
+    error           |kernel - exact|, elementwise in float64; NaN counts as inf
+    baseline error  max |plain - exact|, the plain same-dtype answer of ``_baseline.py``,
+                    over the entries where the plain answer is finite
+    pass            max error <= factor * baseline error + atol
+
+``factor`` is 2, as in FlashAttention's tests. ``atol`` defaults to two units in the last place
+of the tensor's stored dtype at the tensor's scale: 2 * ulp(0.3 + max |exact|), the allowance
+FlashAttention's tests take as ``2 * max |out_ref + 0.3 - 0.3 - out_ref|``, the error of doing
+any arithmetic at all on the reference in that dtype. For a float16 output of values up to 1
+that is 2 * 2^-10 ≈ 2.0e-3; for float32, 2.4e-7; for float64, 4.4e-16.
+
+A log-sum-exp row the exact answer leaves at -inf (a row with no key) is right when the kernel
+gives -inf or +inf there (FlashAttention writes +inf), and infinitely wrong otherwise.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from attnlab.verifier._case import Case
+
+__all__ = ["TensorVerdict", "VerifyReport", "default_atol", "judge"]
+
+TENSORS = ("out", "lse", "dq", "dk", "dv")
+_KEY_ROWS = ("dk", "dv")  # tensors whose rows are keys, not queries
+
+
+def _eps(dtype: np.dtype) -> float:
+    if dtype.name == "bfloat16":
+        import ml_dtypes
+
+        return float(ml_dtypes.finfo(dtype).eps)
+    return float(np.finfo(dtype).eps)
+
+
+def default_atol(dtype: np.dtype, scale: float) -> float:
+    """2 * ulp(0.3 + scale) in ``dtype``: two units in the last place at the tensor's scale."""
+    x = 0.3 + abs(scale)
+    return 2.0 * _eps(dtype) * 2.0 ** math.floor(math.log2(x))
+
+
+@dataclass(frozen=True)
+class TensorVerdict:
+    """One tensor's errors and verdict. ``worst`` names where the error is largest."""
+
+    name: str
+    dtype: str
+    max_abs_error: float
+    mean_abs_error: float
+    baseline_error: float
+    atol: float
+    factor: float
+    worst: dict
+    nonfinite: int  # kernel entries that are NaN or inf where the exact answer is finite
+    heat: np.ndarray = field(repr=False, compare=False)  # (heads, rows): max error per row
+
+    @property
+    def tolerance(self) -> float:
+        return self.factor * self.baseline_error + self.atol
+
+    @property
+    def ratio(self) -> float:
+        """max error / baseline error (inf when only the kernel errs, 0 when neither does)."""
+        if self.baseline_error > 0:
+            return self.max_abs_error / self.baseline_error
+        return 0.0 if self.max_abs_error == 0 else math.inf
+
+    @property
+    def passed(self) -> bool:
+        return self.max_abs_error <= self.tolerance
+
+    def as_dict(self) -> dict:
+        return {
+            "dtype": self.dtype,
+            "max_abs_error": _num(self.max_abs_error),
+            "mean_abs_error": _num(self.mean_abs_error),
+            "baseline_error": _num(self.baseline_error),
+            "ratio": _num(self.ratio),
+            "atol": self.atol,
+            "tolerance": _num(self.tolerance),
+            "worst": dict(self.worst),
+            "nonfinite": self.nonfinite,
+            "pass": self.passed,
+        }
+
+    def where(self) -> str:
+        """The worst position in words: 'batch 1, head 3, row 17, column 5'."""
+        w = self.worst
+        rows = "key row" if self.name in _KEY_ROWS else "row"
+        parts = [f"batch {w['batch']}", f"head {w['head']}", f"{rows} {w['row']}"]
+        if "column" in w:
+            parts.append(f"column {w['column']}")
+        return ", ".join(parts)
+
+
+def _position(worst: dict) -> str:
+    keys = ("batch", "head", "row", "column")
+    return "(" + ", ".join(str(worst[k]) for k in keys if k in worst) + ")"
+
+
+def _num(x: float) -> float | None:
+    return x if math.isfinite(x) else None  # JSON has no inf: null, with nonfinite counted
+
+
+def _abs_error(kernel: np.ndarray, exact: np.ndarray) -> np.ndarray:
+    err = np.abs(kernel - exact)  # inf - inf is NaN: handled below
+    gone = np.isneginf(exact)  # lse of a row with no key
+    if gone.any():
+        err[gone] = np.where(np.isinf(kernel[gone]), 0.0, np.inf)
+    err[np.isnan(err)] = np.inf
+    return err
+
+
+def judge(name: str, case: Case, exact, plain, factor: float, atol) -> TensorVerdict:
+    """The verdict on tensor ``name`` of ``case`` (float64 ``exact`` and ``plain`` answers)."""
+    stored = case.arrays[name]
+    with np.errstate(invalid="ignore"):
+        kernel = stored.astype(np.float64)
+        err = _abs_error(kernel, exact)
+        base = _abs_error(plain, exact)
+    # Where the plain answer overflowed (float16's 65,504), it sets no bound: an infinite
+    # baseline error would let any kernel, NaN included, pass.
+    finite_base = base[np.isfinite(base)]
+    finite = np.isfinite(exact)
+    scale = float(np.abs(exact[finite]).max()) if finite.any() else 0.0
+    if atol is None:
+        atol = default_atol(stored.dtype, scale)
+    flat = int(np.argmax(err))
+    index = np.unravel_index(flat, err.shape)  # (head, row[, column])
+    batch, row = case.locate(int(index[1]), keys=name in _KEY_ROWS)
+    worst = {"batch": batch, "head": int(index[0]), "row": row}
+    if err.ndim == 3:
+        worst["column"] = int(index[2])
+    if case.layout == "varlen":
+        worst["token"] = int(index[1])  # the row in the packed (T, h, d) array
+    worst["kernel"] = _num(float(kernel[index]))
+    worst["exact"] = _num(float(exact[index]))
+    heat = err.max(axis=-1) if err.ndim == 3 else err  # (heads, rows)
+    return TensorVerdict(
+        name=name,
+        dtype=stored.dtype.name,
+        max_abs_error=float(err.flat[flat]),
+        mean_abs_error=float(err.mean()),
+        baseline_error=float(finite_base.max()) if finite_base.size else 0.0,
+        atol=float(atol),
+        factor=float(factor),
+        worst=worst,
+        nonfinite=int((~np.isfinite(kernel) & finite).sum()),
+        heat=heat,
+    )
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """Every tensor's verdict, and the case they came from. ``passed``: all tensors pass."""
+
+    tensors: dict[str, TensorVerdict]
+    dtype: str  # the kernel's dtype: q's, k's and v's
+    layout: str
+    factor: float
+    options: dict
+    shape: dict
+    cu_q: np.ndarray = field(repr=False, compare=False)
+    cu_k: np.ndarray = field(repr=False, compare=False)
+
+    @property
+    def passed(self) -> bool:
+        return all(t.passed for t in self.tensors.values())
+
+    @property
+    def verdict(self) -> str:
+        return "pass" if self.passed else "fail"
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+    def as_dict(self) -> dict:
+        return {
+            "verdict": self.verdict,
+            "dtype": self.dtype,
+            "layout": self.layout,
+            "factor": self.factor,
+            "shape": dict(self.shape),
+            "options": dict(self.options),
+            "tensors": {name: t.as_dict() for name, t in self.tensors.items()},
+        }
+
+    def rows(self) -> list[list[str]]:
+        """The table: one row per tensor, the columns of ``COLUMNS``."""
+        return [
+            [
+                name,
+                t.dtype,
+                f"{t.max_abs_error:.3g}",
+                f"{t.mean_abs_error:.3g}",
+                f"{t.baseline_error:.3g}",
+                f"{t.ratio:.3g}",
+                f"{t.tolerance:.3g}",
+                _position(t.worst),
+                "pass" if t.passed else "FAIL",
+            ]
+            for name, t in self.tensors.items()
+        ]
+
+    COLUMNS = (
+        "tensor",
+        "dtype",
+        "max error",
+        "mean error",
+        "baseline",
+        "ratio",
+        "tolerance",
+        "worst (b, h, row, col)",
+        "verdict",
+    )
+
+    def summary(self) -> str:
+        """One line: the verdict, and the failing tensors with where each is worst."""
+        bad = [t for t in self.tensors.values() if not t.passed]
+        if not bad:
+            return (
+                f"pass: every tensor within {self.factor:g} x the {self.dtype} baseline's error "
+                "+ atol"
+            )
+        said = "; ".join(
+            f"{t.name} off by {t.max_abs_error:.3g} at {t.where()} (tolerance {t.tolerance:.3g})"
+            for t in bad
+        )
+        return f"fail: {said}"
+
+    def _repr_html_(self) -> str:
+        head = "".join(f"<th>{html.escape(c)}</th>" for c in self.COLUMNS)
+        body = "".join(
+            "<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>"
+            for row in self.rows()
+        )
+        color = "#1a7f37" if self.passed else "#cf222e"
+        return (
+            f'<div class="attnlab-verify"><p><strong style="color:{color}">'
+            f"{html.escape(self.summary())}</strong></p>"
+            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+            f"<p>kernel dtype {html.escape(self.dtype)}, layout {html.escape(self.layout)}, "
+            f"rule: error &le; {self.factor:g} &times; baseline error + atol</p></div>"
+        )

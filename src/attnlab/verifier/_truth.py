@@ -1,0 +1,63 @@
+"""The exact answer: the case recomputed in float64 by attnlab's own attention and gradients.
+
+Shape legend: as ``_case.py`` (h, h_kv, g = h / h_kv, N, M, d_k, d_v, T_q, T_k).
+
+Each sequence is one call of ``attnlab.attention`` (and ``attnlab.attention_backward`` for a
+case with ``do``), with the case's options as attnlab masks and arguments (``_options.py``).
+q is viewed as (h_kv, g, N, d_k) and k, v as (h_kv, 1, M, d): the group axis broadcasts, so
+GQA needs no copy of k and v, and ``attention_backward`` sums each key/value head's gradient
+over its group, as the kernel must. ``memory_budget`` is what ``method="auto"`` allows a
+dense score table; past it the blockwise path runs, so a sequence of 65,536 rows is computed
+without its N x M table.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attnlab.core.attention import attention
+from attnlab.core.backward import attention_backward
+from attnlab.verifier._case import Case
+
+__all__ = ["truth"]
+
+
+def truth(case: Case, memory_budget: float) -> dict[str, np.ndarray]:
+    """float64 arrays, packed as the case's, for each of out, lse, dq, dk, dv the case holds."""
+    a, opt = case.arrays, case.options
+    h_kv, g = case.group
+    kwargs = opt.kernel_kwargs((h_kv, g))
+    want = [name for name in ("out", "lse", "dq", "dk", "dv") if name in a]
+    exact = {name: np.zeros(a[name].shape) for name in want}  # float64, packed
+    for b, (q0, q1), (k0, k1) in case.sequences():
+        n = q1 - q0
+        q = _f64(a["q"][:, q0:q1]).reshape(h_kv, g, n, -1)  # (h_kv, g, N, d_k)
+        k = _f64(a["k"][:, k0:k1])[:, None]  # (h_kv, 1, M, d_k)
+        v = _f64(a["v"][:, k0:k1])[:, None]  # (h_kv, 1, M, d_v)
+        mask = opt.mask(b, (h_kv, g))
+        if "lse" in a:
+            out, lse = attention(
+                q, k, v, mask, return_lse=True, memory_budget=memory_budget, **kwargs
+            )
+            if opt.sinks is not None:
+                # A row with no key still has its sink: log(exp(sink)) = sink, where attnlab's
+                # fully_masked="zero" reports -inf (its output, 0, is the same either way).
+                lse = np.where(np.isneginf(lse), opt.sinks.reshape(h_kv, g, 1), lse)
+            exact["lse"][:, q0:q1] = lse.reshape(h_kv * g, n)
+        else:
+            out = attention(q, k, v, mask, memory_budget=memory_budget, **kwargs)
+        exact["out"][:, q0:q1] = out.reshape(h_kv * g, n, -1)
+        if case.backward:
+            do = _f64(a["do"][:, q0:q1]).reshape(h_kv, g, n, -1)  # (h_kv, g, N, d_v)
+            dq, dk, dv = attention_backward(
+                q, k, v, do, mask, memory_budget=memory_budget, **kwargs
+            )
+            spans = {"dq": (dq, q0, q1), "dk": (dk, k0, k1), "dv": (dv, k0, k1)}
+            for name, (grad, r0, r1) in spans.items():
+                if name in exact:  # (h or h_kv, rows, d): dk, dv were summed over each group
+                    exact[name][:, r0:r1] = grad.reshape(-1, r1 - r0, grad.shape[-1])
+    return exact
+
+
+def _f64(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x, dtype=np.float64)
