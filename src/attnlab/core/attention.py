@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnlab.core import blockwise
+from attnlab.core import _small, blockwise
 from attnlab.core._grad import check_grad_output
 from attnlab.core._validate import (
     as_real,
@@ -86,6 +86,10 @@ def attention(
     array([[ 0.   , -1.   ],
            [ 0.804,  1.413]])
     """
+    if block_size is None and threads is None and memory_budget is None and check_finite is True:
+        fast = _small.small_attention(q, k, v, mask, scale, method, return_weights)
+        if fast is not None:  # a small problem with every check passed (see core/_small.py)
+            return fast
     method = check_method(method)
     block = check_block_size(block_size, (blockwise.DEFAULT_BLOCK_Q, blockwise.DEFAULT_BLOCK_K))
     n_threads = check_threads(threads)

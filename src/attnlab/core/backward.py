@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnlab.core import blockwise, blockwise_backward
+from attnlab.core import _small, blockwise, blockwise_backward
 from attnlab.core._grad import check_grad_output
 from attnlab.core._validate import (
     check_block_size,
@@ -83,6 +83,10 @@ def attention_backward(
     array([[ 0.  ,  0.  ],
            [ 1.78, -0.89]])
     """
+    if block_size is None and threads is None and memory_budget is None and check_finite is True:
+        fast = _small.small_backward(q, k, v, grad_output, mask, scale, method)
+        if fast is not None:  # a small problem with every check passed (see core/_small.py)
+            return fast
     method = check_method(method)
     block = check_block_size(block_size, (blockwise.DEFAULT_BLOCK_Q, blockwise.DEFAULT_BLOCK_K))
     n_threads = check_threads(threads)
