@@ -192,3 +192,6 @@ def labs_command(
     labs = tuple(lab) if lab else ("variance", "saturation")
     run = partial(time_labs, repeats, labs)
     _present(run, f"Lab wall time, median of {repeats}", as_json, as_csv, None)
+
+
+from attnlab.cli import bench_small as _bench_small  # noqa: E402, F401  (registers "bench small")

@@ -32,6 +32,7 @@ import numpy as np
 
 from attnlab.core import blockwise
 from attnlab.core._grad import sum_to
+from attnlab.core._small_cores import join, on_cores
 from attnlab.core._validate import score_limit
 from attnlab.core.masks import Causal, Mask, Padding, SlidingWindow, as_mask
 
@@ -57,6 +58,36 @@ def small_attention(q, k, v, mask, scale, method, return_weights):
     x = _prepare(q, k, v, mask, scale, method)
     if x is None:
         return None
+    pieces = on_cores(_forward, x, None, return_weights)
+    if pieces is None:
+        return None
+    if return_weights:
+        return join([p[0] for p in pieces], x[4]), join([p[1] for p in pieces], x[4])
+    return join(pieces, x[4])
+
+
+def small_backward(q, k, v, grad_output, mask, scale, method):
+    """``attention_backward(q, k, v, grad_output, mask, scale=scale, method=method)`` for a small
+    problem, or None when the general path must answer."""
+    x = _prepare(q, k, v, mask, scale, method)
+    if x is None:
+        return None
+    g = grad_output
+    if (
+        type(g) is not np.ndarray
+        or g.dtype != q.dtype
+        or g.shape != x[4] + (q.shape[-2], v.shape[-1])
+        or not math.isfinite(np.abs(g).max())
+    ):
+        return None
+    pieces = on_cores(_backward, x, g)
+    if pieces is None:
+        return None
+    return tuple(join([p[i] for p in pieces], a.shape[:-2]) for i, a in enumerate((q, k, v)))
+
+
+def _forward(x, _g, return_weights: bool):
+    """The dense kernel's forward pass on prepared inputs (see ``_prepare``), or None."""
     s = _exp_scores(x)  # (..., N, M) unnormalised weights and their row sums
     if s is None:
         return None
@@ -69,22 +100,10 @@ def small_attention(q, k, v, mask, scale, method, return_weights):
     return out
 
 
-def small_backward(q, k, v, grad_output, mask, scale, method):
-    """``attention_backward(q, k, v, grad_output, mask, scale=scale, method=method)`` for a small
-    problem, or None when the general path must answer. The steps are those of
-    ``core/dense_backward.py``'s docstring, in its order."""
-    x = _prepare(q, k, v, mask, scale, method)
-    if x is None:
-        return None
-    q, k, v, sc, lead = x[:5]
-    g = grad_output
-    if (
-        type(g) is not np.ndarray
-        or g.dtype != q.dtype
-        or g.shape != lead + (q.shape[-2], v.shape[-1])
-        or not math.isfinite(np.abs(g).max())
-    ):
-        return None
+def _backward(x, g):
+    """The dense backward pass, steps 1-6 of ``core/dense_backward.py``'s docstring in its
+    order, on prepared inputs and dO (..., N, d_v); None where a row has no key."""
+    q, k, v, sc = x[:4]
     s = _exp_scores(x)
     if s is None:
         return None
