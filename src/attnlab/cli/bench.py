@@ -194,4 +194,6 @@ def labs_command(
     _present(run, f"Lab wall time, median of {repeats}", as_json, as_csv, None)
 
 
-from attnlab.cli import bench_small as _bench_small  # noqa: E402, F401  (registers "bench small")
+from attnlab.cli.bench_small import small_command  # noqa: E402  (its own module)
+
+bench_app.command("small")(small_command)

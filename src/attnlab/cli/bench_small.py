@@ -1,5 +1,5 @@
-"""``attnlab bench small``: attnlab beside torch's SDPA at small batched shapes (its own module,
-registered on the ``bench`` sub-app of ``cli/bench.py``)."""
+"""``attnlab bench small``: attnlab beside torch's SDPA at small batched shapes (its own module;
+``cli/bench.py`` registers the command on its ``bench`` sub-app)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ from typing import Annotated
 import typer
 
 from attnlab.cli._app import console, err_console, fail, friendly_errors
-from attnlab.cli.bench import bench_app
 
 #: The largest shape side accepted: the fast path this benchmark watches is for small problems.
 MAX_SIDE = 4096
@@ -31,7 +30,6 @@ def _shapes(values: list[str] | None):
     return out
 
 
-@bench_app.command("small")
 @friendly_errors
 def small_command(
     shape: Annotated[

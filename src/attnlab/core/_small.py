@@ -153,7 +153,7 @@ def _prepare(q, k, v, mask, scale, method):
     if drawn is None:
         return None
     shape, blocked, biases = drawn
-    tlead = broadcast(qs[:-2], ks[:-2], shape[:-2])  # the score table's leading axes
+    tlead = broadcast(qs[:-2], ks[:-2], shape[:-2] or qs[:-2])  # the score table's lead axes
     if (
         tlead is None
         or len(tlead) != len(lead)
@@ -194,7 +194,8 @@ def _mask(mask, n: int, m: int, lead: tuple[int, ...], dtype):
         drawn = _kept_render(mask, n, m, len(lead))
     except (ValueError, TypeError):  # the general path raises its own error
         return None
-    if broadcast(lead + (n, m), drawn[0]) != lead + (n, m):
+    table = lead + (n, m)
+    if drawn[0] != table[len(table) - len(drawn[0]) :] and broadcast(table, drawn[0]) != table:
         return None
     return drawn
 
@@ -237,7 +238,7 @@ def _exp_scores(x):
     if s.shape[:-2] != tlead:  # the mask varies along an axis q and k lack
         s = np.array(np.broadcast_to(s, tlead + s.shape[-2:]))  # (..., N, M)
     n = s.shape[-2]
-    band = max(1, _BAND_BYTES // max(1, s[..., 0, :].nbytes))
+    band = _BAND_BYTES // (s.size // n * s.itemsize) or 1
     if band >= n:
         return _softmax_rows(s, sc, blocked, biases)
     totals = []
@@ -283,7 +284,10 @@ def broadcast(*shapes: tuple[int, ...]) -> tuple[int, ...] | None:
     """``np.broadcast_shapes`` in plain Python (several times faster on a few short shapes), or
     None where the shapes do not broadcast."""
     first = shapes[0]
-    if all(shape == first for shape in shapes):
+    for shape in shapes:
+        if shape != first:
+            break
+    else:  # the common case, and the one a call of a few microseconds cannot spend loops on
         return first
     out = list(max(shapes, key=len))
     width = len(out)
