@@ -49,7 +49,7 @@ def test_targets_from_measured_numbers():
         for t in small_bench.targets(report)
         if t.value is not None
     }
-    assert verdicts["forward >= 0.5x torch, 1x1x4x2 causal"] == (False, 0.25)
+    assert "forward >= 0.5x torch, 1x1x4x2 causal" not in verdicts  # 5x is its target
     assert verdicts["forward + backward >= 0.8x torch, 1x1x4x2 causal"] == (True, 0.9)
     assert verdicts["forward within 5x of torch's time, 1x1x4x2 (the worked example)"] == (
         True,
