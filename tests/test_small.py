@@ -266,3 +266,21 @@ def test_the_large_shapes_take_the_roads_they_are_meant_to(monkeypatch):
         q, k, v = inputs(shapes, np.float32)
         assert _small.small_attention(q, k, v, Causal(), None, "auto", False) is not None
     assert seen == ["cut", "pin"]
+
+
+def test_a_call_from_the_shared_pool_does_not_share_out_again(monkeypatch):
+    """attention() called from the pool's own workers must not queue pieces behind itself."""
+    from attnlab.core._threads import pool_map
+
+    cuts = []
+    monkeypatch.setattr(_small_cores, "CORES", 2)
+    monkeypatch.setattr(
+        _small_cores, "_cut", lambda *a, _cut=_small_cores._cut: cuts.append(1) or _cut(*a)
+    )
+    q, k, v = inputs(SHAPES[-2], np.float32)
+    expected = al.attention(q, k, v, Causal(), threads=1)
+    with pool_map(2, 2) as each:
+        outs = each(lambda _: al.attention(q, k, v, Causal()), [0, 1])
+    assert cuts == []
+    for out in outs:
+        assert_same(out, expected, SHAPES[-2])

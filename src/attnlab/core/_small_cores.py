@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import threading
 
 import numpy as np
 
@@ -34,6 +35,7 @@ SPLIT_WORK = 2**20
 #: 4 times 65536): below it there is nothing to pin.
 BLAS_THREADED = 2**18
 CORES = os.cpu_count() or 1
+POOL_PREFIX = "attnlab_"  # the names of the shared pool's threads (``_threads._shared_pool``)
 
 
 def on_cores(fn, x, g, *args) -> list | None:
@@ -46,7 +48,15 @@ def on_cores(fn, x, g, *args) -> list | None:
     n, m, d_k, d_v = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
     count = math.prod(lead)
     whole = q.shape[:-2] == k.shape[:-2] == v.shape[:-2] == lead
-    if CORES > 1 and count > 1 and whole and count * n * m * (d_k + d_v) >= SPLIT_WORK:
+    if (
+        CORES > 1
+        and count > 1
+        and whole
+        and count * n * m * (d_k + d_v) >= SPLIT_WORK
+        # Never from one of the shared pool's own workers: its pieces could wait forever
+        # behind the very items that wait for them.
+        and not threading.current_thread().name.startswith(POOL_PREFIX)
+    ):
         pieces = _cut(x, g, min(CORES, count))
         with pool_map(len(pieces), len(pieces)) as each:  # OpenBLAS pinned while it runs
             out = each(lambda piece: fn(*piece, *args), pieces)
