@@ -34,6 +34,7 @@ test: lint
 bench: $(VENV)/.dev
 	$(VENV)/bin/attnlab bench labs
 	$(VENV)/bin/attnlab bench attention
+	$(VENV)/bin/attnlab bench small
 
 loadtest: $(VENV)/.dev
 	$(PY) -m attnlab.web.loadtest

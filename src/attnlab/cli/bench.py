@@ -192,3 +192,8 @@ def labs_command(
     labs = tuple(lab) if lab else ("variance", "saturation")
     run = partial(time_labs, repeats, labs)
     _present(run, f"Lab wall time, median of {repeats}", as_json, as_csv, None)
+
+
+from attnlab.cli.bench_small import small_command  # noqa: E402  (its own module)
+
+bench_app.command("small")(small_command)

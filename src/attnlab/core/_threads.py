@@ -25,7 +25,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-__all__ = ["POOL_CAP", "blas_info", "on_threads", "pool_map"]
+__all__ = ["POOL_CAP", "blas_info", "on_threads", "one_blas_thread", "pool_map"]
 
 
 def on_threads(fn, items, threads: int) -> None:
@@ -189,6 +189,11 @@ def _one_blas_thread():
             _blas_users -= 1
             if _blas_users == 0:
                 setter(_blas_saved)
+
+
+#: The same pin for a caller that runs its matmuls on its own thread: many small matrices in one
+#: batched matmul, where OpenBLAS would wake its threads for each (see ``core/_small.py``).
+one_blas_thread = _one_blas_thread
 
 
 def blas_info() -> dict:

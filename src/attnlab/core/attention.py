@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnlab.core import blockwise
+from attnlab.core import _small, blockwise
 from attnlab.core._grad import check_grad_output
 from attnlab.core._validate import (
     as_real,
@@ -101,6 +101,11 @@ def attention(
     array([[ 0.   , -1.   ],
            [ 0.804,  1.413]])
     """
+    if plain_call(block_size, threads, memory_budget, check_finite, softcap, sinks, fully_masked):
+        if not return_lse:
+            fast = _small.small_attention(q, k, v, mask, scale, method, return_weights)
+            if fast is not None:  # a small problem with every check passed (see core/_small.py)
+                return fast
     method, block, n_threads, budget = check_options(method, block_size, threads, memory_budget)
     empty = check_fully_masked(fully_masked)
     x, finite = validate_later(q, k, v, mask, scale=scale, check_finite=check_finite)
@@ -114,6 +119,21 @@ def attention(
         finite()
     kernel = dense_weights if return_weights else dense_output
     return kernel(x, threads=n_threads, empty_rows=empty, lse=return_lse)
+
+
+def plain_call(block_size, threads, memory_budget, check_finite, softcap, sinks, fully_masked):
+    """Whether a call asks for nothing the small-problem fast path leaves to the general one:
+    no tuning options, the default checks, and none of the variants."""
+    return (
+        block_size is None
+        and threads is None
+        and memory_budget is None
+        and check_finite is True
+        and softcap is None
+        and sinks is None
+        and isinstance(fully_masked, str)
+        and fully_masked == "raise"
+    )
 
 
 def check_options(method, block_size, threads, memory_budget):

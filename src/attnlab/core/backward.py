@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnlab.core import blockwise_backward
+from attnlab.core import _small, blockwise_backward
 from attnlab.core._grad import check_grad_output
 from attnlab.core._validate import (
     validate,
 )
 from attnlab.core._variants import check_fully_masked, check_lse, check_wrt, with_variants
-from attnlab.core.attention import check_options, choose_method
+from attnlab.core.attention import check_options, choose_method, plain_call
 from attnlab.core.dense_backward import dense_gradients
 
 __all__ = ["attention_backward"]
@@ -95,6 +95,15 @@ def attention_backward(
     array([[ 0.  ,  0.  ],
            [ 1.78, -0.89]])
     """
+    if (
+        plain_call(block_size, threads, memory_budget, check_finite, softcap, sinks, fully_masked)
+        and lse is None
+        and isinstance(wrt, tuple)
+        and wrt == ("q", "k", "v")
+    ):
+        fast = _small.small_backward(q, k, v, grad_output, mask, scale, method)
+        if fast is not None:  # a small problem with every check passed (see core/_small.py)
+            return fast
     method, block, n_threads, budget = check_options(method, block_size, threads, memory_budget)
     empty = check_fully_masked(fully_masked)
     x = validate(q, k, v, mask, scale=scale, check_finite=check_finite)
