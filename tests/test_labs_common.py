@@ -12,9 +12,9 @@ import pytest
 
 import attnlab.labs
 from attnlab.errors import AttnlabError
-from attnlab.figures.labplots import lab_plot, plotly_figure
 from attnlab.labs import LABS, timing
 from attnlab.labs._common import jsonable
+from attnlab.labs._plotly import lab_figure
 
 # Small, fast arguments for each lab.
 SMALL = {
@@ -69,7 +69,7 @@ def test_results_are_frozen_json_ready_and_tabular(results, name):
 @pytest.mark.parametrize("name", list(LABS))
 def test_figures_are_valid_plotly_specs(results, name):
     go = pytest.importorskip("plotly.graph_objects")
-    spec = plotly_figure(lab_plot(results[name]))
+    spec = lab_figure(results[name])
     json.dumps(spec, allow_nan=False)
     go.Figure(spec)  # raises on any property plotly does not know
 

@@ -23,6 +23,7 @@ import attnlab as al
 from attnlab import labs
 from attnlab.figures.multihead import SENTENCE as MH_SENTENCE
 from attnlab.figures.permutation import EMBEDDINGS
+from attnlab.labs._plotly import lab_figure
 from attnlab.web import create_app
 from attnlab.web.app import MAX_BODY_BYTES, STATIC
 from tolerances import CHAPTER, F64
@@ -258,7 +259,10 @@ def test_lab_runs_with_its_parameters_and_seed(client, name):
     if name != "cost":  # timings differ run to run; everything else is fixed by the seed
         assert result["table"]["rows"] == json.loads(json.dumps(rows).replace("NaN", "null"))
         assert result["summary"] == direct.summary()
-    assert result["plot"]["series"] and result["plot"]["x"]
+        # The route returns the whole Plotly figure the CLI's --plot and Jupyter draw.
+        assert result["plot"] == json.loads(json.dumps(lab_figure(direct)))
+    figure = result["plot"]
+    assert figure["layout"]["height"] and all(t["x"] and t["y"] for t in figure["data"])
 
 
 def test_lab_downloads_csv_and_json(client):

@@ -1,9 +1,10 @@
 """``GET /api/config``: the constants the page needs, served from the Python that defines them.
 
-The browser declares none of these itself (STYLE practice 16): the worked example, the stepper's
-limits and its random-example shape, the √d_k slider's range and the saturation threshold, and
-the permutation demo's swap all come from ``attnlab.figures`` and ``attnlab.core.example``, so
-changing one there changes the page too.
+The browser declares none of these itself (docs/style.md, "constants live in Python"): the steps
+of the forward and backward pass with their names, captions and words (``core/stages.py``), the
+worked example, the stepper's limits and its random-example shape, the √d_k slider's range and
+the saturation threshold, and the permutation demo's swap all come from the Python that owns
+them, so changing one there changes the page too.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
+from attnlab.core.stages import stages_data
 from attnlab.figures import histogram, permutation, stepper
 
 __all__ = ["ExplorerConfig", "explorer_config", "router"]
@@ -54,9 +56,24 @@ class PermutationConfig(BaseModel):
     max_word_length: int = Field(description="Most letters a word.")
 
 
+class StageConfig(BaseModel):
+    """One step of the forward or backward pass, as ``core/stages.py`` declares it."""
+
+    name: str = Field(description="The trace's table: scores, ..., grad_k.")
+    symbol: str
+    title: str
+    formula: str
+    caption: str = Field(description="One line: the step, its formula and its shape.")
+    explain: str
+    rows: str = Field(description="What a row of the table is: query, key or dim.")
+    cols: str = Field(description="What a column of the table is: query, key or dim.")
+    phase: str = Field(description="forward or backward.")
+
+
 class ExplorerConfig(BaseModel):
     """Everything the page would otherwise have to declare as a literal."""
 
+    stages: list[StageConfig]
     stepper: StepperConfig
     histogram: HistogramConfig
     permutation: PermutationConfig
@@ -69,6 +86,7 @@ def _matrix(rows) -> list[list[float]]:
 def explorer_config() -> ExplorerConfig:
     """The page's constants, read from the modules that own them."""
     return ExplorerConfig(
+        stages=[StageConfig(**s) for s in stages_data()],
         stepper=StepperConfig(
             example=Example(
                 q=_matrix(stepper.EXAMPLE_Q),
@@ -103,5 +121,5 @@ def explorer_config() -> ExplorerConfig:
 
 @router.get("/config", response_model=ExplorerConfig)
 def config() -> ExplorerConfig:
-    """The page's constants: worked example, stepper limits, slider range, threshold, swap."""
+    """The page's constants: the steps of the pass, worked example, stepper limits, slider range, threshold, swap."""
     return explorer_config()
