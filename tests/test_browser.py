@@ -160,7 +160,7 @@ def test_stepper_by_keyboard(page):
     weights = "#stepper-tables .step-result td[data-col]"
     assert values(page, weights) == pytest.approx([1, 0, 0.196, 0.804], abs=5e-4)
     cells = page.locator(weights).all_inner_texts()
-    assert cells[2].startswith("0.1955") and cells[3].startswith("0.8044")
+    assert cells[2] == "0.1956" and cells[3] == "0.8044"  # 4 significant digits
     shot(page, "figure-attention-stepper")
 
     # The arrow keys move the picked entry; the explanation follows it.

@@ -159,7 +159,7 @@ def test_out_of_range_option_is_a_usage_error():
     assert run("cost", "--d-model", "0").exit_code == 2
 
 
-# -- only attnlab's own errors are usage errors (STYLE.md, practice 18) --------------------------
+# -- only attnlab's own errors are usage errors (docs/style.md, "catch only what you raise") --------------------------
 
 
 def _raise(exc):
@@ -359,7 +359,7 @@ def test_example_without_the_mask_prints_the_big_ratio():
     )
 
 
-# -- the backward pass, traced (issue 12.2) -------------------------------------------------------
+# -- the backward pass, traced -------------------------------------------------------------------
 
 
 def test_example_backward_prints_the_chain_rule_tables():

@@ -87,7 +87,7 @@ def test_time_labs_reports_medians_and_the_target():
     assert row.lab == "permutation" and row.runs == 2
     assert 0 < row.min_s <= row.median_s <= row.max_s
     assert row.target_s is None and row.meets_target is None
-    assert timing.TARGETS["variance"] == 2.0  # issue 3: the default variance lab under 2 s
+    assert timing.TARGETS["variance"] == 2.0  # the default variance lab under 2 s
     json.dumps(r.as_dict(), allow_nan=False)
     with pytest.raises(AttnlabError, match="lab names"):
         timing.time_labs(labs=("cost",))

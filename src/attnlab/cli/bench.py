@@ -81,7 +81,7 @@ def attention_command(
         Path | None, typer.Option("--json", help="Also write every number to this JSON file.")
     ] = None,
 ) -> None:
-    """Time attnlab dense and blockwise attention beside torch SDPA, and check issue 5's targets."""
+    """Time attnlab dense and blockwise attention beside torch SDPA, and check the speed targets of docs/bench.md."""
     from attnlab import bench
 
     writable("--json", json_path)
@@ -154,7 +154,7 @@ def backward_command(
         Path | None, typer.Option("--json", help="Also write every number to this JSON file.")
     ] = None,
 ) -> None:
-    """Time attnlab's gradients (dense and blockwise) beside torch's fused backward: issue 12.6."""
+    """Time attnlab's gradients (dense and blockwise) beside torch's fused backward (docs/bench.md)."""
     from attnlab import bench
 
     writable("--json", json_path)
@@ -183,7 +183,7 @@ def labs_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     as_csv: Annotated[bool, typer.Option("--csv", help="Print the table as CSV.")] = False,
 ) -> None:
-    """Median wall time of the labs at their defaults, against issue 3's 2 s target."""
+    """Median wall time of the labs at their defaults, against their 2 s target."""
     from functools import partial
 
     from attnlab.cli.labs import _present

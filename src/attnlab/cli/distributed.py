@@ -19,7 +19,7 @@ import typer
 from attnlab.cli._app import console, err_console, fail, friendly_errors
 from attnlab.cli.bench import bench_app
 
-TARGET = 0.25  # issue 14: at most 25% over single-process blockwise with 2 workers
+TARGET = 0.25  # the target: at most 25% over single-process blockwise with 2 workers
 
 
 def _flops(heads: int, n: int, d: int) -> float:

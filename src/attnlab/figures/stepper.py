@@ -268,8 +268,8 @@ def _tables(q, k, v, additive, tables: dict) -> dict[str, Table]:
 
 
 def _label(stage: Stage) -> str:
-    """A table's caption on the page: its title and, where the title lacks it, its symbol."""
-    return stage.title if stage.symbol in stage.title else f"{stage.title} {stage.symbol}"
+    """A table's caption on the page: the stage's title and formula."""
+    return f"{stage.title}: {stage.formula}"
 
 
 def build_stepper(

@@ -9,6 +9,7 @@ import { matrixFromUrl, matrixToUrl, onUrlChange, readUrl, writeUrl } from "./st
 import { checkEntry, makeEditable, parseMatrix, toText } from "./stepper-input.js";
 
 let cfg = null; // the worked example and the limits, from GET /api/config (set in init)
+let stages = []; // the steps of the pass (name, phase, what a row is), GET /api/config's stages
 let saturated = null; // a row is saturated past this largest weight (the histogram's threshold)
 
 const root = document.getElementById("figure-attention-stepper");
@@ -20,7 +21,7 @@ const state = { q: [], k: [], v: [], causal: true, scaled: true, blocked: [], gr
 const sub = (n) => String(n + 1);
 const NAMES = { q: "Q", k: "K", v: "V", grad_output: "dO" };
 // The steps of the pass (name, phase, what a row is), from GET /api/config's stages.
-const stageOf = (name) => cfg.stages.find((s) => s.name === name);
+const stageOf = (name) => stages.find((s) => s.name === name);
 // A table with one row per query after the mask: an empty query row (no allowed key) leaves it
 // without numbers there (the scores, the masked row of −∞ and dO do not depend on the weights).
 const rowTable = (name) => { const s = stageOf(name); return Boolean(s) && s.rows === "query" && !["scores", "scaled", "masked", "grad_output"].includes(name); };
@@ -442,6 +443,7 @@ function tableData() {
 export async function init() {
   const all = await config();
   cfg = all.stepper;
+  stages = all.stages;
   saturated = all.histogram.threshold;
   $("#stepper-random").textContent = `Random ${cfg.random_tokens} tokens`;
   const stepBy = (d) => { go(state.step + d); };
