@@ -29,6 +29,27 @@ MAX_N = 2**20
 app.add_typer(bench_app, name="bench")
 
 
+def _lengths_option(example_and_default: str):
+    """--n, repeatable or a comma list; the text names an example and the default."""
+    text = f"Sequence lengths N (= M): repeat the option or give a comma list {example_and_default}"
+    return Annotated[list[str] | None, typer.Option("--n", help=text)]
+
+
+# The options both benchmarks take, declared once.
+Heads = Annotated[int, typer.Option(min=1, help="Heads h (B = 1).")]
+Width = Annotated[int, typer.Option(min=1, help="Head width d_k = d_v.")]
+CausalOnly = Annotated[bool, typer.Option(help="Causal rows only (default: no mask and causal).")]
+Repeats = Annotated[
+    int | None, typer.Option(min=1, help="Timed runs per row (default 7; 3 with --quick).")
+]
+Isolate = Annotated[
+    bool, typer.Option(help="Run each configuration in its own process (peak memory is its own).")
+]
+JsonPath = Annotated[
+    Path | None, typer.Option("--json", help="Also write every number to this JSON file.")
+]
+
+
 def _lengths(values: list[str] | None) -> list[int] | None:
     # Accept --n 512 --n 1024 and --n 512,1024 alike.
     if not values:
@@ -50,36 +71,20 @@ def _lengths(values: list[str] | None) -> list[int] | None:
 @bench_app.command("attention")
 @friendly_errors
 def attention_command(
-    n: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--n",
-            help="Sequence lengths N (= M): repeat the option or give a comma list "
-            "(--n 512,1024). Default: 512 to 16384 and the targets' checks.",
-        ),
-    ] = None,
-    heads: Annotated[int, typer.Option(min=1, help="Heads h (B = 1).")] = 8,
-    d: Annotated[int, typer.Option(min=1, help="Head width d_k = d_v.")] = 64,
-    causal: Annotated[
-        bool, typer.Option(help="Causal rows only (default: no mask and causal).")
-    ] = False,
+    n: _lengths_option("(--n 512,1024). Default: 512 to 16384 and the targets' checks.") = None,
+    heads: Heads = 8,
+    d: Width = 64,
+    causal: CausalOnly = False,
     window: Annotated[
         int | None, typer.Option(min=1, help="Also time a sliding window of this many keys.")
     ] = None,
     quick: Annotated[
         bool, typer.Option(help="N = 512 to 2048, 3 runs each: about 20 s on 2 cores.")
     ] = False,
-    repeats: Annotated[
-        int | None, typer.Option(min=1, help="Timed runs per row (default 7; 3 with --quick).")
-    ] = None,
+    repeats: Repeats = None,
     torch: Annotated[bool, typer.Option(help="Time PyTorch's SDPA beside attnlab.")] = True,
-    isolate: Annotated[
-        bool,
-        typer.Option(help="Run each configuration in its own process (peak memory is its own)."),
-    ] = True,
-    json_path: Annotated[
-        Path | None, typer.Option("--json", help="Also write every number to this JSON file.")
-    ] = None,
+    isolate: Isolate = True,
+    json_path: JsonPath = None,
 ) -> None:
     """Time attnlab dense and blockwise attention beside torch SDPA, and check the speed targets of docs/bench.md."""
     from attnlab import bench
@@ -126,33 +131,19 @@ def _show(report, json_path: Path | None) -> None:
 @bench_app.command("backward")
 @friendly_errors
 def backward_command(
-    n: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--n",
-            help="Sequence lengths N (= M): repeat the option or give a comma list "
-            "(--n 1024,2048). Default: 1024 to 8192 and the memory check at 16384.",
-        ),
-    ] = None,
-    heads: Annotated[int, typer.Option(min=1, help="Heads h (B = 1).")] = 8,
-    d: Annotated[int, typer.Option(min=1, help="Head width d_k = d_v.")] = 64,
-    causal: Annotated[
-        bool, typer.Option(help="Causal rows only (default: no mask and causal).")
-    ] = False,
+    n: _lengths_option(
+        "(--n 1024,2048). Default: 1024 to 8192 and the memory check at 16384."
+    ) = None,
+    heads: Heads = 8,
+    d: Width = 64,
+    causal: CausalOnly = False,
     quick: Annotated[bool, typer.Option(help="N = 512 and 1024, 3 runs each.")] = False,
-    repeats: Annotated[
-        int | None, typer.Option(min=1, help="Timed runs per row (default 7; 3 with --quick).")
-    ] = None,
+    repeats: Repeats = None,
     torch: Annotated[
         bool, typer.Option(help="Time PyTorch's SDPA forward + backward beside attnlab.")
     ] = True,
-    isolate: Annotated[
-        bool,
-        typer.Option(help="Run each configuration in its own process (peak memory is its own)."),
-    ] = True,
-    json_path: Annotated[
-        Path | None, typer.Option("--json", help="Also write every number to this JSON file.")
-    ] = None,
+    isolate: Isolate = True,
+    json_path: JsonPath = None,
 ) -> None:
     """Time attnlab's gradients (dense and blockwise) beside torch's fused backward (docs/bench.md)."""
     from attnlab import bench

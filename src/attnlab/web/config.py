@@ -79,43 +79,28 @@ class ExplorerConfig(BaseModel):
     permutation: PermutationConfig
 
 
-def _matrix(rows) -> list[list[float]]:
-    return [list(row) for row in rows]
+def _read(model: type[BaseModel], module, **given) -> BaseModel:
+    """``model`` filled from ``module``: each field is the module's constant of that name in
+    capitals (``d_k_min`` is ``histogram.D_K_MIN``), read now, so the route always serves the
+    current value; tuples become lists. ``given`` fills the fields that are not constants."""
+    values = {
+        name: getattr(module, name.upper()) for name in model.model_fields if name not in given
+    }
+    return model(**{k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}, **given)
 
 
 def explorer_config() -> ExplorerConfig:
     """The page's constants, read from the modules that own them."""
+    example = Example(
+        q=[list(r) for r in stepper.EXAMPLE_Q],
+        k=[list(r) for r in stepper.EXAMPLE_K],
+        v=[list(r) for r in stepper.EXAMPLE_V],
+    )
     return ExplorerConfig(
         stages=[StageConfig(**s) for s in stages_data()],
-        stepper=StepperConfig(
-            example=Example(
-                q=_matrix(stepper.EXAMPLE_Q),
-                k=_matrix(stepper.EXAMPLE_K),
-                v=_matrix(stepper.EXAMPLE_V),
-            ),
-            max_tokens=stepper.MAX_TOKENS,
-            max_width=stepper.MAX_WIDTH,
-            max_abs=stepper.MAX_ABS,
-            random_tokens=stepper.RANDOM_TOKENS,
-            random_width=stepper.RANDOM_WIDTH,
-            random_range=stepper.RANDOM_RANGE,
-        ),
-        histogram=HistogramConfig(
-            d_k_min=histogram.D_K_MIN,
-            d_k_max=histogram.D_K_MAX,
-            d_k_step=histogram.D_K_STEP,
-            d_k_default=histogram.D_K_DEFAULT,
-            keys=histogram.KEYS,
-            trials=histogram.TRIALS,
-            threshold=histogram.THRESHOLD,
-        ),
-        permutation=PermutationConfig(
-            sentence=list(permutation.SENTENCE),
-            swap=list(permutation.SWAP),
-            min_words=permutation.MIN_WORDS,
-            max_words=permutation.MAX_WORDS,
-            max_word_length=permutation.MAX_WORD_LENGTH,
-        ),
+        stepper=_read(StepperConfig, stepper, example=example),
+        histogram=_read(HistogramConfig, histogram),
+        permutation=_read(PermutationConfig, permutation),
     )
 
 
