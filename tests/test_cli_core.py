@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -391,3 +392,30 @@ def test_a_grad_output_of_the_wrong_shape_is_one_line():
     assert result.exit_code == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "--grad-output" in lines[0] and "(2, 2)" in lines[0]
+
+
+# -- attnlab why: the page's explainers, read from the same entries ------------------------------
+
+
+def test_why_prints_the_entries_the_page_serves():
+    from fastapi.testclient import TestClient
+
+    from attnlab.web import create_app
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
+        with TestClient(create_app(), base_url="http://127.0.0.1") as client:
+            served = client.get("/api/equations").json()["equations"]
+    listing = ok("why")
+    for e in served:
+        assert e["id"] in listing
+    for e in served[1:3]:  # a variance-chain equation: each symbol links to a named proof step
+        out = " ".join(ok("why", e["id"]).split())
+        for s in e["symbols"]:
+            assert " ".join(s["meaning"].split()) in out and s["link"]["label"] in out
+
+
+def test_why_names_an_unknown_equation_in_one_line():
+    result = run("why", "nope")
+    assert result.exit_code == 2 and "nope" in result.output and "score" in result.output
+    assert "Traceback" not in result.output

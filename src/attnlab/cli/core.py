@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Annotated
 
 import numpy as np
@@ -310,3 +311,42 @@ def cost(
     console.print(
         f"The N² terms overtake the linear ones past N = 2·d_model = [bold]{crossover}[/]."
     )
+
+
+@app.command()
+@friendly_errors
+def why(
+    equation: Annotated[
+        str | None,
+        typer.Argument(help="One equation's id (score, sigma, ...); default: list them."),
+    ] = None,
+) -> None:
+    """The chapter's equations symbol by symbol: the same entries as the page's "The why"."""
+    from attnlab.figures.equation import build_equations
+
+    found = {e.id: e for e in build_equations()}
+    if equation is None:
+        for e in found.values():
+            console.print(f"{e.id:<20} {e.section}  {e.title}", highlight=False)
+        return
+    if equation not in found:
+        raise fail(f"expected one of {', '.join(found)}, but got {equation!r} instead")
+    e = found[equation]
+    console.print(f"[bold]{escape(e.title)}[/] ({e.section}): {escape(e.words)}\n")
+    for s in e.symbols:
+        text = _plain(s.text)
+        console.print(f"  [bold]{escape(text)}[/]  ({escape(s.shape)})  {escape(s.meaning)}")
+        console.print(f"    [dim]{escape(s.link.label)}[/]", highlight=False)
+    for note in e.notes:
+        console.print(f"\n  {escape(note)}", highlight=False)
+
+
+def _plain(text: str) -> str:
+    """The page's markup as plain text: q_{i}k_{i} -> "q_i k_i", Σ_{i=1}^{d_{k}} -> Σ_(i=1)^(d_k)."""
+    while "{" in text:
+        text = re.sub(
+            r"([_^])\{([^{}]*)\}",
+            lambda m: f"{m[1]}{m[2]} " if len(m[2]) == 1 else f"{m[1]}({m[2]})",
+            text,
+        )
+    return text.replace(" )", ")").replace(" ^", "^").strip()
