@@ -185,7 +185,7 @@ def test_stepper_by_keyboard(page):
         ".dataset.value !== '1'"
     )
     row1 = page.locator(weights).all_inner_texts()[:2]
-    assert row1 == ["0.000003", "0.999997"]
+    assert row1 == ["2.967e-6", "1"]  # 1 / (1 + e^(18/√2)) and its complement, to 4 digits
     assert values(page, weights)[:2] == pytest.approx([0.000003, 0.999997], abs=5e-7)
     assert "NaN" not in stepper.inner_text()
 

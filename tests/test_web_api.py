@@ -66,8 +66,8 @@ def test_trace_default_is_the_chapters_two_token_example(client):
     np.testing.assert_allclose(t["weights"]["values"], [[1, 0], [0.196, 0.804]], **CHAPTER)
     np.testing.assert_allclose(t["output"]["values"], [[0, -1], [0.804, 1.413]], **CHAPTER)
     np.testing.assert_allclose(t["scaled"]["values"], [[-12.728, 0], [0, 1.414]], **CHAPTER)
-    assert t["masked"]["values"][0][1] is None  # -inf travels as null
-    assert t["mask"]["values"] == [[0, None], [0, 0]]
+    assert t["masked"]["values"][0][1] == "-inf"  # blocked; null would mean no value
+    assert t["mask"]["values"] == [[0, "-inf"], [0, 0]]
     assert fig["row_errors"] == [None, None]
     assert [s["id"] for s in fig["steps"]] == [
         "inputs",

@@ -15,6 +15,7 @@ from rich.table import Table
 import attnlab
 from attnlab.cli._app import app, console, fail, friendly_errors, load_matrix, to_floats
 from attnlab.core.example import EXAMPLE_K, EXAMPLE_Q, EXAMPLE_V
+from attnlab.core.numbers import MASKED
 from attnlab.core.numbers import format_number as _fmt
 from attnlab.core.stages import BACKWARD
 
@@ -62,7 +63,8 @@ def _show_trace(trace: attnlab.AttentionTrace) -> None:
 
 
 def _trace_json(trace: attnlab.AttentionTrace) -> str:
-    """Every table as JSON, one matrix row per line, -inf as null.
+    """Every table as JSON, one matrix row per line, a blocked pair as "-inf" (as the web API
+    writes it, ``core/numbers.py``), never null, which means no value.
 
     Each row goes through the C encoder: ``json.dumps(indent=2)`` takes the pure-Python one, and
     a number per line, which made 256 x 256 take 5 s.
@@ -70,7 +72,7 @@ def _trace_json(trace: attnlab.AttentionTrace) -> str:
 
     def rows(mat) -> str:
         cells = np.asarray(mat).astype(object)
-        cells[np.isneginf(np.asarray(mat))] = None
+        cells[np.isneginf(np.asarray(mat))] = MASKED
         return ",\n    ".join(json.dumps(r, allow_nan=False) for r in cells.tolist())
 
     fields = [f'  "{name}": [\n    {rows(mat)}\n  ]' for name, _, mat in trace.stages()]

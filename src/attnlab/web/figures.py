@@ -35,7 +35,9 @@ def equation() -> EquationFigure:
 
 @router.post("/trace", response_model=StepperFigure)
 def trace(request: TraceRequest | None = None) -> StepperFigure:
-    """Figure attention-stepper: every table of attention on up to 8 tokens (-inf as null)."""
+    """Figure attention-stepper: every table of attention on up to 8 tokens.
+
+    A blocked pair is written "-inf" and an entry with no value null."""
     request = request or TraceRequest()
     return build_stepper(
         request.q,

@@ -2,13 +2,14 @@
 // here from the numbers the server sent (CSV, JSON, Markdown, LaTeX); images are one SVG holding
 // a caption that states the figure's state, the Plotly chart (Plotly.toImage) and the tables, and
 // the PNG is that SVG drawn on a canvas. Nothing leaves the machine: downloads are blob: URLs.
-import { el, fmt, formatNumber } from "./common.js";
+import { MASKED, el, fmt, isMasked } from "./common.js";
 import { togglePresentation } from "./present.js";
 import { linkTo } from "./state.js";
 
-// CSV and JSON keep every digit of a number; a blocked pair and an empty cell are written as
-// every printer writes them ("-inf" and "—"), so the two never read alike.
-const cellText = (x) => (typeof x === "number" ? String(x) : formatNumber(x));
+// CSV keeps every digit of a number, as the lab CSV (LabResult.to_csv) does: a blocked pair is
+// -inf (which every CSV reader takes for minus infinity) and an empty cell stays empty, so the
+// two never read alike.
+const cellText = (x) => (typeof x === "number" ? String(x) : isMasked(x) ? MASKED : "");
 
 export function toCsv({ caption, tables }) {
   const quote = (s) => (/[",\n]/.test(s) ? `"${s.replaceAll('"', '""')}"` : s);
