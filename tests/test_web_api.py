@@ -537,3 +537,13 @@ def test_empty_row_blames_the_hand_blocked_cells(client):
     fig = client.post("/api/trace", json={**body, "blocked": [[1, 0], [1, 1]]}).json()
     assert "blocked by hand" in fig["row_errors"][1]
     assert "causal" not in fig["row_errors"][1]
+
+
+def test_the_trace_request_is_build_stepper_by_name():
+    # POST /api/trace passes its fields straight to build_stepper: the names must agree.
+    import inspect
+
+    from attnlab.figures import build_stepper
+    from attnlab.web.models import TraceRequest
+
+    assert set(TraceRequest.model_fields) == set(inspect.signature(build_stepper).parameters)
