@@ -94,18 +94,17 @@ def attention_command(
     if window is not None:
         masks.append("window")
 
-    report = bench.attention(
-        _lengths(n),
-        heads=heads,
-        d=d,
-        masks=masks,
-        window=window or 512,
-        quick=quick,
-        repeats=repeats,
-        use_torch=torch,
-        isolate=isolate,
-        progress=_progress,
-    )
+    options = {"masks": masks, "window": window or 512}
+    _measure(bench.attention, n, heads, d, quick, repeats, torch, isolate, json_path, **options)
+
+
+def _measure(run, n, heads, d, quick, repeats, torch, isolate, json_path, **options) -> None:
+    """Run one benchmark (``bench.attention`` or ``bench.backward``) with the options both
+    commands share, showing each row as it is measured, then the report."""
+    report = run(
+        _lengths(n), heads=heads, d=d, quick=quick, repeats=repeats, use_torch=torch,
+        isolate=isolate, progress=_progress, **options,
+    )  # fmt: skip
     _show(report, json_path)
 
 
@@ -149,18 +148,8 @@ def backward_command(
     from attnlab import bench
 
     writable("--json", json_path)
-    report = bench.backward(
-        _lengths(n),
-        heads=heads,
-        d=d,
-        masks=["causal"] if causal else ["none", "causal"],
-        quick=quick,
-        repeats=repeats,
-        use_torch=torch,
-        isolate=isolate,
-        progress=_progress,
-    )
-    _show(report, json_path)
+    masks = ["causal"] if causal else ["none", "causal"]
+    _measure(bench.backward, n, heads, d, quick, repeats, torch, isolate, json_path, masks=masks)
 
 
 @bench_app.command("labs")
