@@ -102,10 +102,12 @@ def test_each_stage_caption_is_printed_by_example_backward(served):
 
     from attnlab.cli import app
 
+    for columns in ("30", "80"):  # a caption is never cut, however narrow the terminal
+        narrow = CliRunner().invoke(app, ["example", "--backward"], env={"COLUMNS": columns})
+        assert narrow.exit_code == 0, narrow.output
+        for s in served["stages"]:
+            assert s["caption"] in narrow.output, (columns, s["name"])
     out = CliRunner().invoke(app, ["example", "--backward"], env={"COLUMNS": "80"})
-    assert out.exit_code == 0, out.output
-    for s in served["stages"]:
-        assert s["caption"] in out.output, s["name"]
     grad_q = next(s for s in served["stages"] if s["name"] == "grad_q")
     assert grad_q["explain"] in " ".join(out.output.split())  # the same words, wrapped
     assert "moves along" not in out.output

@@ -39,7 +39,7 @@ MAX_LENGTHS_JSON = 1000  # ... this many with --json
 
 def _table(title: str, mat: np.ndarray, row_label: str = "query", col_label: str = "key") -> None:
     # The caption goes on its own line: as a table title it would wrap to the narrow table.
-    console.print(f"[bold]{title}[/]", highlight=False)
+    console.print(f"[bold]{escape(title)}[/]", highlight=False, soft_wrap=True)  # never cut
     table = Table(show_lines=False)
     table.add_column("")
     for j in range(mat.shape[-1]):
