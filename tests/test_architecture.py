@@ -1,6 +1,6 @@
 """The layout's rules, checked on the source: no import circle anywhere in src/attnlab (imports
 inside functions included), no Python module over 400 lines, and the core never importing the
-layers above it (DESIGN.md, "arrows point down only")."""
+layers above it (docs/design.md, "Layers point down")."""
 
 from __future__ import annotations
 

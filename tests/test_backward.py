@@ -179,7 +179,7 @@ def test_trace_renders_the_backward_tables():
     names = [name for name, _, _ in t.stages()]
     assert names[5:] == ["grad_output", "grad_v", "grad_weights", "grad_scores", "grad_q", "grad_k"]
     text = str(t)
-    assert "7. grad_v  dV = Pᵀ dO" in text and "1.196" in text and "backward:" in text
+    assert "7. grad_v  dV = Aᵀ dO" in text and "1.196" in text and "backward:" in text
     assert t._repr_html_().count("<table>") == 11
 
 

@@ -141,7 +141,7 @@ def test_bench_labs_refuses_an_unknown_lab():
     assert "expected lab names" in result.stderr
 
 
-# -- attnlab bench backward (issue 12.6) ----------------------------------------------------------
+# -- attnlab bench backward -----------------------------------------------------------------------
 
 
 @pytest.fixture

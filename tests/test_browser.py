@@ -160,7 +160,7 @@ def test_stepper_by_keyboard(page):
     weights = "#stepper-tables .step-result td[data-col]"
     assert values(page, weights) == pytest.approx([1, 0, 0.196, 0.804], abs=5e-4)
     cells = page.locator(weights).all_inner_texts()
-    assert cells[2].startswith("0.1955") and cells[3].startswith("0.8044")
+    assert cells[2] == "0.1956" and cells[3] == "0.8044"  # 4 significant digits
     shot(page, "figure-attention-stepper")
 
     # The arrow keys move the picked entry; the explanation follows it.
@@ -185,7 +185,7 @@ def test_stepper_by_keyboard(page):
         ".dataset.value !== '1'"
     )
     row1 = page.locator(weights).all_inner_texts()[:2]
-    assert row1 == ["0.000003", "0.999997"]
+    assert row1 == ["2.967e-6", "1"]  # 1 / (1 + e^(18/√2)) and its complement, to 4 digits
     assert values(page, weights)[:2] == pytest.approx([0.000003, 0.999997], abs=5e-7)
     assert "NaN" not in stepper.inner_text()
 

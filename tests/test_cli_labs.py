@@ -97,7 +97,7 @@ def test_plot_writes_an_offline_page(tmp_path):
         ["lab", "variance", "--plot", "figure.png"],
         ["exercises", "show", "9"],
         ["exercises", "check", "2", "abc"],
-        ["exercises", "check", "2", "1_959"],  # float() would read 1959 (issue 9.9)
+        ["exercises", "check", "2", "1_959"],  # float() would read 1959
         ["exercises", "check", "2"],
     ],
 )
@@ -127,7 +127,7 @@ def test_exercises_list_and_show():
     ("args", "code", "text"),
     [
         (["2", "1.959"], 0, "Correct"),
-        (["2", "1.969"], 0, "Correct"),  # within 0.01 of the 1.959 it prints (issue 11.6)
+        (["2", "1.969"], 0, "Correct"),  # within 0.01 of the 1.959 it prints
         (["2", "3"], 1, "Not quite"),
         (["5", "8192"], 0, "Correct"),
         (["5", "8000"], 1, "Not quite"),
@@ -161,7 +161,7 @@ def test_an_unwritable_output_path_fails_before_any_work(args, tmp_path):
 
 
 def test_a_fully_saturated_trial_prints_its_summary():
-    # Issue 9.3: this run was a ZeroDivisionError traceback (the Jacobian norm cancelled to 0).
+    # This run was a ZeroDivisionError traceback (the Jacobian norm cancelled to 0).
     result = run("lab", "saturation", "--d-k", "128", "--keys", "2", "--trials", "1", "--seed", "2")
     assert result.exit_code == 0, result.output
     assert "times smaller" in result.stdout and "Traceback" not in result.output

@@ -1,4 +1,4 @@
-"""Regression tests for the faults found when the core was tried adversarially (issue 9, items
+"""Regression tests for the faults found when the core was tried adversarially (items
 1, 2, 4, 5 and 6): each failed before its fix."""
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from attnlab import cost, exercises
-from attnlab.labs import LABS, _display, reset_display
+from attnlab.labs import LABS, reset_display
 
 SMALL = {
     "variance": {"widths": (8, 16), "draws": 2_000},
@@ -91,22 +91,21 @@ def test_the_test_above_can_fail(results, plotly_js):
 
 
 def test_the_plot_is_the_specs_plot_as_a_plotly_figure(results):
-    from attnlab.figures.labplots import lab_plot, plotly_figure
+    from attnlab.labs._plotly import lab_figure
 
-    assert plotly_figure is _display.plotly_figure  # one conversion, re-exported for the CLI
     reset_display()
     results["variance"]._repr_html_()  # plotly.js goes with this one
     html = results["gradient"]._repr_html_()
     drawn = re.search(r"var figure = (\{.*\}), tries = 0;", html).group(1)
-    assert json.loads(drawn.replace("<\\/", "</")) == plotly_figure(lab_plot(results["gradient"]))
+    assert json.loads(drawn.replace("<\\/", "</")) == lab_figure(results["gradient"])
 
 
 @pytest.mark.parametrize("name", list(SMALL))
 def test_each_labs_figure_is_one_plotly_accepts(results, name):
     go = pytest.importorskip("plotly.graph_objects")
-    from attnlab.figures.labplots import lab_plot, plotly_figure
+    from attnlab.labs._plotly import lab_figure
 
-    go.Figure(plotly_figure(lab_plot(results[name])))  # raises on a property plotly lacks
+    go.Figure(lab_figure(results[name]))  # raises on a property plotly lacks
 
 
 def test_plain_text_display_is_unchanged(results):

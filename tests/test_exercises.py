@@ -90,7 +90,7 @@ def test_verdicts_and_exercises_serialise():
     assert exercises.get(1).as_dict()["answer"] is None
 
 
-# -- issue 9.9 and 11.6: strict answers, and a check that agrees with its message ----------------
+# -- strict answers, and a check that agrees with its message ----------------
 
 
 @pytest.mark.parametrize(

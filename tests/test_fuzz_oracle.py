@@ -1,4 +1,4 @@
-"""A fuzz of the public entry points against PyTorch (issue 9): shapes, dtypes, every mask kind
+"""A fuzz of the public entry points against PyTorch: shapes, dtypes, every mask kind
 and sums of them, scales, extreme magnitudes, both methods and odd tile sizes. Every good input
 agrees with torch within the named tolerance and holds no NaN; every bad one is an AttnlabError.
 

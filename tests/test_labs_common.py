@@ -12,9 +12,9 @@ import pytest
 
 import attnlab.labs
 from attnlab.errors import AttnlabError
-from attnlab.figures.labplots import lab_plot, plotly_figure
 from attnlab.labs import LABS, timing
 from attnlab.labs._common import jsonable
+from attnlab.labs._plotly import lab_figure
 
 # Small, fast arguments for each lab.
 SMALL = {
@@ -69,7 +69,7 @@ def test_results_are_frozen_json_ready_and_tabular(results, name):
 @pytest.mark.parametrize("name", list(LABS))
 def test_figures_are_valid_plotly_specs(results, name):
     go = pytest.importorskip("plotly.graph_objects")
-    spec = plotly_figure(lab_plot(results[name]))
+    spec = lab_figure(results[name])
     json.dumps(spec, allow_nan=False)
     go.Figure(spec)  # raises on any property plotly does not know
 
@@ -87,7 +87,7 @@ def test_time_labs_reports_medians_and_the_target():
     assert row.lab == "permutation" and row.runs == 2
     assert 0 < row.min_s <= row.median_s <= row.max_s
     assert row.target_s is None and row.meets_target is None
-    assert timing.TARGETS["variance"] == 2.0  # issue 3: the default variance lab under 2 s
+    assert timing.TARGETS["variance"] == 2.0  # the default variance lab under 2 s
     json.dumps(r.as_dict(), allow_nan=False)
     with pytest.raises(AttnlabError, match="lab names"):
         timing.time_labs(labs=("cost",))

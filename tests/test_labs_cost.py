@@ -11,7 +11,7 @@ import pytest
 from attnlab.cost import breakdown
 from attnlab.errors import AttnlabError
 from attnlab.labs import cost_timing
-from attnlab.labs.cost import CostRow, _crossover
+from attnlab.labs.measured_cost import CostRow, _crossover
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from attnlab import softmax
 from attnlab.errors import AttnlabError
 from attnlab.labs import LABS, gradient
 from attnlab.labs._common import GRADIENT, rng_for
-from attnlab.labs.gradient import THRESHOLD, _chunk, _draws
+from attnlab.labs.score_gradients import THRESHOLD, _chunk, _draws
 from tolerances import F64
 
 KEYS, D_V = 8, 6
@@ -135,7 +135,7 @@ def test_same_seed_same_numbers_and_rows_do_not_depend_on_other_widths():
 def test_numbers_do_not_depend_on_the_chunk_size(monkeypatch):
     import importlib
 
-    module = importlib.import_module("attnlab.labs.gradient")
+    module = importlib.import_module("attnlab.labs.score_gradients")
     whole = gradient(widths=(32,), trials=30, seed=2)
     monkeypatch.setattr(module, "CHUNK_ELEMENTS", 1_000)  # a few trials per chunk
     assert module._trials_per_chunk(64, 32, 64) < 30

@@ -20,7 +20,7 @@ from attnlab.cli import app
 from attnlab.errors import AttnlabError
 from attnlab.labs import LABS, proof
 from attnlab.labs._common import PROOF, rng_for
-from attnlab.labs.proof import _pairs_per_chunk
+from attnlab.labs.sqrt_dk_proof import _pairs_per_chunk
 
 # A draw further than 4 standard errors from the truth happens about once in 16,000.
 Z = 4.0

@@ -12,7 +12,7 @@ from attnlab import softmax
 from attnlab.errors import AttnlabError
 from attnlab.labs import saturation
 from attnlab.labs._common import SATURATION, rng_for
-from attnlab.labs.saturation import _step, _trial_stats
+from attnlab.labs.softmax_saturation import _step, _trial_stats
 
 Z = 5.0  # standard errors of slack; see test_labs_variance.py
 
@@ -99,7 +99,7 @@ def test_bad_arguments_raise_attnlab_errors(kwargs, match):
         saturation(**kwargs)
 
 
-# -- issue 9.3: the Jacobian norm of a saturated softmax, stably ---------------------------------
+# -- the Jacobian norm of a saturated softmax, stably ---------------------------------
 
 
 def _exact_jacobian_norm(scores) -> float:
@@ -125,7 +125,7 @@ def test_jacobian_norm_matches_exact_arithmetic_even_when_p_max_rounds_to_1(scor
 
 
 def test_a_single_fully_saturated_trial_is_summarised_not_divided_by_zero():
-    # Issue 9.3: at this seed one key wins by ~30, 1 - p_max is below 1e-9, and the old closed
+    # At this seed one key wins by ~30, 1 - p_max is below 1e-9, and the old closed
     # form cancelled to exactly 0, so summary() divided by zero.
     r = saturation(d_k=128, keys=2, trials=1, seed=2)
     assert r.unscaled_saturated == 1 and 0 < 1 - r.unscaled_p_max[0] < 1e-9

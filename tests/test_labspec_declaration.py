@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 from attnlab import labs
 from attnlab.cli import app
 from attnlab.labs import LABS
+from attnlab.labs._spec import _UNSET
 from attnlab.web import create_app
 from attnlab.web.labs import request_model
 
@@ -105,14 +106,48 @@ def test_the_cli_default_run_is_the_spec_default():
     assert perm["word"] == spec.param("word").default
 
 
-def test_the_web_listing_is_the_specs():
+def _listed_edges():
+    """(lab, param, value just outside a listed bound) for every bound /api/labs lists."""
     with TestClient(create_app(), base_url=LOCAL) as client:
         listing = client.get("/api/labs").json()
-        assert listing == [spec.describe() for spec in LABS.values()]
-        # The web default run uses the web defaults, which the estimate allows.
+    for lab in listing:
+        for p in lab["params"]:
+            if p["type"] not in ("integer", "number", "list"):
+                continue
+            if p["max"] is not None:
+                yield lab["name"], p["name"], p["max"] + 1
+            if p["min"] is not None and not (p["type"] == "number" and p["min"] == 0):
+                yield lab["name"], p["name"], p["min"] - 1
+
+
+def test_the_web_listing_names_every_lab_and_its_signature_defaults():
+    with TestClient(create_app(), base_url=LOCAL) as client:
+        listing = client.get("/api/labs").json()
+    assert [lab["name"] for lab in listing] == list(LABS)
+    for lab in listing:
+        signature = inspect.signature(LABS[lab["name"]].run).parameters
+        for p in lab["params"]:
+            web_default = LABS[lab["name"]].param(p["name"]).web_default
+            if web_default is _UNSET:  # the web runs the library's own default
+                default = signature[p["name"]].default
+                assert p["default"] == (list(default) if isinstance(default, tuple) else default)
+
+
+@pytest.mark.parametrize(("lab", "name", "value"), list(_listed_edges()))
+def test_the_web_refuses_just_past_each_listed_bound(lab, name, value):
+    # What the page is told (min/max in /api/labs) is what the route enforces: one past a
+    # listed bound is a 422 naming the parameter, before any work starts.
+    with TestClient(create_app(), base_url=LOCAL) as client:
+        answer = client.get(f"/api/labs/{lab}", params={name: value})
+    assert answer.status_code == 422, answer.text
+    assert name in answer.text
+
+
+def test_the_web_default_run_uses_the_web_defaults():
+    with TestClient(create_app(), base_url=LOCAL) as client:
         answer = client.get("/api/labs/permutation")
-        assert answer.status_code == 200
-        assert answer.json()["params"] == LABS["permutation"].defaults(web=True)
+    assert answer.status_code == 200
+    assert answer.json()["params"] == LABS["permutation"].defaults(web=True)
 
 
 @pytest.mark.parametrize("name", list(LABS))

@@ -26,7 +26,7 @@ from attnlab import labs
 from attnlab.cli import app
 from attnlab.labs import LABS
 from attnlab.labs._scores import CHUNK_DRAWS
-from attnlab.labs.saturation import KEPT_TRIALS
+from attnlab.labs.softmax_saturation import KEPT_TRIALS
 
 runner = CliRunner()
 FACTOR = 5.0
@@ -138,9 +138,7 @@ def test_saturation_keeps_p_max_per_trial_up_to_a_cap_and_counts_every_trial():
 
 def test_a_trial_bigger_than_a_chunk_draws_the_same_numbers_in_row_blocks(monkeypatch):
     whole = labs.saturation(d_k=32, keys=8, trials=6, seed=5)
-    module = importlib.import_module(
-        "attnlab.labs.saturation"
-    )  # the name labs.saturation is the function
+    module = importlib.import_module("attnlab.labs.softmax_saturation")
     monkeypatch.setattr(module, "CHUNK_ELEMENTS", 64)  # (8 + 1) x 32 > 64: blocks
     blocked = labs.saturation(d_k=32, keys=8, trials=6, seed=5)
     assert blocked.unscaled_p_max == pytest.approx(whole.unscaled_p_max, rel=1e-12)

@@ -196,7 +196,7 @@ def test_output_and_weights_keep_the_input_dtype(dtype):
 
 
 def test_long_input_goes_blockwise_and_never_holds_the_head_table():
-    # issue 8: mha(x) used to build (h, N, M) weights even when only the output was wanted.
+    # mha(x) used to build (h, N, M) weights even when only the output was wanted.
     import tracemalloc
 
     n, d_model, h = 4096, 64, 8

@@ -158,3 +158,18 @@ def test_an_exported_notebook_shows_the_stepper_tables_offline(tmp_path):
     assert "Softmax" in text and "0.8044" in text  # the worked example's weight, shown
     # The export template's own CDN links (require.js, MathJax) were refused, not loaded.
     assert all("attnlab" not in url for url in off_machine)
+
+
+def test_masked_steps_render_with_the_one_number_rule():
+    """A causal step shows its blocked pair as -inf and every value as format_number writes it,
+    in the view the front end draws and in the static HTML alike."""
+    from attnlab.core.numbers import format_number
+    from attnlab.notebook._views import html_of
+
+    w = al.notebook.stepper()
+    w.causal = True
+    w.step = 4  # the mask added: query 1 may not see key 2
+    masked = w.view["tables"][-1]
+    assert masked["text"][0][1] == "-inf"
+    assert masked["text"] == [[format_number(x) for x in row] for row in masked["values"]]
+    assert "<td>-inf</td>" in html_of(w.view)

@@ -1,4 +1,4 @@
-"""Issue 12.5: the stepper's backward steps (dV, dA, dS, dQ, dK), their numbers and their errors.
+"""The stepper's backward steps (dV, dA, dS, dQ, dK), their numbers and their errors.
 
 Oracles: torch.autograd on the same small cases (float64, 1e-10), central finite differences of
 the stepper's own forward output, and the chapter's example worked by hand.

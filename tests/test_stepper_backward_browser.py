@@ -1,4 +1,4 @@
-"""Issue 12.5 in a real browser: the stepper walks on past the output, back through dV, dA, dS,
+"""In a real browser: the stepper walks on past the output, back through dV, dA, dS,
 dQ and dK, with an upstream gradient dO the reader can edit, and keeps it in the URL.
 
 The numbers on the page are checked against torch.autograd where torch is installed and
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from test_browser import ARTIFACTS, browser, server, sync_api  # noqa: F401 (fixtures)
-from test_explorer_issue10 import opened, query, ready, stepper_values  # noqa: F401
+from test_explorer_browser import opened, query, ready, stepper_values  # noqa: F401
 
 pytestmark = pytest.mark.browser
 
@@ -201,6 +201,6 @@ def test_export_of_a_backward_step_names_dO_and_holds_its_tables(opened):  # noq
         return m.toCsv(document.querySelector('#figure-attention-stepper').exportData()); }"""
     )
     assert "step 10 (Gradient of Q)" in csv and "upstream gradient dO as entered" in csv
-    assert "# dQ = dS K · scale" in csv and "# Keys K" in csv
+    assert "# Gradient of Q: dQ = dS K · 1/√d_k" in csv and "# Keys K" in csv
     want = _closed_form(np.array([[1.0, 2.0], [3.0, 4.0]]))["grad_q"]
     assert f"{want[1, 0]:.6g}"[:5] in csv

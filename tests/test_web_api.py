@@ -23,6 +23,7 @@ import attnlab as al
 from attnlab import labs
 from attnlab.figures.multihead import SENTENCE as MH_SENTENCE
 from attnlab.figures.permutation import EMBEDDINGS
+from attnlab.labs._plotly import lab_figure
 from attnlab.web import create_app
 from attnlab.web.app import MAX_BODY_BYTES, STATIC
 from tolerances import CHAPTER, F64
@@ -65,8 +66,8 @@ def test_trace_default_is_the_chapters_two_token_example(client):
     np.testing.assert_allclose(t["weights"]["values"], [[1, 0], [0.196, 0.804]], **CHAPTER)
     np.testing.assert_allclose(t["output"]["values"], [[0, -1], [0.804, 1.413]], **CHAPTER)
     np.testing.assert_allclose(t["scaled"]["values"], [[-12.728, 0], [0, 1.414]], **CHAPTER)
-    assert t["masked"]["values"][0][1] is None  # -inf travels as null
-    assert t["mask"]["values"] == [[0, None], [0, 0]]
+    assert t["masked"]["values"][0][1] == "-inf"  # blocked; null would mean no value
+    assert t["mask"]["values"] == [[0, "-inf"], [0, 0]]
     assert fig["row_errors"] == [None, None]
     assert [s["id"] for s in fig["steps"]] == [
         "inputs",
@@ -258,7 +259,10 @@ def test_lab_runs_with_its_parameters_and_seed(client, name):
     if name != "cost":  # timings differ run to run; everything else is fixed by the seed
         assert result["table"]["rows"] == json.loads(json.dumps(rows).replace("NaN", "null"))
         assert result["summary"] == direct.summary()
-    assert result["plot"]["series"] and result["plot"]["x"]
+        # The route returns the whole Plotly figure the CLI's --plot and Jupyter draw.
+        assert result["plot"] == json.loads(json.dumps(lab_figure(direct)))
+    figure = result["plot"]
+    assert figure["layout"]["height"] and all(t["x"] and t["y"] for t in figure["data"])
 
 
 def test_lab_downloads_csv_and_json(client):
@@ -533,3 +537,13 @@ def test_empty_row_blames_the_hand_blocked_cells(client):
     fig = client.post("/api/trace", json={**body, "blocked": [[1, 0], [1, 1]]}).json()
     assert "blocked by hand" in fig["row_errors"][1]
     assert "causal" not in fig["row_errors"][1]
+
+
+def test_the_trace_request_is_build_stepper_by_name():
+    # POST /api/trace passes its fields straight to build_stepper: the names must agree.
+    import inspect
+
+    from attnlab.figures import build_stepper
+    from attnlab.web.models import TraceRequest
+
+    assert set(TraceRequest.model_fields) == set(inspect.signature(build_stepper).parameters)

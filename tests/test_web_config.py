@@ -1,4 +1,4 @@
-"""The page's constants come from the server (STYLE practice 16, issue 8.5).
+"""The page's constants come from the server (docs/style.md, "constants live in Python").
 
 ``GET /api/config`` must equal the Python constants, and the page's HTML and JS must not
 declare them again: a literal that comes back makes these tests fail.
@@ -11,7 +11,6 @@ import warnings
 
 import pytest
 
-from attnlab.core import example
 from attnlab.figures import histogram, permutation, stepper
 from attnlab.web import create_app
 from attnlab.web.app import STATIC
@@ -32,36 +31,86 @@ def served() -> dict:
     return response.json()
 
 
-def test_config_route_equals_the_python_constants(served):
-    assert served["stepper"] == {
-        "example": {
-            "q": [list(r) for r in example.EXAMPLE_Q],
-            "k": [list(r) for r in example.EXAMPLE_K],
-            "v": [list(r) for r in example.EXAMPLE_V],
-        },
-        "max_tokens": stepper.MAX_TOKENS,
-        "max_width": stepper.MAX_WIDTH,
-        "max_abs": stepper.MAX_ABS,
-        "random_tokens": stepper.RANDOM_TOKENS,
-        "random_width": stepper.RANDOM_WIDTH,
-        "random_range": stepper.RANDOM_RANGE,
-    }
-    assert served["histogram"] == {
-        "d_k_min": histogram.D_K_MIN,
-        "d_k_max": histogram.D_K_MAX,
-        "d_k_step": histogram.D_K_STEP,
-        "d_k_default": histogram.D_K_DEFAULT,
-        "keys": histogram.KEYS,
-        "trials": histogram.TRIALS,
-        "threshold": histogram.THRESHOLD,
-    }
-    assert served["permutation"] == {
-        "sentence": list(permutation.SENTENCE),
-        "swap": list(permutation.SWAP),
-        "min_words": permutation.MIN_WORDS,
-        "max_words": permutation.MAX_WORDS,
-        "max_word_length": permutation.MAX_WORD_LENGTH,
-    }
+# (module, constant, where /api/config serves it). The route must read each constant when it is
+# asked: the test below swaps every one for a value nobody would write, and looks for it.
+SERVED = [
+    (stepper, "EXAMPLE_Q", "stepper.example.q"),
+    (stepper, "EXAMPLE_K", "stepper.example.k"),
+    (stepper, "EXAMPLE_V", "stepper.example.v"),
+    (stepper, "MAX_TOKENS", "stepper.max_tokens"),
+    (stepper, "MAX_WIDTH", "stepper.max_width"),
+    (stepper, "MAX_ABS", "stepper.max_abs"),
+    (stepper, "RANDOM_TOKENS", "stepper.random_tokens"),
+    (stepper, "RANDOM_WIDTH", "stepper.random_width"),
+    (stepper, "RANDOM_RANGE", "stepper.random_range"),
+    (histogram, "D_K_MIN", "histogram.d_k_min"),
+    (histogram, "D_K_MAX", "histogram.d_k_max"),
+    (histogram, "D_K_STEP", "histogram.d_k_step"),
+    (histogram, "D_K_DEFAULT", "histogram.d_k_default"),
+    (histogram, "KEYS", "histogram.keys"),
+    (histogram, "TRIALS", "histogram.trials"),
+    (histogram, "THRESHOLD", "histogram.threshold"),
+    (permutation, "SENTENCE", "permutation.sentence"),
+    (permutation, "SWAP", "permutation.swap"),
+    (permutation, "MIN_WORDS", "permutation.min_words"),
+    (permutation, "MAX_WORDS", "permutation.max_words"),
+    (permutation, "MAX_WORD_LENGTH", "permutation.max_word_length"),
+]
+
+
+def _odd(value, n: int):
+    """A value of ``value``'s type that appears nowhere else: 9000 + n, in its shape."""
+    if isinstance(value, str):
+        return f"word{n}"
+    if isinstance(value, list | tuple):
+        return [_odd(value[0], n)]
+    return type(value)(9000 + n)
+
+
+def test_config_route_serves_each_constant_where_it_lives(monkeypatch):
+    odd = {}
+    for n, (module, name, path) in enumerate(SERVED):
+        odd[path] = _odd(getattr(module, name), n)
+        monkeypatch.setattr(module, name, odd[path])
+    with TestClient(create_app(), base_url="http://127.0.0.1") as client:
+        served = client.get("/api/config").json()
+    for path, value in odd.items():
+        got = served
+        for key in path.split("."):
+            got = got[key]
+        assert got == value, path
+
+
+def test_the_unpatched_config_is_the_chapters(served):
+    assert served["stepper"]["example"]["q"] == [[3, -3], [1, 1]]  # §6.2's two tokens
+    assert served["stepper"]["example"]["v"] == [[0, -1], [1, 2]]
+
+
+def test_config_serves_every_step_of_the_pass_in_the_traces_order(served):
+    names = [s["name"] for s in served["stages"]]
+    assert names == ["scores", "scaled", "masked", "weights", "output", "grad_output",
+                     "grad_v", "grad_weights", "grad_scores", "grad_q", "grad_k"]  # fmt: skip
+    for s in served["stages"]:
+        assert s["symbol"] and s["caption"] and s["explain"] and s["formula"]
+        assert s["phase"] == ("backward" if s["name"].startswith("grad_") else "forward")
+    weights = next(s for s in served["stages"] if s["name"] == "weights")
+    assert weights["symbol"] == "A"  # the chapter's letter; P is §6.5's permutation
+
+
+def test_each_stage_caption_is_printed_by_example_backward(served):
+    from typer.testing import CliRunner
+
+    from attnlab.cli import app
+
+    for columns in ("30", "80"):  # a caption is never cut, however narrow the terminal
+        narrow = CliRunner().invoke(app, ["example", "--backward"], env={"COLUMNS": columns})
+        assert narrow.exit_code == 0, narrow.output
+        for s in served["stages"]:
+            assert s["caption"] in narrow.output, (columns, s["name"])
+    out = CliRunner().invoke(app, ["example", "--backward"], env={"COLUMNS": "80"})
+    grad_q = next(s for s in served["stages"] if s["name"] == "grad_q")
+    assert grad_q["explain"] in " ".join(out.output.split())  # the same words, wrapped
+    assert "moves along" not in out.output
 
 
 def test_the_constants_agree_with_each_other():

@@ -47,7 +47,7 @@ def documented_422(response, field: str = "body") -> dict:
     return body
 
 
-# -- 422 for what a request causes, 500 for a bug (issue 8.6) -------------------------------------
+# -- 422 for what a request causes, 500 for a bug -------------------------------------------------
 
 
 def test_field_error_is_an_attnlab_error():
@@ -121,7 +121,7 @@ def test_a_bugs_traceback_is_in_the_server_log():
     assert logged and "a bug" in str(logged[0].exc_info[1])
 
 
-# -- bodies the JSON parser cannot read (issue 9.9) -------------------------------------------------
+# -- bodies the JSON parser cannot read -------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""Browser-borne attacks on the local server (issue 9.8): DNS rebinding and cross-site labs.
+"""Browser-borne attacks on the local server: DNS rebinding and cross-site labs.
 
 A Host that is not a loopback name (or the server's own --host) gets 400; a cross-site request
 to a lab route gets 403 before the lab runs; ``attnlab serve --host ''`` is refused.

@@ -1,4 +1,4 @@
-"""The lab routes on their own queue (issue 9.7), and the lab and exercise fixes seen over HTTP.
+"""The lab routes on their own queue, and the lab and exercise fixes seen over HTTP.
 
 A queue of lab requests used to freeze the server: each waited up to 30 s for the one lab slot
 on a thread of the pool that serves every route, so with 80 queued `GET /` hung. Now labs run on
@@ -109,7 +109,7 @@ def test_an_estimate_past_the_web_budget_is_refused_naming_the_budget_field(clie
 
 
 def test_a_fully_saturated_trial_is_answered_not_a_500(client):
-    # Issue 9.3: the Jacobian norm was exactly 0 here and summary() divided by it.
+    # The Jacobian norm was exactly 0 here and summary() divided by it.
     answer = client.get(
         "/api/labs/saturation", params={"d_k": 128, "keys": 2, "trials": 1, "seed": 2}
     )

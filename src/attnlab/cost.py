@@ -1,6 +1,6 @@
 """Public home of the cost model: ``attnlab.cost.mha_flops(n, d_model)`` and friends."""
 
-from attnlab.core.cost import (
+from attnlab.core.cost_model import (
     CostBreakdown,
     breakdown,
     crossover_length,

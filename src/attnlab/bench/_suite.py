@@ -1,4 +1,4 @@
-"""The side-by-side attention benchmark: a sweep over N, the checks and targets of issue 5.
+"""The side-by-side attention benchmark: a sweep over N, the checks and the speed targets.
 
 Shape legend: B = 1, h heads, N queries = M keys, d = d_k = d_v, float32 unless told.
 
@@ -29,7 +29,7 @@ MEMORY_LIMIT_MIB = 512.0
 
 @dataclass
 class Target:
-    """One target of issue 5: the measured value, the goal, and whether it was met."""
+    """One speed target: the measured value, the goal, and whether it was met."""
 
     name: str
     goal: float
@@ -130,6 +130,27 @@ def plan_run(ns, default_ns, quick: bool, repeats, checks, use_torch: bool, isol
     )
 
 
+def _measure_checks(measured, report: Report, base: Config, ns, *, quick: bool, checks: bool):
+    """The extra configurations the targets need, each measured once into ``report.checks``:
+    with ``quick`` only the textbook expression at N = 2048, with ``checks`` all of them."""
+    if quick and 2048 in ns:  # the one cheap check: the textbook expression beside dense
+        measured(replace(base, method="textbook", n=2048), report.checks)
+    if checks:
+        wanted = [
+            replace(base, method="dense", n=2048),
+            replace(base, method="textbook", n=2048),
+            replace(base, n=8192),
+            replace(base, n=8192, mask="causal"),
+            replace(base, n=16384),
+            replace(base, n=16384, mask="window", window=512),
+        ]
+        for cfg in wanted:
+            if report.find(cfg.method, cfg.n, cfg.mask, cfg.heads) is None:
+                measured(cfg, report.checks)
+        # One call: the peak is what matters, and one call takes seconds.
+        measured(replace(base, n=MEMORY_N, heads=1, repeats=0), report.checks)
+
+
 def attention(
     ns: Sequence[int] | None = None,
     *,
@@ -203,28 +224,13 @@ def attention(
                 measured(replace(cfg, repeats=repeats), report.results)
 
     base = Config("blockwise", 0, heads, d, repeats=repeats)
-    if quick and 2048 in ns:  # the one cheap check: the textbook expression beside dense
-        measured(replace(base, method="textbook", n=2048), report.checks)
-    if checks:
-        wanted = [
-            replace(base, method="dense", n=2048),
-            replace(base, method="textbook", n=2048),
-            replace(base, n=8192),
-            replace(base, n=8192, mask="causal"),
-            replace(base, n=16384),
-            replace(base, n=16384, mask="window", window=512),
-        ]
-        for cfg in wanted:
-            if report.find(cfg.method, cfg.n, cfg.mask, cfg.heads) is None:
-                measured(cfg, report.checks)
-        # One call: the peak is what matters, and one call takes seconds.
-        measured(replace(base, n=MEMORY_N, heads=1, repeats=0), report.checks)
+    _measure_checks(measured, report, base, ns, quick=quick, checks=checks)
     report.targets = targets(report)
     return report
 
 
 def targets(report: Report) -> list[Target]:
-    """Issue 5's targets, each from numbers measured in this report (None where not run)."""
+    """The speed targets, each from numbers measured in this report (None where not run)."""
     out = []
     for n in (2048, 4096, 8192):
         for mask in ("none", "causal"):

@@ -119,7 +119,7 @@ def friendly_errors(fn):
     """Turn attnlab's own errors (``AttnlabError``) into one line and exit code 2.
 
     Nothing else is caught: a plain ``ValueError`` or ``TypeError`` from the library is a bug,
-    and hiding it behind a usage message would hide the bug (STYLE.md, practice 18).
+    and hiding it behind a usage message would hide the bug (docs/style.md, "catch only what you raise").
     """
 
     @functools.wraps(fn)

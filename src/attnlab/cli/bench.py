@@ -29,6 +29,27 @@ MAX_N = 2**20
 app.add_typer(bench_app, name="bench")
 
 
+def _lengths_option(example_and_default: str):
+    """--n, repeatable or a comma list; the text names an example and the default."""
+    text = f"Sequence lengths N (= M): repeat the option or give a comma list {example_and_default}"
+    return Annotated[list[str] | None, typer.Option("--n", help=text)]
+
+
+# The options both benchmarks take, declared once.
+Heads = Annotated[int, typer.Option(min=1, help="Heads h (B = 1).")]
+Width = Annotated[int, typer.Option(min=1, help="Head width d_k = d_v.")]
+CausalOnly = Annotated[bool, typer.Option(help="Causal rows only (default: no mask and causal).")]
+Repeats = Annotated[
+    int | None, typer.Option(min=1, help="Timed runs per row (default 7; 3 with --quick).")
+]
+Isolate = Annotated[
+    bool, typer.Option(help="Run each configuration in its own process (peak memory is its own).")
+]
+JsonPath = Annotated[
+    Path | None, typer.Option("--json", help="Also write every number to this JSON file.")
+]
+
+
 def _lengths(values: list[str] | None) -> list[int] | None:
     # Accept --n 512 --n 1024 and --n 512,1024 alike.
     if not values:
@@ -50,38 +71,22 @@ def _lengths(values: list[str] | None) -> list[int] | None:
 @bench_app.command("attention")
 @friendly_errors
 def attention_command(
-    n: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--n",
-            help="Sequence lengths N (= M): repeat the option or give a comma list "
-            "(--n 512,1024). Default: 512 to 16384 and the targets' checks.",
-        ),
-    ] = None,
-    heads: Annotated[int, typer.Option(min=1, help="Heads h (B = 1).")] = 8,
-    d: Annotated[int, typer.Option(min=1, help="Head width d_k = d_v.")] = 64,
-    causal: Annotated[
-        bool, typer.Option(help="Causal rows only (default: no mask and causal).")
-    ] = False,
+    n: _lengths_option("(--n 512,1024). Default: 512 to 16384 and the targets' checks.") = None,
+    heads: Heads = 8,
+    d: Width = 64,
+    causal: CausalOnly = False,
     window: Annotated[
         int | None, typer.Option(min=1, help="Also time a sliding window of this many keys.")
     ] = None,
     quick: Annotated[
         bool, typer.Option(help="N = 512 to 2048, 3 runs each: about 20 s on 2 cores.")
     ] = False,
-    repeats: Annotated[
-        int | None, typer.Option(min=1, help="Timed runs per row (default 7; 3 with --quick).")
-    ] = None,
+    repeats: Repeats = None,
     torch: Annotated[bool, typer.Option(help="Time PyTorch's SDPA beside attnlab.")] = True,
-    isolate: Annotated[
-        bool,
-        typer.Option(help="Run each configuration in its own process (peak memory is its own)."),
-    ] = True,
-    json_path: Annotated[
-        Path | None, typer.Option("--json", help="Also write every number to this JSON file.")
-    ] = None,
+    isolate: Isolate = True,
+    json_path: JsonPath = None,
 ) -> None:
-    """Time attnlab dense and blockwise attention beside torch SDPA, and check issue 5's targets."""
+    """Time attnlab dense and blockwise attention beside torch SDPA, and check the speed targets of docs/bench.md."""
     from attnlab import bench
 
     writable("--json", json_path)
@@ -89,18 +94,17 @@ def attention_command(
     if window is not None:
         masks.append("window")
 
-    report = bench.attention(
-        _lengths(n),
-        heads=heads,
-        d=d,
-        masks=masks,
-        window=window or 512,
-        quick=quick,
-        repeats=repeats,
-        use_torch=torch,
-        isolate=isolate,
-        progress=_progress,
-    )
+    options = {"masks": masks, "window": window or 512}
+    _measure(bench.attention, n, heads, d, quick, repeats, torch, isolate, json_path, **options)
+
+
+def _measure(run, n, heads, d, quick, repeats, torch, isolate, json_path, **options) -> None:
+    """Run one benchmark (``bench.attention`` or ``bench.backward``) with the options both
+    commands share, showing each row as it is measured, then the report."""
+    report = run(
+        _lengths(n), heads=heads, d=d, quick=quick, repeats=repeats, use_torch=torch,
+        isolate=isolate, progress=_progress, **options,
+    )  # fmt: skip
     _show(report, json_path)
 
 
@@ -126,50 +130,26 @@ def _show(report, json_path: Path | None) -> None:
 @bench_app.command("backward")
 @friendly_errors
 def backward_command(
-    n: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--n",
-            help="Sequence lengths N (= M): repeat the option or give a comma list "
-            "(--n 1024,2048). Default: 1024 to 8192 and the memory check at 16384.",
-        ),
-    ] = None,
-    heads: Annotated[int, typer.Option(min=1, help="Heads h (B = 1).")] = 8,
-    d: Annotated[int, typer.Option(min=1, help="Head width d_k = d_v.")] = 64,
-    causal: Annotated[
-        bool, typer.Option(help="Causal rows only (default: no mask and causal).")
-    ] = False,
+    n: _lengths_option(
+        "(--n 1024,2048). Default: 1024 to 8192 and the memory check at 16384."
+    ) = None,
+    heads: Heads = 8,
+    d: Width = 64,
+    causal: CausalOnly = False,
     quick: Annotated[bool, typer.Option(help="N = 512 and 1024, 3 runs each.")] = False,
-    repeats: Annotated[
-        int | None, typer.Option(min=1, help="Timed runs per row (default 7; 3 with --quick).")
-    ] = None,
+    repeats: Repeats = None,
     torch: Annotated[
         bool, typer.Option(help="Time PyTorch's SDPA forward + backward beside attnlab.")
     ] = True,
-    isolate: Annotated[
-        bool,
-        typer.Option(help="Run each configuration in its own process (peak memory is its own)."),
-    ] = True,
-    json_path: Annotated[
-        Path | None, typer.Option("--json", help="Also write every number to this JSON file.")
-    ] = None,
+    isolate: Isolate = True,
+    json_path: JsonPath = None,
 ) -> None:
-    """Time attnlab's gradients (dense and blockwise) beside torch's fused backward: issue 12.6."""
+    """Time attnlab's gradients (dense and blockwise) beside torch's fused backward (docs/bench.md)."""
     from attnlab import bench
 
     writable("--json", json_path)
-    report = bench.backward(
-        _lengths(n),
-        heads=heads,
-        d=d,
-        masks=["causal"] if causal else ["none", "causal"],
-        quick=quick,
-        repeats=repeats,
-        use_torch=torch,
-        isolate=isolate,
-        progress=_progress,
-    )
-    _show(report, json_path)
+    masks = ["causal"] if causal else ["none", "causal"]
+    _measure(bench.backward, n, heads, d, quick, repeats, torch, isolate, json_path, masks=masks)
 
 
 @bench_app.command("labs")
@@ -183,7 +163,7 @@ def labs_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
     as_csv: Annotated[bool, typer.Option("--csv", help="Print the table as CSV.")] = False,
 ) -> None:
-    """Median wall time of the labs at their defaults, against issue 3's 2 s target."""
+    """Median wall time of the labs at their defaults, against their 2 s target."""
     from functools import partial
 
     from attnlab.cli.labs import _present

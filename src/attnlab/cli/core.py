@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Annotated
 
 import numpy as np
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 import attnlab
 from attnlab.cli._app import app, console, fail, friendly_errors, load_matrix, to_floats
 from attnlab.core.example import EXAMPLE_K, EXAMPLE_Q, EXAMPLE_V
-from attnlab.core.trace import format_number as _fmt
+from attnlab.core.numbers import MASKED
+from attnlab.core.numbers import format_number as _fmt
+from attnlab.core.stages import BACKWARD
 
 # §6.2 by hand: a printed table is read cell by cell. Rich lays out a 16-column table in about a
 # second on the project's 2-core machine (32 columns take 4 s, 64 take 10 s, each folded to a few
@@ -32,28 +36,10 @@ MAX_D_MODEL = 10**6
 MAX_LENGTHS = 8  # --n values in the printed table (one column each); any number up to
 MAX_LENGTHS_JSON = 1000  # ... this many with --json
 
-_EXPLAIN = {
-    "scores": "Each query dotted with each key: entry (i, j) is q_i · k_j.",
-    "scaled": "Multiplied by the scale (1/√d_k unless turned off), so the spread does not grow with d_k.",
-    "masked": "Blocked pairs become -inf; allowed pairs are unchanged.",
-    "weights": "Softmax along each row: non-negative weights that sum to 1, blocked pairs get 0.",
-    "output": "Each query's output is its weights times the value rows: a weighted average of values.",
-    # The backward pass, read as the chain rule from the output back to q, k and v.
-    "grad_output": "The upstream gradient ∂L/∂output: how the loss moves with each output entry.",
-    "grad_v": "Value row j collects dO from every query, in proportion to the weight it got.",
-    "grad_weights": "How the loss moves with each weight: query i's dO dotted with value row j.",
-    "grad_scores": "Softmax's Jacobian applied to each row: rows sum to 0, blocked pairs get 0.",
-    "grad_q": "Each query moves along the keys, by how much its scores should change, times scale.",
-    "grad_k": "Each key moves along the queries that scored it, times scale.",
-}
-# Row and column labels of each table: (row, column).
-_AXES = {"output": ("query", "dim"), "grad_output": ("query", "dim"), "grad_v": ("key", "dim"),
-         "grad_q": ("query", "dim"), "grad_k": ("key", "dim")}  # fmt: skip
-
 
 def _table(title: str, mat: np.ndarray, row_label: str = "query", col_label: str = "key") -> None:
     # The caption goes on its own line: as a table title it would wrap to the narrow table.
-    console.print(f"[bold]{title}[/]", highlight=False)
+    console.print(f"[bold]{escape(title)}[/]", highlight=False, soft_wrap=True)  # never cut
     table = Table(show_lines=False)
     table.add_column("")
     for j in range(mat.shape[-1]):
@@ -67,17 +53,18 @@ def _show_trace(trace: attnlab.AttentionTrace) -> None:
     _table("Queries Q", trace.q, "token", "dim")
     _table("Keys K", trace.k, "token", "dim")
     _table("Values V", trace.v, "token", "dim")
-    for name, caption, mat in trace.stages():
-        if name == "grad_output":
+    for number, (stage, mat) in enumerate(trace.steps(), 1):
+        if stage is BACKWARD[0]:
             console.print("[bold]Backward: the chain rule, from the output back to Q, K, V[/]\n")
-        rows, cols = _AXES.get(name, ("query", "key"))
-        _table(f"Step {caption}", mat, rows, cols)
-        extra = f" (scale = {trace.scale:.6g})" if name == "scaled" else ""
-        console.print(f"  [dim]{_EXPLAIN[name]}{extra}[/]\n")
+        _table(f"Step {number}. {stage.caption}", mat, stage.rows, stage.cols)
+        if stage.name == "scaled":
+            console.print(f"  (scale = {_fmt(trace.scale)})", highlight=False)
+        console.print(f"  [dim]{escape(stage.explain)}[/]\n")
 
 
 def _trace_json(trace: attnlab.AttentionTrace) -> str:
-    """Every table as JSON, one matrix row per line, -inf as null.
+    """Every table as JSON, one matrix row per line, a blocked pair as "-inf" (as the web API
+    writes it, ``core/numbers.py``), never null, which means no value.
 
     Each row goes through the C encoder: ``json.dumps(indent=2)`` takes the pure-Python one, and
     a number per line, which made 256 x 256 take 5 s.
@@ -85,7 +72,7 @@ def _trace_json(trace: attnlab.AttentionTrace) -> str:
 
     def rows(mat) -> str:
         cells = np.asarray(mat).astype(object)
-        cells[np.isneginf(np.asarray(mat))] = None
+        cells[np.isneginf(np.asarray(mat))] = MASKED
         return ",\n    ".join(json.dumps(r, allow_nan=False) for r in cells.tolist())
 
     fields = [f'  "{name}": [\n    {rows(mat)}\n  ]' for name, _, mat in trace.stages()]
@@ -326,3 +313,42 @@ def cost(
     console.print(
         f"The N² terms overtake the linear ones past N = 2·d_model = [bold]{crossover}[/]."
     )
+
+
+@app.command()
+@friendly_errors
+def why(
+    equation: Annotated[
+        str | None,
+        typer.Argument(help="One equation's id (score, sigma, ...); default: list them."),
+    ] = None,
+) -> None:
+    """The chapter's equations symbol by symbol: the same entries as the page's "The why"."""
+    from attnlab.figures.equation import build_equations
+
+    found = {e.id: e for e in build_equations()}
+    if equation is None:
+        for e in found.values():
+            console.print(f"{e.id:<20} {e.section}  {e.title}", highlight=False)
+        return
+    if equation not in found:
+        raise fail(f"expected one of {', '.join(found)}, but got {equation!r} instead")
+    e = found[equation]
+    console.print(f"[bold]{escape(e.title)}[/] ({e.section}): {escape(e.words)}\n")
+    for s in e.symbols:
+        text = _plain(s.text)
+        console.print(f"  [bold]{escape(text)}[/]  ({escape(s.shape)})  {escape(s.meaning)}")
+        console.print(f"    [dim]{escape(s.link.label)}[/]", highlight=False)
+    for note in e.notes:
+        console.print(f"\n  {escape(note)}", highlight=False)
+
+
+def _plain(text: str) -> str:
+    """The page's markup as plain text: q_{i}k_{i} -> "q_i k_i", Σ_{i=1}^{d_{k}} -> Σ_(i=1)^(d_k)."""
+    while "{" in text:
+        text = re.sub(
+            r"([_^])\{([^{}]*)\}",
+            lambda m: f"{m[1]}{m[2]} " if len(m[2]) == 1 else f"{m[1]}({m[2]})",
+            text,
+        )
+    return text.replace(" )", ")").replace(" ^", "^").strip()

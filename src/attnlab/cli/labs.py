@@ -226,9 +226,9 @@ def _present(
     if plot is not None:
         import plotly.io  # here: only --plot pays for importing plotly
 
-        from attnlab.figures.labplots import lab_plot, plotly_figure
+        from attnlab.labs._plotly import lab_figure
 
-        figure = plotly_figure(lab_plot(result))
+        figure = lab_figure(result)
         plotly.io.write_html(figure, str(plot), include_plotlyjs=True, full_html=True)
         err_console.print(f"wrote {escape(str(plot))}", highlight=False)
     if as_json:

@@ -35,6 +35,44 @@ def _head_mask(mask, query_ndim: int):
     return arr  # already (..., h, N, M)
 
 
+def _checked(query, key, value, w_q, w_k, w_v, w_o, biases, mask, check_finite):
+    """The inputs and weights checked (shapes, finiteness, biases, a batched mask) and cast to
+    the compute dtype: dtype in = dtype out, the inputs set it and the weights follow them."""
+    query, key, value = as_real("query", query), as_real("key", key), as_real("value", value)
+    w_q, w_k, w_v, w_o = (
+        as_real(n, w) for n, w in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v), ("w_o", w_o))
+    )
+    _check_weights(query, key, value, w_q, w_k, w_v, w_o)
+    if check_finite:  # name the array the user passed, not the projected heads built from it
+        for name, arr in (("query", query), ("key", key), ("value", value), ("w_q", w_q),
+                          ("w_k", w_k), ("w_v", w_v), ("w_o", w_o)):  # fmt: skip
+            refuse_non_finite(name, arr)
+    h, d_k, d_v = w_q.shape[0], w_q.shape[2], w_v.shape[2]
+    shapes = ((h, d_k), (h, d_k), (h, d_v), (w_o.shape[1],))
+    for name, b, shape in zip(("b_q", "b_k", "b_v", "b_o"), biases, shapes, strict=True):
+        if b is not None and np.shape(b) != shape:
+            raise ShapeError(f"expected {name} of shape {shape}, but got {np.shape(b)} instead")
+    if isinstance(mask, Mask) and mask.batched and max(query.ndim, key.ndim, value.ndim) < 3:
+        # Without a batch axis the heads would be the first leading axis, and Padding's lengths
+        # would silently be read per head.
+        raise ShapeError(
+            f"expected inputs with a batch axis, (B, ..., N, d_model), for {mask!r}, whose "
+            f"lengths index the batch, but got query.shape={query.shape}, key.shape={key.shape} "
+            f"and value.shape={value.shape} instead"
+        )
+    dtype = compute_dtype(query, key, value)
+    return tuple(a.astype(dtype, copy=False) for a in (query, key, value, w_q, w_k, w_v, w_o))
+
+
+def _project(x, w, b):
+    """x (..., L, width) through every head's w (h, width, d) at once, plus b (h, d) if given:
+    (..., h, L, d)."""
+    out = x[..., None, :, :] @ w  # (..., h, L, d)
+    if b is not None:
+        out += np.asarray(b, dtype=x.dtype)[:, None, :]
+    return out
+
+
 def multi_head_attention(
     query,
     key,
@@ -74,49 +112,14 @@ def multi_head_attention(
     Returns:
         out (..., N, d_model_out), or (out, weights (..., h, N, M)).
     """
-    query, key, value = as_real("query", query), as_real("key", key), as_real("value", value)
-    w_q, w_k, w_v, w_o = (
-        as_real(n, w) for n, w in (("w_q", w_q), ("w_k", w_k), ("w_v", w_v), ("w_o", w_o))
+    query, key, value, w_q, w_k, w_v, w_o = _checked(
+        query, key, value, w_q, w_k, w_v, w_o, (b_q, b_k, b_v, b_o), mask, check_finite
     )
-    _check_weights(query, key, value, w_q, w_k, w_v, w_o)
-    if check_finite:  # name the array the user passed, not the projected heads built from it
-        for name, arr in (("query", query), ("key", key), ("value", value), ("w_q", w_q),
-                          ("w_k", w_k), ("w_v", w_v), ("w_o", w_o)):  # fmt: skip
-            refuse_non_finite(name, arr)
-    h, d_k, d_v = w_q.shape[0], w_q.shape[2], w_v.shape[2]
-    for name, b, shape in (
-        ("b_q", b_q, (h, d_k)),
-        ("b_k", b_k, (h, d_k)),
-        ("b_v", b_v, (h, d_v)),
-        ("b_o", b_o, (w_o.shape[1],)),
-    ):
-        if b is not None and np.shape(b) != shape:
-            raise ShapeError(f"expected {name} of shape {shape}, but got {np.shape(b)} instead")
-    if isinstance(mask, Mask) and mask.batched and max(query.ndim, key.ndim, value.ndim) < 3:
-        # Without a batch axis the heads would be the first leading axis, and Padding's lengths
-        # would silently be read per head.
-        raise ShapeError(
-            f"expected inputs with a batch axis, (B, ..., N, d_model), for {mask!r}, whose "
-            f"lengths index the batch, but got query.shape={query.shape}, key.shape={key.shape} "
-            f"and value.shape={value.shape} instead"
-        )
-
-    # dtype in = dtype out: the inputs set the compute dtype, the weights follow them.
-    dtype = compute_dtype(query, key, value)
-    query, key, value, w_q, w_k, w_v, w_o = (
-        a.astype(dtype, copy=False) for a in (query, key, value, w_q, w_k, w_v, w_o)
-    )
-
+    dtype = query.dtype
     # 1) project: every head at once, heads as a batch axis
-    q = query[..., None, :, :] @ w_q  # (..., h, N, d_k)
-    k = key[..., None, :, :] @ w_k  # (..., h, M, d_k)
-    v = value[..., None, :, :] @ w_v  # (..., h, M, d_v)
-    if b_q is not None:
-        q += np.asarray(b_q, dtype=dtype)[:, None, :]
-    if b_k is not None:
-        k += np.asarray(b_k, dtype=dtype)[:, None, :]
-    if b_v is not None:
-        v += np.asarray(b_v, dtype=dtype)[:, None, :]
+    q = _project(query, w_q, b_q)  # (..., h, N, d_k)
+    k = _project(key, w_k, b_k)  # (..., h, M, d_k)
+    v = _project(value, w_v, b_v)  # (..., h, M, d_v)
 
     # 2) attend: the single-head dispatcher, heads as a batch axis
     attended = attention(

@@ -5,8 +5,8 @@ Shape legend (the chapter's letters): ... batch axes, N query rows, M key rows, 
 ``trace_attention`` (in ``core/attention.py``) fills an ``AttentionTrace``, and with a
 ``grad_output`` also the backward tables of the chain rule (``core/dense_backward.py``); this
 module only holds and renders them: ``str(trace)`` aligns the tables as text, ``trace._repr_html_()`` draws
-them as HTML tables for Jupyter, and ``format_number`` is the one way a cell is written, shared
-by the CLI.
+them as HTML tables for Jupyter. Each step's caption is ``core/stages.py``'s and each cell goes
+through ``core/numbers.py``'s ``format_number``, as on the terminal and the page.
 """
 
 from __future__ import annotations
@@ -17,27 +17,10 @@ from html import escape
 import numpy as np
 
 from attnlab.core.masks import Mask
+from attnlab.core.numbers import format_number
+from attnlab.core.stages import BACKWARD, BACKWARD_HEADING, CAPPED, FORWARD, Stage
 
 __all__ = ["AttentionTrace", "format_number", "format_table"]
-
-_STAGES = ("scores", "scaled", "masked", "weights", "output")
-# The backward pass, from the output back to the inputs (present only with a grad_output).
-_BACKWARD = ("grad_output", "grad_v", "grad_weights", "grad_scores", "grad_q", "grad_k")
-_BACKWARD_HEADING = "backward: the gradient of a loss L, given grad_output = ∂L/∂output"
-_CAPTIONS = {
-    "scores": "1. scores  Q Kᵀ  (N x M)",
-    "scaled": "2. scaled  Q Kᵀ · scale",
-    "capped": "2b. capped  c · tanh(scaled / c)  (softcap c)",
-    "masked": "3. masked  + M  (-inf where blocked)",
-    "weights": "4. weights  softmax of each row",
-    "output": "5. output  weights · V  (N x d_v)",
-    "grad_output": "6. grad_output  dO = ∂L/∂output  (N x d_v)",
-    "grad_v": "7. grad_v  dV = Pᵀ dO  (M x d_v)",
-    "grad_weights": "8. grad_weights  dP = dO Vᵀ  (N x M)",
-    "grad_scores": "9. grad_scores  dS = P ∘ (dP − rowsum(dP ∘ P))  (0 where blocked)",
-    "grad_q": "10. grad_q  dQ = dS K · scale  (N x d_k)",
-    "grad_k": "11. grad_k  dK = dSᵀ Q · scale  (M x d_k)",
-}
 
 
 @dataclass(frozen=True, repr=False)
@@ -53,10 +36,10 @@ class AttentionTrace:
         mask to it.   lse: each row's log Σ exp(masked) (natural log, sinks included), (..., N).
         softcap, sinks: the options used (None when unused).
 
-    With ``trace_attention(..., grad_output=dO)``, the backward tables too (else None), P being
+    With ``trace_attention(..., grad_output=dO)``, the backward tables too (else None), A being
     the weights and S the masked table:
-        grad_output: dO, (..., N, d_v).   grad_v: dV = Pᵀ dO.   grad_weights: dP = dO Vᵀ,
-        (..., N, M).   grad_scores: dS = P ∘ (dP − rowsum(dP ∘ P)), the gradient of the masked
+        grad_output: dO, (..., N, d_v).   grad_v: dV = Aᵀ dO.   grad_weights: dA = dO Vᵀ,
+        (..., N, M).   grad_scores: dS = A ∘ (dA − rowsum(dA ∘ A)), the gradient of the masked
         scores, (..., N, M).   grad_q: dS K · scale.   grad_k: dSᵀ Q · scale.
         grad_q, grad_k and grad_v have their input's shape (summed over broadcast axes), and
         equal ``attention_backward``'s; grad_sinks (with sinks) the sinks' shape.
@@ -84,12 +67,19 @@ class AttentionTrace:
     sinks: np.ndarray | None = None
     grad_sinks: np.ndarray | None = None
 
+    def steps(self) -> list[tuple[Stage, np.ndarray]]:
+        """(stage, table) for each step, in order: the forward pass, then (with a grad_output)
+        the backward pass. The stage (``core/stages.py``) names, captions and explains it."""
+        return [(s, getattr(self, s.name)) for s in self._stages()]
+
     def stages(self) -> list[tuple[str, str, np.ndarray]]:
-        """(name, caption, table) for each step, in order: the forward pass, then (with a
-        grad_output) the backward pass. ``capped`` appears only with a softcap."""
-        names = _STAGES[:2] + (("capped",) if self.capped is not None else ()) + _STAGES[2:]
-        names += _BACKWARD if self.grad_output is not None else ()
-        return [(s, _CAPTIONS[s], getattr(self, s)) for s in names]
+        """(name, caption, table) for each step, in order (see ``steps``)."""
+        return [(s.name, s.caption, table) for s, table in self.steps()]
+
+    def _stages(self) -> tuple[Stage, ...]:
+        # The capped table sits between the scaled and the masked one, with a softcap only.
+        forward = FORWARD[:2] + ((CAPPED,) if self.capped is not None else ()) + FORWARD[2:]
+        return forward + (BACKWARD if self.grad_output is not None else ())
 
     def __repr__(self) -> str:
         return (
@@ -99,18 +89,18 @@ class AttentionTrace:
 
     def __str__(self) -> str:
         lines = [repr(self)]
-        for name, caption, table in self.stages():
-            if name == _BACKWARD[0]:
-                lines += ["", _BACKWARD_HEADING]
-            lines += ["", caption, format_table(table)]
+        for number, (stage, table) in enumerate(self.steps(), 1):
+            if stage is BACKWARD[0]:
+                lines += ["", BACKWARD_HEADING]
+            lines += ["", f"{number}. {stage.caption}", format_table(table)]
         return "\n".join(lines)
 
     def _repr_html_(self) -> str:
         parts = [f"<div class='attnlab-trace'><p><code>{escape(repr(self))}</code></p>"]
-        for name, caption, table in self.stages():
-            if name == _BACKWARD[0]:
-                parts.append(f"<p><i>{escape(_BACKWARD_HEADING)}</i></p>")
-            parts.append(f"<p><b>{escape(caption)}</b></p>")
+        for number, (stage, table) in enumerate(self.steps(), 1):
+            if stage is BACKWARD[0]:
+                parts.append(f"<p><i>{escape(BACKWARD_HEADING)}</i></p>")
+            parts.append(f"<p><b>{number}. {escape(stage.caption)}</b></p>")
             for index, mat in _matrices(table):
                 if index:
                     parts.append(f"<p><i>[{', '.join(map(str, index))}]</i></p>")
@@ -120,12 +110,6 @@ class AttentionTrace:
                 )
                 parts.append(f"<table>{rows}</table>")
         return "".join(parts) + "</div>"
-
-
-def format_number(x: float) -> str:
-    if np.isneginf(x):
-        return "-inf"
-    return f"{x:.4g}" if abs(x) >= 1e-3 or x == 0 else f"{x:.3e}"
 
 
 def _matrices(table: np.ndarray):

@@ -1,24 +1,26 @@
 """Helpers that turn numpy tables into JSON-ready lists.
 
-JSON has no -inf or NaN, so a blocked entry (-inf in the masked scores) becomes ``None``; the page
-draws it as "−∞". Nothing else may be non-finite: attnlab refuses non-finite input.
+JSON has no -inf or NaN, so a blocked entry (-inf in the masked scores) becomes the string
+``"-inf"`` and an entry with no value ``None`` (``core/numbers.py``'s ``encode_cell``); the page
+writes both with the same ``formatNumber`` rule. Nothing else may be non-finite: attnlab refuses
+non-finite input.
 """
 
 from __future__ import annotations
 
-import math
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
-Matrix = list[list[float | None]]
+from attnlab.core.numbers import encode_cell
+
+# An entry: a float, "-inf" for a blocked pair, None for no value.
+Matrix = list[list[float | Literal["-inf"] | None]]
 
 
 def matrix(table) -> Matrix:
-    """A (rows, cols) table as nested lists of floats, with -inf (a blocked pair) as None."""
-    return [
-        [None if math.isinf(x) else float(x) for x in row] for row in np.asarray(table).tolist()
-    ]
+    """A (rows, cols) table as nested lists: floats, "-inf" for a blocked pair."""
+    return [[encode_cell(x) for x in row] for row in np.asarray(table).tolist()]
 
 
 def vector(values) -> list[float]:

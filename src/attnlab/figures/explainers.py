@@ -17,7 +17,7 @@ import attnlab
 from attnlab.core.example import EXAMPLE_K, EXAMPLE_Q, EXAMPLE_V
 from attnlab.figures._data import as_dict
 
-__all__ = ["Explainer", "Link", "Term", "example_gap", "lab", "parts", "term"]
+__all__ = ["Explainer", "Link", "Term", "example_gap", "explainers", "lab", "parts", "term"]
 
 
 @dataclass(frozen=True)
@@ -58,6 +58,28 @@ def term(id: str, text: str, shape: str, meaning: str, link: Link) -> Term:
 def parts(*items: str) -> list[dict]:
     """``"=op"``-style strings are operators (leading ``=`` stripped); others are symbol ids."""
     return [{"op": x[1:]} if x.startswith("=") else {"sym": x} for x in items]
+
+
+def _parts(spec: str) -> list[dict]:
+    """ "a == b =/ c": symbols a, b and c with the operators "=" and "/" between them; "_" is a
+    space inside an operator ("=(1_−" is "(1 −")."""
+    items = spec.split()
+    return parts(*(x.replace("_", " ") if x.startswith("=") else x for x in items))
+
+
+def explainers(equations, link_to, words: dict[str, str] | None = None) -> list[Explainer]:
+    """Explainers from rows of data: (id, title, section, parts, sentence, symbols[, notes]),
+    each symbol (id, text, shape, meaning, link name). ``link_to(name)`` makes a link, and a
+    meaning or note that is a key of ``words`` is replaced by its value (text computed when
+    asked)."""
+    words = words or {}
+    out = []
+    for id, title, section, spec, sentence, symbols, *notes in equations:
+        terms = [term(s, text, shape, words.get(meaning, meaning), link_to(to))
+                 for s, text, shape, meaning, to in symbols]  # fmt: skip
+        said = [words.get(n, n) for n in (notes[0] if notes else [])]
+        out.append(Explainer(id, title, section, _parts(spec), terms, sentence, said))
+    return out
 
 
 STEPPER = "#figure-attention-stepper"

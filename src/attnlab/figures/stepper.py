@@ -17,16 +17,12 @@ import numpy as np
 
 from attnlab import trace_attention
 from attnlab.core.example import EXAMPLE_K, EXAMPLE_Q, EXAMPLE_V
+from attnlab.core.numbers import MASKED, format_number
+from attnlab.core.stages import BACKWARD, FORWARD, INPUTS, Stage
 from attnlab.errors import AttnlabError, FullyMaskedRowError
 from attnlab.figures._data import as_dict, matrix, vector
 from attnlab.figures._steps import Step, Table, float_matrix
-from attnlab.figures.stepper_backward import (
-    BACKWARD_STAGES,
-    LABELS,
-    QUERY_ROWS,
-    backward_steps,
-    grad_output_matrix,
-)
+from attnlab.figures.stepper_backward import backward_steps, grad_output_matrix, stage_step
 from attnlab.masks import Causal, Dense, Mask
 
 __all__ = [
@@ -47,8 +43,9 @@ __all__ = [
 ]
 
 FIGURE_ID = "attention-stepper"
-_STAGES = ("scores", "scaled", "masked", "weights", "output")
-_QUERY_ROWS = ("masked", "weights", "output") + QUERY_ROWS[1:]  # what an empty row leaves blank
+# What a query row that allows no key leaves blank: every table with one row per query, after
+# the mask (the scores and the upstream gradient do not depend on the mask).
+_QUERY_ROWS = tuple(s.name for s in FORWARD[2:] + BACKWARD[1:] if s.rows == "query")
 
 MAX_TOKENS = 8  # rows of Q, K and V
 MAX_WIDTH = 8  # d_k and d_v
@@ -98,72 +95,26 @@ class StepperFigure:
 
 
 def _steps(scale: float, scaled: bool, masked: bool) -> list[Step]:
+    """Steps 0-5, each the stage's own words (``core/stages.py``) and what this case adds."""
     scale_text = (
-        f"Every score is multiplied by 1/√d_k = {scale:.4g}, which keeps a typical score near ±1 "
-        "however wide the vectors are (§6.3)."
+        f"Here the scale is 1/√d_k = {format_number(scale)}."
         if scaled
-        else "Scaling is switched off, so the scores pass through unchanged (a factor of 1)."
+        else "Here scaling is switched off: the scale is 1, so the scores pass through unchanged."
     )
     mask_text = (
-        "M holds 0 where query i may look at key j and −∞ where it may not. A −∞ score can "
-        "never win any weight: after softmax it becomes exactly 0."
-        if masked
-        else "No mask: M is all zeros, so every query may look at every key."
+        "" if masked else "Here there is no mask: M is all zeros, so every query may see every key."
     )
+    inputs = Step(
+        INPUTS.name, INPUTS.title, INPUTS.formula, INPUTS.explain, ["q", "k", "v"], "", ""
+    )
+    scores, scaled_, masked_, weights, output = FORWARD
     return [
-        Step(
-            "inputs",
-            "Queries, keys and values",
-            "Q (N×d_k), K (M×d_k), V (M×d_v)",
-            "Each token owns a row in all three. Its query row is the question it asks of the "
-            "others, its key row is how others recognise it, and its value row is the content it "
-            "passes on to whoever attends to it.",
-            ["q", "k", "v"],
-            "",
-            "",
-        ),
-        Step(
-            "scores",
-            "Scores",
-            "S = Q Kᵀ",
-            "Cell (i, j) holds the dot product of row i of Q with row j of K: multiply the "
-            "entries pairwise and add. The more the two vectors agree in direction, the bigger "
-            "the score.",
-            ["q", "k"],
-            "scores",
-            "qk",
-        ),
-        Step(
-            "scaled",
-            "Scaled scores",
-            "S · 1/√d_k" if scaled else "S · 1",
-            scale_text,
-            ["scores"],
-            "scaled",
-            "cell",
-        ),
-        Step("masked", "Mask added", "S/√d_k + M", mask_text, ["scaled", "mask"], "masked", "cell"),
-        Step(
-            "weights",
-            "Softmax",
-            "A = softmax of each row",
-            "Each row is exponentiated and divided by its total, so its weights are at least 0 "
-            "and add up to 1. Softmax only cares about gaps: a score far above the rest of its "
-            "row takes nearly all the weight.",
-            ["masked"],
-            "weights",
-            "row",
-        ),
-        Step(
-            "output",
-            "Output",
-            "O = A V",
-            "Each query's output is a blend of the value rows, mixed in the proportions given by "
-            "its row of weights.",
-            ["weights", "v"],
-            "output",
-            "av",
-        ),
+        inputs,
+        stage_step(scores, ["q", "k"], "qk"),
+        stage_step(scaled_, ["scores"], "cell", extra=scale_text, scaled=scaled),
+        stage_step(masked_, ["scaled", "mask"], "cell", extra=mask_text),
+        stage_step(weights, ["masked"], "row"),
+        stage_step(output, ["weights", "v"], "av"),
     ]
 
 
@@ -199,17 +150,17 @@ def _culprit(i: int, m: int, causal: bool, blocked: Sequence[Sequence[int]]) -> 
     return "by hand"  # pragma: no cover - without the causal mask only the hand blocks
 
 
-def _working(masked: list[list[float | None]]) -> list[SoftmaxRow | None]:
+def _working(masked: list[list[float | str | None]]) -> list[SoftmaxRow | None]:
     """The softmax step written out for each row: exponentials, their sum, the division, gap."""
     rows: list[SoftmaxRow | None] = []
     for row in masked:
-        open_ = [x for x in row if x is not None]
+        open_ = [x for x in row if x != MASKED]
         if not open_:
             rows.append(None)
             continue
         top = max(open_)
         shift = top if abs(top) > EXP_LIMIT else 0.0
-        exps = [None if x is None else math.exp(x - shift) for x in row]
+        exps = [None if x == MASKED else math.exp(x - shift) for x in row]
         total = math.fsum(e for e in exps if e is not None)
         ranked = sorted(open_, reverse=True)
         gap = ranked[0] - ranked[1] if len(ranked) > 1 else None
@@ -243,7 +194,8 @@ def _partial(q, k, v, mask: Mask, scale, g, err: FullyMaskedRowError, culprit):
     tables["grad_output"] = matrix(g)
     widths = {"output": v.shape[1], "grad_q": q.shape[1]}
     for stage in _QUERY_ROWS:  # an empty row is all -inf, then has nothing
-        tables[stage] = [[None] * widths.get(stage, m) for _ in range(n)]
+        blank = MASKED if stage == "masked" else None
+        tables[stage] = [[blank] * widths.get(stage, m) for _ in range(n)]
     for stage, width in (("grad_v", v.shape[1]), ("grad_k", k.shape[1])):
         tables[stage] = [[None] * width for _ in range(m)]
     delta: list[float | None] = [None] * n
@@ -294,6 +246,32 @@ def _labels(prefix: str, count: int) -> list[str]:
     return [f"{prefix} {i + 1}" for i in range(count)]
 
 
+def _tables(q, k, v, additive, tables: dict) -> dict[str, Table]:
+    """The inputs, the mask and every step's table, labelled: rows and columns by what they are
+    (the stage's ``rows`` and ``cols``), the caption by the stage's title."""
+    n, m = q.shape[0], k.shape[0]
+    labels = {"query": _labels("query", n), "key": _labels("key", m)}
+    widths = {"grad_q": q.shape[1], "grad_k": k.shape[1]}  # the others' dims are d_v wide
+    tokens = _labels("token", m)
+    out = {
+        "q": Table("q", "Queries Q", labels["query"], _labels("dim", q.shape[1]), matrix(q)),
+        "k": Table("k", "Keys K", tokens, _labels("dim", k.shape[1]), matrix(k)),
+        "v": Table("v", "Values V", tokens, _labels("dim", v.shape[1]), matrix(v)),
+        "mask": Table("mask", "Mask M", labels["query"], labels["key"], matrix(additive)),
+    }
+    for stage in FORWARD + BACKWARD:
+        rows = labels["query"] if stage.rows == "query" else tokens
+        dims = _labels("dim", widths.get(stage.name, v.shape[1]))
+        cols = dims if stage.cols == "dim" else labels["key"]
+        out[stage.name] = Table(stage.name, _label(stage), rows, cols, tables[stage.name])
+    return out
+
+
+def _label(stage: Stage) -> str:
+    """A table's caption on the page: the stage's title and formula."""
+    return f"{stage.title}: {stage.formula}"
+
+
 def build_stepper(
     q=EXAMPLE_Q,
     k=EXAMPLE_K,
@@ -338,7 +316,7 @@ def build_stepper(
 
     try:
         trace = trace_attention(q, k, v, mask, scale=scale, grad_output=g)
-        tables = {s: matrix(getattr(trace, s)) for s in _STAGES + BACKWARD_STAGES}
+        tables = {s.name: matrix(getattr(trace, s.name)) for s in FORWARD + BACKWARD}
         row_errors: list[str | None] = [None] * n
         used_scale, delta = trace.scale, _delta(trace)
     except FullyMaskedRowError as err:
@@ -348,28 +326,7 @@ def build_stepper(
 
         tables, row_errors, used_scale, delta = _partial(q, k, v, mask, scale, g, err, culprit)
     additive = np.zeros((n, m)) if mask is None else mask.additive(n, m)  # (N, M), 0 / -inf
-    tokens, queries, keys = _labels("token", m), _labels("query", n), _labels("key", m)
-    out = {
-        "q": Table("q", "Queries Q", queries, _labels("dim", q.shape[1]), matrix(q)),
-        "k": Table("k", "Keys K", tokens, _labels("dim", k.shape[1]), matrix(k)),
-        "v": Table("v", "Values V", tokens, _labels("dim", d_v), matrix(v)),
-        "mask": Table("mask", "Mask M", queries, keys, matrix(additive)),
-    }
-    labels = {
-        "scores": "Scores Q Kᵀ",
-        "scaled": "Scaled scores",
-        "masked": "Masked scores",
-        "weights": "Weights A",
-        "output": "Output A V",
-    }
-    for name, label in labels.items():
-        cols = _labels("dim", d_v) if name == "output" else keys
-        out[name] = Table(name, label, queries, cols, tables[name])
-    width = {"grad_output": d_v, "grad_v": d_v, "grad_q": q.shape[1], "grad_k": k.shape[1]}
-    for name in BACKWARD_STAGES:
-        rows = queries if name in QUERY_ROWS else tokens
-        cols = _labels("dim", width[name]) if name in width else keys
-        out[name] = Table(name, LABELS[name], rows, cols, tables[name])
+    out = _tables(q, k, v, additive, tables)
     return StepperFigure(
         figure=FIGURE_ID,
         causal=causal,

@@ -30,24 +30,24 @@ inline once per kernel (``_display``); ``reset_display()`` makes the next displa
 
 from __future__ import annotations
 
-from attnlab.labs import cost as _cost
-from attnlab.labs import gradient as _gradient
-from attnlab.labs import permutation as _permutation
-from attnlab.labs import proof as _proof
-from attnlab.labs import saturation as _saturation
+from attnlab.labs import measured_cost as _cost
+from attnlab.labs import score_gradients as _gradient
+from attnlab.labs import softmax_saturation as _saturation
+from attnlab.labs import sqrt_dk_proof as _proof
 from attnlab.labs import sweep as _sweep
 from attnlab.labs import timing
 from attnlab.labs import variance as _variance
+from attnlab.labs import word_order as _permutation
 from attnlab.labs._common import jsonable
 from attnlab.labs._display import reset as reset_display
 from attnlab.labs._spec import Estimate, LabPlot, LabSpec, Param, Series
-from attnlab.labs.cost import CostRow, CostTimingResult, cost_timing
-from attnlab.labs.gradient import GradientResult, GradientRow, gradient
-from attnlab.labs.permutation import PermutationResult, permutation
-from attnlab.labs.proof import ProofResult, ProofRow, proof
-from attnlab.labs.saturation import SaturationResult, saturation
+from attnlab.labs.measured_cost import CostRow, CostTimingResult, cost_timing
+from attnlab.labs.score_gradients import GradientResult, GradientRow, gradient
+from attnlab.labs.softmax_saturation import SaturationResult, saturation
+from attnlab.labs.sqrt_dk_proof import ProofResult, ProofRow, proof
 from attnlab.labs.sweep import ScoreHistogram, SweepResult, SweepRow, score_histogram, width_sweep
 from attnlab.labs.variance import VarianceResult, VarianceRow, variance_scaling
+from attnlab.labs.word_order import PermutationResult, permutation
 
 __all__ = [
     "COLUMN_TITLES",

@@ -2,8 +2,9 @@
 
 ``LabResult._repr_html_`` (every lab's result) and the exercises' ``_repr_html_`` call in here;
 the plain-text display stays the dataclass's own repr. A lab's plot is its spec's ``LabPlot``
-(``LABS[result.lab].figure(result)``) turned into a Plotly figure by ``plotly_figure`` and
-drawn by plotly.js in the page.
+(``LABS[result.lab].figure(result)``) turned into a Plotly figure by ``labs/_plotly.py`` (the
+same figure the explorer and ``--plot`` draw) and drawn by plotly.js in the page. Cells are
+written by ``core/numbers.py``'s ``format_number``, as on the terminal and the page.
 
 Offline, in JupyterLab, the classic Notebook and VS Code alike:
 - plotly.js comes from the installed plotly package, never a CDN. It is large (~5 MB), so the
@@ -15,18 +16,20 @@ Offline, in JupyterLab, the classic Notebook and VS Code alike:
   (the classic Notebook's RequireJS would otherwise take it as an AMD module).
 - plotly is imported here, inside the functions, never on ``import attnlab``.
 
-Nothing at the top of this module imports attnlab: ``labs._common`` reaches it from inside a
-method, and the lab names come from the ``attnlab.labs`` package when a result is drawn.
+At the top this module imports only numpy-free core helpers: ``labs._common`` reaches it from
+inside a method, and the lab names come from the ``attnlab.labs`` package when a result is drawn.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import math
 from html import escape
 
-__all__ = ["exercise_html", "plotly_figure", "reset", "result_html", "verdict_html"]
+from attnlab.core.numbers import format_number
+from attnlab.labs._plotly import plotly_figure
+
+__all__ = ["exercise_html", "reset", "result_html", "verdict_html"]
 
 _embedded = False  # plotly.js already sent to this kernel's page
 _ids = itertools.count()
@@ -36,44 +39,6 @@ def reset() -> None:
     """Make the next display carry plotly.js again (after its first output was cleared)."""
     global _embedded
     _embedded = False
-
-
-def plotly_figure(plot) -> dict:
-    """A Plotly figure ``{"data": [...], "layout": {...}}`` drawing a ``LabPlot``, JSON-ready.
-
-    The explorer's labs.js draws a plot the same way: bars or lines and markers, one trace per
-    series, ± error bars where the lab measured them, references dashed, log axes as asked.
-    """
-    data = plot.as_dict()
-    traces = []
-    for s in data["series"]:
-        # A log axis cannot show 0 or less: such points are left out, not drawn at the floor.
-        y = [None if plot.log_y and v is not None and v <= 0 else v for v in s["y"]]
-        trace = {"type": "bar" if plot.kind == "bar" else "scatter", "name": s["name"],
-                 "x": data["x"], "y": y}  # fmt: skip
-        if plot.kind != "bar":
-            trace["mode"] = "lines+markers"
-        if s["error"] is not None:
-            errors = [0 if e is None else e for e in s["error"]]
-            trace["error_y"] = {"type": "data", "array": errors, "visible": True}
-        if s["dash"]:
-            trace["line"] = {"dash": "dash"}
-        traces.append(trace)
-    axis = {True: "log", False: "linear"}
-    words = "<br>".join(data["words"][:1])
-    xaxis = {"title": {"text": data["x_label"]},
-             "type": "category" if plot.kind == "bar" else axis[plot.log_x]}  # fmt: skip
-    if plot.log_x and plot.kind != "bar":
-        # Plotly's own log ticks read "2 3 4 ... 100 2"; label the values the lab ran instead.
-        ticks = [x for x in data["x"] if isinstance(x, int | float) and x > 0]
-        xaxis |= {"tickvals": ticks, "ticktext": [str(x) for x in ticks]}
-    layout = {
-        "title": {"text": f"{data['title']}<br><sup>{words}</sup>" if words else data["title"]},
-        "xaxis": xaxis,
-        "yaxis": {"title": {"text": data["y_label"]}, "type": axis[plot.log_y]},
-        "legend": {"orientation": "h", "y": -0.2},
-    }  # fmt: skip
-    return {"data": traces, "layout": layout}
 
 
 # -- lab results --------------------------------------------------------------------------------
@@ -102,11 +67,9 @@ def _heading(spec, result) -> str:
 
 
 def _cell(x) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "–"
-    if isinstance(x, bool) or not isinstance(x, float):
+    if isinstance(x, bool) or not isinstance(x, float | None):
         return escape(str(x))
-    return f"{x:.5g}" if x == 0 or 1e-3 <= abs(x) < 1e5 else f"{x:.3e}"
+    return escape(format_number(x))
 
 
 def _table(titles: list[str], rows: list[list]) -> str:

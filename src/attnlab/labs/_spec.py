@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from attnlab.labs._common import LabResult, jsonable
+from attnlab.labs._common import LabResult, check_int, check_ints, check_open_unit, jsonable
 
 __all__ = ["SEED", "Estimate", "LabPlot", "LabSpec", "Param", "Series"]
 
@@ -77,6 +77,21 @@ class Param:
     def default_for(self, *, web: bool = False) -> Any:
         value = self.web_default if web and self.web_default is not _UNSET else self.default
         return list(value) if isinstance(value, tuple) else value
+
+    def check(self, value):
+        """``value`` within the library's bounds (``low``/``high``, the CLI's too), or an
+        AttnlabError naming this parameter. The lab functions call it, through their spec, so a
+        bound is written once. None passes where None is the default (no workers given)."""
+        if value is None and self.default is None:
+            return None
+        if self.kind is float and self.open_bounds and (self.low, self.high) == (0.0, 1.0):
+            return check_open_unit(self.name, value)
+        if self.kind is not int or self.low is None:
+            return value
+        high = None if self.high is None else int(self.high)
+        if self.many:
+            return check_ints(self.name, value, low=int(self.low), high=high)
+        return check_int(self.name, value, low=int(self.low), high=high)
 
     def _resolved(self, signature: inspect.Signature) -> Param:
         if self.name not in signature.parameters:
@@ -171,6 +186,11 @@ class LabSpec:
 
     def param(self, name: str) -> Param:
         return next(p for p in self.params if p.name == name)
+
+    def check(self, **values) -> tuple:
+        """Each value checked against its parameter's bounds, in the order given:
+        ``d_k, seed = SPEC.check(d_k=d_k, seed=seed)``."""
+        return tuple(self.param(name).check(value) for name, value in values.items())
 
     def defaults(self, *, web: bool = False) -> dict:
         """Every parameter's default (lists as lists); with ``web``, only the web's."""

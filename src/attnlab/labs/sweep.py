@@ -21,15 +21,13 @@ from attnlab.labs._common import (
     LabResult,
     Progress,
     check_int,
-    check_ints,
-    check_open_unit,
     check_positive,
     check_seed,
 )
 from attnlab.labs._scores import BLOCK, CHUNK_DRAWS, chunk_count, default_workers, score_partials
 from attnlab.labs._spec import SEED, Estimate, LabPlot, LabSpec, Param, Series
-from attnlab.labs.saturation import MAX_KEYS, saturation
-from attnlab.labs.saturation import SPEC as SATURATION
+from attnlab.labs.softmax_saturation import MAX_KEYS, saturation
+from attnlab.labs.softmax_saturation import SPEC as SATURATION
 
 __all__ = ["SPEC", "ScoreHistogram", "SweepResult", "SweepRow", "score_histogram", "width_sweep"]
 
@@ -204,13 +202,11 @@ def width_sweep(
     >>> [row.width for row in r.rows], len(r.rows[0].scaled_histogram.counts)
     ([16, 64], 8)
     """
-    widths = check_ints("widths", widths, high=MAX_WIDTH)
-    draws = check_int("draws", draws, low=2)
-    bins = check_int("bins", bins, high=MAX_BINS)
-    seed = check_seed(seed)
-    threshold = check_open_unit("threshold", threshold)
-    keys = check_int("keys", keys, low=2, high=MAX_KEYS)  # here, before any work is done
-    trials = check_int("trials", trials)
+    # All here, before any work is done.
+    widths, draws, bins, seed, threshold, keys, trials = SPEC.check(
+        widths=widths, draws=draws, bins=bins, seed=seed, threshold=threshold, keys=keys,
+        trials=trials,
+    )  # fmt: skip
     client = check_client(client)
     limits = (SPAN * math.sqrt(max(widths)), SPAN)
     runs = [partial(saturation, d_k=d_k, keys=keys, trials=trials, threshold=threshold,

@@ -1,6 +1,6 @@
 """How long the labs take at their defaults: the figures behind `attnlab bench labs`.
 
-Issue 3's target: the default variance lab (4 widths x 200,000 draws) in under 2 s on the
+The target: the default variance lab (4 widths x 200,000 draws) in under 2 s on the
 project's 2-core machine. This is a benchmark, never a timed test: wall time depends on the
 machine and on whatever else runs on it.
 """

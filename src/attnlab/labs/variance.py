@@ -20,10 +20,6 @@ from attnlab.labs._common import (
     VARIANCE,
     LabResult,
     Progress,
-    check_int,
-    check_ints,
-    check_seed,
-    check_workers,
 )
 from attnlab.labs._scores import BLOCK, CHUNK_DRAWS, chunk_count, default_workers, score_partials
 from attnlab.labs._spec import SEED, Estimate, LabPlot, LabSpec, Param, Series
@@ -127,10 +123,9 @@ def variance_scaling(
     >>> row.width, abs(row.var_ratio - 1) < 5 * row.var_ratio_se
     (16, True)
     """
-    widths = check_ints("widths", widths, high=MAX_WIDTH)
-    draws = check_int("draws", draws, low=2)
-    seed = check_seed(seed)
-    workers = check_workers(workers)
+    widths, draws, seed, workers = SPEC.check(
+        widths=widths, draws=draws, seed=seed, workers=workers
+    )
     client = check_client(client, workers)
     scales = np.array([1.0 / math.sqrt(d_k) for d_k in widths])[:, None]  # §6.3, (W, 1)
     chunks = score_partials(seed, VARIANCE, widths, draws, partial(_partial, scales),

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from html import escape
 
-__all__ = ["html_of", "stepper_view"]
+from attnlab.core.numbers import format_number
+
+__all__ = ["html_of", "stepper_view", "with_text"]
 
 
-def _cell(x) -> str:
-    if x is None:
-        return "−∞"
-    return f"{x:.4g}" if abs(x) >= 1e-3 or x == 0 else f"{x:.2e}"
+def with_text(table: dict) -> dict:
+    """``table`` with ``text``: each value written by ``format_number``, the one rule the CLI and
+    the page follow (a blocked pair as -inf, no value as a dash), so widgets.js only draws it."""
+    return table | {"text": [[format_number(x) for x in row] for row in table["values"]]}
 
 
 def stepper_view(figure: dict, step: int) -> dict:
@@ -28,7 +30,7 @@ def stepper_view(figure: dict, step: int) -> dict:
         "title": f"Step {step} of {len(steps)}: {s['title']}",
         "formula": s["formula"],
         "explain": s["explain"],
-        "tables": [figure["tables"][name] for name in names],
+        "tables": [with_text(figure["tables"][name]) for name in names],
         "notes": [
             f"query {i + 1}: {why}" for i, why in enumerate(figure["row_errors"]) if why is not None
         ],
@@ -38,8 +40,8 @@ def stepper_view(figure: dict, step: int) -> dict:
 def _table_html(table: dict) -> str:
     head = "".join(f"<th>{escape(c)}</th>" for c in table["cols"])
     body = "".join(
-        f"<tr><th>{escape(r)}</th>" + "".join(f"<td>{_cell(x)}</td>" for x in row) + "</tr>"
-        for r, row in zip(table["rows"], table["values"], strict=True)
+        f"<tr><th>{escape(r)}</th>" + "".join(f"<td>{escape(x)}</td>" for x in row) + "</tr>"
+        for r, row in zip(table["rows"], table["text"], strict=True)
     )
     return (
         f"<table class='attnlab-table'><caption>{escape(table['label'])}</caption>"

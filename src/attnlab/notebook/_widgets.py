@@ -22,7 +22,7 @@ from attnlab.figures import permutation as _perm
 from attnlab.figures import stepper as _step
 from attnlab.notebook._base import Checked, Figure
 from attnlab.notebook._checks import flag, index_pairs, number_matrix, whole_number
-from attnlab.notebook._views import stepper_view
+from attnlab.notebook._views import stepper_view, with_text
 
 __all__ = ["HistogramWidget", "MultiHeadWidget", "PermutationWidget", "StepperWidget"]
 
@@ -218,10 +218,10 @@ class PermutationWidget(Figure):
                 f"largest change of any word's output against its own in the original order: "
                 f"{change:.2e}" + (" (positions on)" if self.positions else " (no positions)")
             ],
-            "tables": [
+            "tables": [with_text(
                 {"label": "each word's attention output", "rows": [self.words[i] for i in order],
                  "cols": [f"dim {j + 1}" for j in range(8)], "values": out.round(6).tolist()}
-            ],
+            )],
         }  # fmt: skip
         self.set_trait("view", view)
 
@@ -257,9 +257,9 @@ class MultiHeadWidget(Figure):
                 f"{h.name}: most weight on '{fig.tokens[top]}' ({w:.3f})"
                 for h, top, w in zip(fig.heads, p.top, p.top_weight, strict=True)
             ],
-            "tables": [
+            "tables": [with_text(
                 {"label": f"weights of '{p.word}'", "rows": [h.name for h in fig.heads],
                  "cols": list(fig.tokens), "values": p.weights}
-            ],
+            )],
         }  # fmt: skip
         self.set_trait("view", view)

@@ -3,11 +3,6 @@
 // set from a cell moves the control too) and sends the controls' changes back. One renderer
 // for every figure's "view". Values typed out of range are refused here, with a message in the
 // error line; values the kernel refuses come back with the kernel's reason in the same line.
-function cell(x) {
-  if (x === null) return "−∞";
-  return Math.abs(x) >= 1e-3 || x === 0 ? String(Number(x.toPrecision(4))) : x.toExponential(2);
-}
-
 function make(tag, props = {}) {
   return Object.assign(document.createElement(tag), props);
 }
@@ -22,7 +17,8 @@ function table(t) {
   t.rows.forEach((r, i) => {
     const tr = body.insertRow();
     tr.appendChild(make("th", { textContent: r }));
-    for (const x of t.values[i]) tr.insertCell().textContent = cell(x);
+    // The kernel writes each number (attnlab.core.numbers.format_number): one rule everywhere.
+    for (const text of t.text[i]) tr.insertCell().textContent = text;
   });
   return el;
 }

@@ -1,9 +1,10 @@
 """``GET /api/config``: the constants the page needs, served from the Python that defines them.
 
-The browser declares none of these itself (STYLE practice 16): the worked example, the stepper's
-limits and its random-example shape, the √d_k slider's range and the saturation threshold, and
-the permutation demo's swap all come from ``attnlab.figures`` and ``attnlab.core.example``, so
-changing one there changes the page too.
+The browser declares none of these itself (docs/style.md, "constants live in Python"): the steps
+of the forward and backward pass with their names, captions and words (``core/stages.py``), the
+worked example, the stepper's limits and its random-example shape, the √d_k slider's range and
+the saturation threshold, and the permutation demo's swap all come from the Python that owns
+them, so changing one there changes the page too.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from pydantic import BaseModel, Field
 
+from attnlab.core.stages import stages_data
 from attnlab.figures import histogram, permutation, stepper
 
 __all__ = ["ExplorerConfig", "explorer_config", "router"]
@@ -54,54 +56,55 @@ class PermutationConfig(BaseModel):
     max_word_length: int = Field(description="Most letters a word.")
 
 
+class StageConfig(BaseModel):
+    """One step of the forward or backward pass, as ``core/stages.py`` declares it."""
+
+    name: str = Field(description="The trace's table: scores, ..., grad_k.")
+    symbol: str
+    title: str
+    formula: str
+    caption: str = Field(description="One line: the step, its formula and its shape.")
+    explain: str
+    rows: str = Field(description="What a row of the table is: query, key or dim.")
+    cols: str = Field(description="What a column of the table is: query, key or dim.")
+    phase: str = Field(description="forward or backward.")
+
+
 class ExplorerConfig(BaseModel):
     """Everything the page would otherwise have to declare as a literal."""
 
+    stages: list[StageConfig]
     stepper: StepperConfig
     histogram: HistogramConfig
     permutation: PermutationConfig
 
 
-def _matrix(rows) -> list[list[float]]:
-    return [list(row) for row in rows]
+def _read(model: type[BaseModel], module, **given) -> BaseModel:
+    """``model`` filled from ``module``: each field is the module's constant of that name in
+    capitals (``d_k_min`` is ``histogram.D_K_MIN``), read now, so the route always serves the
+    current value; tuples become lists. ``given`` fills the fields that are not constants."""
+    values = {
+        name: getattr(module, name.upper()) for name in model.model_fields if name not in given
+    }
+    return model(**{k: list(v) if isinstance(v, tuple) else v for k, v in values.items()}, **given)
 
 
 def explorer_config() -> ExplorerConfig:
     """The page's constants, read from the modules that own them."""
+    example = Example(
+        q=[list(r) for r in stepper.EXAMPLE_Q],
+        k=[list(r) for r in stepper.EXAMPLE_K],
+        v=[list(r) for r in stepper.EXAMPLE_V],
+    )
     return ExplorerConfig(
-        stepper=StepperConfig(
-            example=Example(
-                q=_matrix(stepper.EXAMPLE_Q),
-                k=_matrix(stepper.EXAMPLE_K),
-                v=_matrix(stepper.EXAMPLE_V),
-            ),
-            max_tokens=stepper.MAX_TOKENS,
-            max_width=stepper.MAX_WIDTH,
-            max_abs=stepper.MAX_ABS,
-            random_tokens=stepper.RANDOM_TOKENS,
-            random_width=stepper.RANDOM_WIDTH,
-            random_range=stepper.RANDOM_RANGE,
-        ),
-        histogram=HistogramConfig(
-            d_k_min=histogram.D_K_MIN,
-            d_k_max=histogram.D_K_MAX,
-            d_k_step=histogram.D_K_STEP,
-            d_k_default=histogram.D_K_DEFAULT,
-            keys=histogram.KEYS,
-            trials=histogram.TRIALS,
-            threshold=histogram.THRESHOLD,
-        ),
-        permutation=PermutationConfig(
-            sentence=list(permutation.SENTENCE),
-            swap=list(permutation.SWAP),
-            min_words=permutation.MIN_WORDS,
-            max_words=permutation.MAX_WORDS,
-            max_word_length=permutation.MAX_WORD_LENGTH,
-        ),
+        stages=[StageConfig(**s) for s in stages_data()],
+        stepper=_read(StepperConfig, stepper, example=example),
+        histogram=_read(HistogramConfig, histogram),
+        permutation=_read(PermutationConfig, permutation),
     )
 
 
 @router.get("/config", response_model=ExplorerConfig)
 def config() -> ExplorerConfig:
-    """The page's constants: worked example, stepper limits, slider range, threshold, swap."""
+    """The page's constants: the steps of the pass, worked example, stepper limits, slider range, threshold, swap."""
     return explorer_config()

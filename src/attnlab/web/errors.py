@@ -1,6 +1,6 @@
 """How the explorer answers a refused request: HTTP 422 ``{"message": ..., "detail": [...]}``.
 
-Only what a request can cause becomes a 422 (STYLE practice 18):
+Only what a request can cause becomes a 422 (docs/style.md, "catch only what you raise"):
 
     RequestValidationError   a field outside its type or bounds, or a body that is not JSON
     AttnlabError             the library refusing an input (FieldError, the web layer's own, too)

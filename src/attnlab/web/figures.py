@@ -35,17 +35,12 @@ def equation() -> EquationFigure:
 
 @router.post("/trace", response_model=StepperFigure)
 def trace(request: TraceRequest | None = None) -> StepperFigure:
-    """Figure attention-stepper: every table of attention on up to 8 tokens (-inf as null)."""
+    """Figure attention-stepper: every table of attention on up to 8 tokens.
+
+    A blocked pair is written "-inf" and an entry with no value null."""
     request = request or TraceRequest()
-    return build_stepper(
-        request.q,
-        request.k,
-        request.v,
-        causal=request.causal,
-        scaled=request.scaled,
-        blocked=request.blocked,
-        grad_output=request.grad_output,
-    )
+    # The request's fields are build_stepper's parameters, by name (a test pins them).
+    return build_stepper(**dict(request))
 
 
 @router.get("/histogram", response_model=HistogramFigure)

@@ -5,7 +5,7 @@ the fields take the spec's web defaults and bounds, and a request whose estimate
 ``WEB_SECONDS`` or ``WEB_BYTES`` is refused with 422 naming the spec's budget field, so no
 request can allocate without bound or keep the server busy for long.
 
-Labs run on a queue of their own (issue 9.7): one lab at a time on one worker thread, with at
+Labs run on a queue of their own: one lab at a time on one worker thread, with at
 most ``MAX_WAITING`` more waiting; the routes are ``async`` and await the lab, so waiting labs
 hold no thread of the pool that serves every other route. A lab request beyond the queue gets
 HTTP 429 at once, with a ``Retry-After`` of the queued work's estimated seconds.
@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from attnlab import exercises, labs
 from attnlab.labs import LabSpec, Param, jsonable
+from attnlab.labs._plotly import plotly_figure
 from attnlab.web.models import FieldError
 
 router = APIRouter(prefix="/api", tags=["labs and exercises"])
@@ -155,7 +156,7 @@ async def _run(name: str, query: _LabQuery):
             "params": params,
             "summary": list(result.summary()),
             "table": {"columns": columns, "titles": spec.titles(columns), "rows": jsonable(rows)},
-            "plot": spec.figure(result).as_dict(),
+            "plot": plotly_figure(spec.figure(result)),
         }
     )
 

@@ -11,7 +11,7 @@ Starts ``attnlab serve`` on a free 127.0.0.1 port in a subprocess, then, over lo
 
 prints errors, 5xx, 429s, p50/p95/p99 per route group beside the targets, stops the server and
 exits (status 1 when a target is missed). A 429 from a lab route is the lab queue refusing more
-work (issue 9.7): it is counted on its own, not as an error.
+work: it is counted on its own, not as an error.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Routes for the chapter's reasoning (issue 11): every equation explained, and predict-first prompts.
+"""Routes for the chapter's reasoning: every equation explained, and predict-first prompts.
 
     GET /api/equations         {"equations": [explainer, ...]}: every equation of the chapter,
                                each {id, title, section, parts, symbols, words, notes}; a symbol

@@ -38,16 +38,39 @@ export function fillConfig(cfg, node = document) {
   });
 }
 
-// Numbers as the page prints them. Trailing zeros go, and -0 prints as 0.
-export function fmt(x, digits = 3) {
-  if (x === null || x === undefined) return "−∞";
-  if (x !== 0 && Math.abs(x) < 0.5 * 10 ** -digits) return x.toExponential(1).replace("-", "−");
-  if (Math.abs(x) >= 1e5) return x.toExponential(2);
-  let text = x.toFixed(digits);
-  if (text.includes(".")) text = text.replace(/0+$/, "").replace(/\.$/, "");
-  if (text === "-0") text = "0";
-  return text.replace("-", "−");
+// Numbers as every printer writes them, the rule of attnlab/core/numbers.py (a test runs both on
+// one table of cases): 4 significant digits, trailing zeros dropped, plain from 0.001 up to a
+// million and 1.235e-4 outside. "-inf" (a blocked pair, as JSON carries it) prints as -inf;
+// null, undefined and NaN are no value and print as an em dash.
+export const MASKED = "-inf";
+export const NO_VALUE = "—";
+// 4 significant digits: one before the point and 3 after it, or 3 - decade decimals.
+const DECADES = [1e-3, 1e-2, 1e-1, 1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6];
+
+const trim = (text) => {
+  const t = text.includes(".") ? text.replace(/0+$/, "").replace(/\.$/, "") : text;
+  return t === "-0" ? "0" : t;
+};
+
+export function formatNumber(x) {
+  if (x === MASKED || x === -Infinity) return MASKED;
+  if (x === null || x === undefined || Number.isNaN(x)) return NO_VALUE;
+  if (x === Infinity) return "inf";
+  if (x === 0) return "0";
+  const size = Math.abs(x);
+  if (!(size >= DECADES[0] && size < DECADES[DECADES.length - 1])) {
+    const [mantissa, exponent] = x.toExponential(3).split("e");
+    return `${trim(mantissa)}e${exponent}`;
+  }
+  const decade = DECADES.filter((d) => size >= d).length - 4;
+  return trim(x.toFixed(Math.max(0, 3 - decade)));
 }
+
+// The page's short name for it.
+export const fmt = (x) => formatNumber(x);
+
+// A table entry that is a blocked pair (JSON's "-inf").
+export const isMasked = (x) => x === MASKED;
 
 export function el(tag, attrs = {}, ...children) {
   const node = document.createElement(tag);
@@ -66,7 +89,7 @@ export function el(tag, attrs = {}, ...children) {
 }
 
 // A labelled numeric table. cell(i, j, value) may return attributes for the <td>.
-export function matrixTable({ caption, rows, cols, values, digits = 3, cell, rowError }) {
+export function matrixTable({ caption, rows, cols, values, cell, rowError }) {
   const head = el("tr", {}, el("th", { scope: "col" }, el("span", { class: "sr-only", text: "row" })));
   cols.forEach((c) => head.append(el("th", { scope: "col", text: c })));
   const body = values.map((row, i) => {
@@ -82,11 +105,11 @@ export function matrixTable({ caption, rows, cols, values, digits = 3, cell, row
       const td = el("td", {
         "data-row": i,
         "data-col": j,
-        "data-value": value === null ? "-inf" : String(value),
-        title: value === null ? "−∞ (blocked)" : String(value),
+        "data-value": value === null ? "" : String(value),
+        title: isMasked(value) ? "-inf (blocked)" : value === null ? "no value" : String(value),
         ...attrs,
-      }, text ?? fmt(value, digits));
-      if (value === null) td.classList.add("blocked");
+      }, text ?? fmt(value));
+      if (isMasked(value)) td.classList.add("blocked");
       tr.append(td);
     });
     return tr;

@@ -2,11 +2,14 @@
 // here from the numbers the server sent (CSV, JSON, Markdown, LaTeX); images are one SVG holding
 // a caption that states the figure's state, the Plotly chart (Plotly.toImage) and the tables, and
 // the PNG is that SVG drawn on a canvas. Nothing leaves the machine: downloads are blob: URLs.
-import { el, fmt } from "./common.js";
+import { MASKED, el, fmt, isMasked } from "./common.js";
 import { togglePresentation } from "./present.js";
 import { linkTo } from "./state.js";
 
-const cellText = (x) => (x === null || x === undefined ? "-inf" : String(x));
+// CSV keeps every digit of a number, as the lab CSV (LabResult.to_csv) does: a blocked pair is
+// -inf (which every CSV reader takes for minus infinity) and an empty cell stays empty, so the
+// two never read alike.
+const cellText = (x) => (typeof x === "number" ? String(x) : isMasked(x) ? MASKED : "");
 
 export function toCsv({ caption, tables }) {
   const quote = (s) => (/[",\n]/.test(s) ? `"${s.replaceAll('"', '""')}"` : s);
@@ -25,7 +28,7 @@ export function toMarkdown({ caption, tables }) {
   const out = [`*${caption}*`];
   for (const t of tables) {
     out.push("", `**${t.title}**`, "", `| | ${t.cols.join(" | ")} |`, `|---|${t.cols.map(() => "---:").join("|")}|`);
-    t.values.forEach((row, i) => out.push(`| ${t.rows[i]} | ${row.map((x) => fmt(x, t.digits ?? 3)).join(" | ")} |`));
+    t.values.forEach((row, i) => out.push(`| ${t.rows[i]} | ${row.map((x) => fmt(x)).join(" | ")} |`));
   }
   return `${out.join("\n")}\n`;
 }
@@ -34,7 +37,7 @@ const tex = (s) => String(s).replace(/[\\&%$#_{}~^]/g, (c) => `\\${c}`).replace(
 export function toLatex({ caption, tables }) {
   const out = [`% ${caption}`];
   for (const t of tables) {
-    const num = (x) => (x === null || x === undefined ? "$-\\infty$" : fmt(x, t.digits ?? 3).replace("−", "-"));
+    const num = (x) => ({ "-inf": "$-\\infty$", "—": "---" })[fmt(x)] ?? fmt(x);
     out.push("\\begin{table}[h]", "\\centering", `\\caption{${tex(t.title)}. ${tex(caption)}}`,
       `\\begin{tabular}{l${"r".repeat(t.cols.length)}}`, "\\hline",
       ` & ${t.cols.map(tex).join(" & ")} \\\\`, "\\hline");
@@ -59,7 +62,7 @@ function tableSvg(t, y0) {
     y += rh;
     parts.push(`<line x1="10" x2="${10 + lw + cw * t.cols.length}" y1="${y}" y2="${y}" stroke="#ccc"/>`);
     parts.push(`<text x="10" y="${y + base}" fill="#555">${esc(t.rows[i])}</text>`);
-    row.forEach((x, j) => parts.push(`<text x="${10 + lw + cw * (j + 1) - 6}" y="${y + base}" text-anchor="end">${esc(fmt(x, t.digits ?? 3))}</text>`));
+    row.forEach((x, j) => parts.push(`<text x="${10 + lw + cw * (j + 1) - 6}" y="${y + base}" text-anchor="end">${esc(fmt(x))}</text>`));
   });
   return { svg: parts.join(""), height: y + rh + base - y0, width: 20 + lw + cw * t.cols.length };
 }
@@ -119,7 +122,7 @@ const FORMATS = {
   tex: ["LaTeX", (d) => toLatex(d), "application/x-tex"],
 };
 
-// data() -> { caption, state, tables: [{ title, rows, cols, values, digits }] }; plots() -> nodes.
+// data() -> { caption, state, tables: [{ title, rows, cols, values }] }; plots() -> nodes.
 export function figureTools(root, { name, data, plots = () => [] }) {
   const status = el("span", { class: "tool-status", role: "status" });
   const linkBox = el("input", { type: "text", readonly: true, class: "link-box", "aria-label": "Link to this figure", hidden: true });

@@ -11,7 +11,7 @@ let latest = 0;
 let cfg = null;
 let current = null;
 
-const pct = (x) => `${fmt(100 * x, 1)}%`;
+const pct = (x) => `${fmt(100 * x)}%`;
 // A share of pairs: two decimals below 1% (0.04%), one above, never an exponent.
 const pairShare = (x) => (x === 0 ? "0%" : `${(100 * x).toFixed(x < 0.01 ? 2 : 1)}%`);
 
@@ -33,7 +33,7 @@ function drawScores(fig) {
   if (fig.scaled) traces.reverse(); // the one asked for is drawn last, on top
   const limit = 5 * Math.sqrt(cfg.d_k_max);
   plot($("#hist-plot"), traces, {
-    title: { text: `${fig.draws.toLocaleString("en")} scores, d_k = ${fig.d_k}: raw spread ${fmt(fig.series[0].std, 2)}, scaled ${fmt(fig.series[1].std, 2)}` },
+    title: { text: `${fig.draws.toLocaleString("en")} scores, d_k = ${fig.d_k}: raw spread ${fmt(fig.series[0].std)}, scaled ${fmt(fig.series[1].std)}` },
     xaxis: { title: { text: "score" }, range: [-limit, limit], zeroline: true },
     yaxis: { title: { text: "share of draws per unit score" } },
     barmode: "overlay",
@@ -62,17 +62,17 @@ function render(fig) {
   drawScores(fig);
   drawCurve(fig);
   $("#hist-figure").setAttribute("aria-label",
-    `Raw and scaled scores at d_k = ${fig.d_k}: raw spread ${fmt(fig.series[0].std, 2)}, scaled ${fmt(fig.series[1].std, 2)}. Saturated trials rise with d_k without scaling and stay at 0 with it.`);
+    `Raw and scaled scores at d_k = ${fig.d_k}: raw spread ${fmt(fig.series[0].std)}, scaled ${fmt(fig.series[1].std)}. Saturated trials rise with d_k without scaling and stay at 0 with it.`);
   $("#hist-spread").replaceChildren(
     `Measured spread (standard deviation) of the ${fig.scaled ? "scaled" : "raw"} scores: `,
-    el("strong", { id: "hist-std", "data-value": String(fig.std), text: fmt(fig.std, 2) }),
-    `. The proof predicts ${fig.scaled ? "1 at every width" : `√${fig.d_k} = ${fmt(fig.predicted_std, 2)}`}.`,
+    el("strong", { id: "hist-std", "data-value": String(fig.std), text: fmt(fig.std) }),
+    `. The proof predicts ${fig.scaled ? "1 at every width" : `√${fig.d_k} = ${fmt(fig.predicted_std)}`}.`,
   );
   // §6.3's hinge: a gap g between two scores makes one weight e^g times the other.
   $("#hist-gaps caption").textContent =
     `Two scores of one query at d_k = ${fig.d_k}: how often they differ by more than g`;
   $("#hist-gaps tbody").replaceChildren(...fig.gaps.map((g) => el("tr", {},
-    el("th", { scope: "row", text: fmt(g.gap, 3) }),
+    el("th", { scope: "row", text: fmt(g.gap) }),
     el("td", { text: Math.round(g.ratio).toLocaleString("en") }),
     el("td", { "data-value": String(g.unscaled_share), text: pairShare(g.unscaled_share) }),
     el("td", { "data-value": String(g.scaled_share), text: pairShare(g.scaled_share) }))));
@@ -84,11 +84,11 @@ function render(fig) {
     el("td", { "data-value": String(share), class: "share" }, pct(share),
       el("span", { class: "meter", "aria-hidden": "true" }, el("span", { style: `width:${100 * share}%` }))),
     el("td", { "data-value": grad === null ? "" : String(grad) },
-      label === "with scaling" ? "—" : grad === null ? "no trial saturated" : fmt(grad, 4))));
+      label === "with scaling" ? "—" : grad === null ? "no trial saturated" : fmt(grad))));
   $("#hist-saturation tbody").replaceChildren(...rows);
   $("#hist-saturation caption").textContent =
     `${fig.trials} softmax trials over ${fig.keys} keys at d_k = ${fig.d_k}: share where one weight tops ${fig.threshold}`;
-  $("#hist-summary").textContent = `d_k = ${fig.d_k}, ${fig.scaled ? "scaled" : "raw"} in front: spread ${fmt(fig.std, 2)}, ${pct(fig.saturated_share)} of trials saturate.`;
+  $("#hist-summary").textContent = `d_k = ${fig.d_k}, ${fig.scaled ? "scaled" : "raw"} in front: spread ${fmt(fig.std)}, ${pct(fig.saturated_share)} of trials saturate.`;
 }
 
 async function update({ push = true } = {}) {
@@ -132,9 +132,9 @@ function tableData() {
     caption: `Why divide by √d_k: d_k = ${f.d_k}, ${f.draws} random scores, ${f.scaled ? "scaled" : "raw"} in front; ${f.trials} softmax trials over ${f.keys} keys, saturation threshold ${f.threshold}.`,
     state: { d_k: f.d_k, scaled: f.scaled },
     tables: [
-      { title: `Saturated trials at d_k = ${f.d_k}`, rows: ["without scaling", "with scaling"], cols: ["share saturated", "mean p(1 − p)"], values: [[f.unscaled_share, f.gradient_term], [f.scaled_share, null]], digits: 4 },
-      { title: "Saturated share by width", rows: f.curve.d_k.map((d) => `d_k = ${d}`), cols: ["raw", "scaled"], values: f.curve.d_k.map((_, n) => [f.curve.unscaled_share[n], f.curve.scaled_share[n]]), digits: 3 },
-      { title: "Score spread", rows: ["raw", "scaled"], cols: ["measured", "predicted"], values: f.series.map((s) => [s.std, s.predicted_std]), digits: 3 },
+      { title: `Saturated trials at d_k = ${f.d_k}`, rows: ["without scaling", "with scaling"], cols: ["share saturated", "mean p(1 − p)"], values: [[f.unscaled_share, f.gradient_term], [f.scaled_share, null]] },
+      { title: "Saturated share by width", rows: f.curve.d_k.map((d) => `d_k = ${d}`), cols: ["raw", "scaled"], values: f.curve.d_k.map((_, n) => [f.curve.unscaled_share[n], f.curve.scaled_share[n]]) },
+      { title: "Score spread", rows: ["raw", "scaled"], cols: ["measured", "predicted"], values: f.series.map((s) => [s.std, s.predicted_std]) },
     ],
   };
 }

@@ -71,35 +71,15 @@ function updateLinks() {
   $("#lab-json").href = `/api/labs/${current.name}?${query(current, { download: "json" })}`;
 }
 
-function drawPlot(p) {
-  // Each series its own marker and dash, and later ones drawn smaller on top, so one that
-  // coincides with another still shows.
-  const symbols = ["circle", "diamond", "square", "triangle-up", "x", "cross"];
-  const dashes = ["solid", "dot", "dash", "dashdot", "longdash", "longdashdot"];
-  const traces = p.series.map((s, n) => ({
-    type: p.kind === "bar" ? "bar" : "scatter",
-    mode: p.kind === "bar" ? undefined : "lines+markers",
-    name: s.name,
-    x: p.x,
-    y: s.y.map((y) => (p.log_y && y !== null && y <= 0 ? null : y)),
-    error_y: s.error ? { type: "data", array: s.error.map((e) => e ?? 0), visible: true } : undefined,
-    marker: { symbol: symbols[n % symbols.length], size: Math.max(5, 11 - 2 * n) },
-    line: { dash: s.dash ? "dash" : dashes[n % dashes.length], width: Math.max(1.5, 3 - 0.5 * n) },
-  }));
-  // Log axes name the numbers measured (32, 64, 128, 256), not Plotly's 2-3-5 minor ticks.
-  const logTicks = (on, xs) => (on ? { type: "log", tickvals: xs, ticktext: xs.map(String) } : {});
-  plot($("#lab-plot"), traces, {
-    title: { text: p.title, font: { size: 14 } },
-    xaxis: { title: { text: p.x_label }, ...logTicks(p.log_x, p.x.filter((x) => typeof x === "number" && x > 0)) },
-    yaxis: { title: { text: p.y_label }, type: p.log_y ? "log" : undefined },
-    legend: { orientation: "h", y: -0.25 },
-    height: 380,
-  });
-  $("#lab-plot").setAttribute("aria-label", `${p.title}. The table below lists every number plotted.`);
+// The route's plot is a whole Plotly figure, built once in Python (attnlab/labs/_plotly.py) and
+// drawn as it is, so the page, --plot FILE.html and Jupyter show the same chart.
+function showFigure(figure) {
+  plot($("#lab-plot"), figure.data, figure.layout);
+  $("#lab-plot").setAttribute("aria-label", `${figure.layout.title.text.split("<br>")[0]}. The table below lists every number plotted.`);
 }
 
 function drawTable(table) {
-  const cell = (x) => (typeof x === "number" ? fmt(x, Math.abs(x) < 0.01 && x !== 0 ? 6 : 4) : x === null ? "—" : String(x));
+  const cell = (x) => (typeof x === "number" || x === null ? fmt(x) : String(x));
   $("#lab-table-box").replaceChildren(el("table", { class: "data", id: "lab-table" },
     el("caption", {}, "Every number the lab measured"),
     el("thead", {}, el("tr", {}, table.columns.map((c, i) => el("th", { scope: "col", title: c, "data-column": c, text: table.titles[i] })))),
@@ -114,7 +94,7 @@ async function run(event) {
   try {
     const result = await api(`/api/labs/${lab.name}?${query(lab)}`);
     clearError($("#lab-error"));
-    drawPlot(result.plot);
+    showFigure(result.plot);
     drawTable(result.table);
     $("#lab-words").replaceChildren(...result.summary.map((line) => el("span", { text: `${line} ` })));
     $("#lab-status").textContent = `${lab.title}: done.`;

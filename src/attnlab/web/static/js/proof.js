@@ -18,8 +18,8 @@ function stepItem(row, i) {
   el("strong", { class: "why-step-name", text: row.step }),
   el("span", { class: "why-claim", text: ` — ${row.claim}` }),
   el("span", { class: "why-numbers" },
-    el("span", {}, "predicted ", el("b", { text: fmt(row.predicted, 4) })),
-    el("span", {}, "measured ", el("b", { text: `${fmt(row.measured, 4)} ± ${fmt(row.stderr, 4)}` })),
+    el("span", {}, "predicted ", el("b", { text: fmt(row.predicted) })),
+    el("span", {}, "measured ", el("b", { text: `${fmt(row.measured)} ± ${fmt(row.stderr)}` })),
     el("span", { class: away <= 2 ? "why-close" : "why-far", text: `${away.toFixed(1)} SE away` })));
 }
 

@@ -2,13 +2,14 @@
 // forward to the output and then backward through the gradients dV, dA, dS, dQ and dK.
 // The figure always shows the last input the server accepted; a refused one leaves it marked
 // stale, with the refusal named, until an accepted input replaces it.
-import { api, clearError, config, el, fmt, matrixTable, showError } from "./common.js";
+import { api, clearError, config, el, fmt, isMasked, matrixTable, showError } from "./common.js";
 import { figureTools } from "./export.js";
 import { isPresenting } from "./present.js";
 import { matrixFromUrl, matrixToUrl, onUrlChange, readUrl, writeUrl } from "./state.js";
 import { checkEntry, makeEditable, parseMatrix, toText } from "./stepper-input.js";
 
 let cfg = null; // the worked example and the limits, from GET /api/config (set in init)
+let stages = []; // the steps of the pass (name, phase, what a row is), GET /api/config's stages
 let saturated = null; // a row is saturated past this largest weight (the histogram's threshold)
 
 const root = document.getElementById("figure-attention-stepper");
@@ -17,13 +18,13 @@ const $ = (sel) => root.querySelector(sel);
 // grad_output: the upstream gradient dO of the backward steps; null means all ones.
 const state = { q: [], k: [], v: [], causal: true, scaled: true, blocked: [], grad_output: null, step: 0, sel: { i: 1, j: 0 }, fig: null };
 
-const DIGITS = { weights: 6 };
 const sub = (n) => String(n + 1);
 const NAMES = { q: "Q", k: "K", v: "V", grad_output: "dO" };
-// Tables with one row per query that an empty query row (no allowed key) leaves without numbers.
-const ROW_TABLES = ["weights", "output", "grad_weights", "grad_scores", "grad_q"];
-// A backward table's null is "no number" (every row empty), not −∞.
-const GRADS = ["grad_output", "grad_v", "grad_weights", "grad_scores", "grad_q", "grad_k"];
+// The steps of the pass (name, phase, what a row is), from GET /api/config's stages.
+const stageOf = (name) => stages.find((s) => s.name === name);
+// A table with one row per query after the mask: an empty query row (no allowed key) leaves it
+// without numbers there (the scores, the masked row of −∞ and dO do not depend on the weights).
+const rowTable = (name) => { const s = stageOf(name); return Boolean(s) && s.rows === "query" && !["scores", "scaled", "masked", "grad_output"].includes(name); };
 
 // -- which entries feed entry (i, j) of the current step's result ---------------------------
 // "first" is the step's first input. qk: A Bᵀ, av: A B, ta: Aᵀ B (see figures/_steps.py).
@@ -41,19 +42,18 @@ function feeds(step, tableName, i, j) {
 
 const rowError = (i) => state.fig.row_errors[i];
 const currentStep = () => state.fig.steps[state.step];
-const rowErrorFor = (name) => (ROW_TABLES.includes(name) ? rowError : null);
+const rowErrorFor = (name) => (rowTable(name) ? rowError : null);
 const ones = () => state.fig.tables.grad_output.values.map((row) => row.map(() => 1));
 
 function cellText(name, value) {
-  if (name === "mask") return { text: value === null ? "−∞" : "0" };
-  if (GRADS.includes(name) && value === null) return { text: "—", title: "no gradient: no query row has an allowed key" };
+  if (stageOf(name)?.phase === "backward" && value === null) return { title: "no gradient: no query row has an allowed key" };
   return {};
 }
 
 function inputTable(step, name) {
   const t = state.fig.tables[name];
   const table = matrixTable({
-    caption: t.label, rows: t.rows, cols: t.cols, values: t.values, digits: DIGITS[name] ?? 3,
+    caption: t.label, rows: t.rows, cols: t.cols, values: t.values,
     rowError: rowErrorFor(name),
     cell: (r, c, value) => cellText(name, value),
   });
@@ -68,7 +68,7 @@ function inputTable(step, name) {
 function resultTable(step) {
   const t = state.fig.tables[step.result];
   const table = matrixTable({
-    caption: t.label, rows: t.rows, cols: t.cols, values: t.values, digits: DIGITS[step.result] ?? 3,
+    caption: t.label, rows: t.rows, cols: t.cols, values: t.values,
     rowError: rowErrorFor(step.result),
     cell: (r, c, value) => ({ tabindex: "-1", "aria-selected": "false", ...cellText(step.result, value) }),
   });
@@ -119,7 +119,7 @@ function detail(step, i, j) {
   const fig = state.fig;
   const T = fig.tables;
   if (!step.result) return `${T.q.rows.length} queries and ${T.k.rows.length} keys, d_k = ${fig.d_k}, d_v = ${T.v.cols.length}. Edit any entry of Q, K or V in its cell.`;
-  if (fig.row_errors[i] && ROW_TABLES.includes(step.result)) return `⚠ ${fig.row_errors[i]}.`;
+  if (fig.row_errors[i] && rowTable(step.result)) return `⚠ ${fig.row_errors[i]}.`;
   if (step.phase === "backward") return backwardDetail(step.result, i, j);
   const q = T.q.values[i];
   const k = T.k.values[j];
@@ -127,14 +127,14 @@ function detail(step, i, j) {
     case "scores":
       return `score of query ${sub(i)} and key ${sub(j)}: q${sub(i)} · k${sub(j)} = ${q.map((x, d) => `(${fmt(x)})(${fmt(k[d])})`).join(" + ")} = ${fmt(T.scores.values[i][j])}`;
     case "scaled":
-      return `${fmt(T.scores.values[i][j])} × ${fmt(fig.scale, 4)} = ${fmt(T.scaled.values[i][j])}`;
+      return `${fmt(T.scores.values[i][j])} × ${fmt(fig.scale)} = ${fmt(T.scaled.values[i][j])}`;
     case "masked": {
       const m = T.mask.values[i][j];
-      const why = m === null ? (fig.causal && j > i ? `: key ${sub(j)} comes after query ${sub(i)}` : ": blocked by hand") : "";
-      return `${fmt(T.scaled.values[i][j])} + ${m === null ? "(−∞)" : "0"} = ${fmt(T.masked.values[i][j])}${why}`;
+      const why = isMasked(m) ? (fig.causal && j > i ? `: key ${sub(j)} comes after query ${sub(i)}` : ": blocked by hand") : "";
+      return `${fmt(T.scaled.values[i][j])} + ${isMasked(m) ? "(-inf)" : "0"} = ${fmt(T.masked.values[i][j])}${why}`;
     }
     case "weights":
-      return `softmax of row ${sub(i)}, [${T.masked.values[i].map((x) => fmt(x)).join(", ")}], gives [${T.weights.values[i].map((x) => fmt(x, 6)).join(", ")}]: the weights add up to 1.`;
+      return `softmax of row ${sub(i)}, [${T.masked.values[i].map((x) => fmt(x)).join(", ")}], gives [${T.weights.values[i].map((x) => fmt(x)).join(", ")}]: the weights add up to 1.`;
     case "output":
       return `output ${sub(i)}, feature ${sub(j)}: weights of query ${sub(i)} times column ${sub(j)} of V = ${T.weights.values[i].map((a, m) => `(${fmt(a)})(${fmt(T.v.values[m][j])})`).join(" + ")} = ${fmt(T.output.values[i][j])}`;
     default:
@@ -152,7 +152,7 @@ function backwardDetail(result, i, j) {
   const T = fig.tables;
   const value = T[result].values[i][j];
   if (value === null) return "No query row has an allowed key, so nothing flows back.";
-  const by = fig.scaled ? `1/√d_k = ${fmt(fig.scale, 4)}` : "1";
+  const by = fig.scaled ? `1/√d_k = ${fmt(fig.scale)}` : "1";
   switch (result) {
     case "grad_v":
       return `dV for token ${sub(i)}, feature ${sub(j)}: column ${sub(i)} of A times column ${sub(j)} of dO = ${products(openRows().map((r) => [T.weights.values[r][i], T.grad_output.values[r][j]]))} = ${fmt(value)}`;
@@ -161,13 +161,13 @@ function backwardDetail(result, i, j) {
     case "grad_scores": {
       const a = T.weights.values[i][j];
       const delta = fig.grad_delta[i];
-      if (T.masked.values[i][j] === null) return `Key ${sub(j)} is blocked for query ${sub(i)}, so its weight is 0 and dS = 0 × (${fmt(T.grad_weights.values[i][j])} − ${fmt(delta)}) = 0: no gradient reaches a blocked score.`;
-      return `δ_${sub(i)} = Σ_j A_${sub(i)}j dA_${sub(i)}j = ${fmt(delta)}; dS = A × (dA − δ) = ${fmt(a, 4)} × (${fmt(T.grad_weights.values[i][j])} − ${fmt(delta)}) = ${fmt(value)}`;
+      if (isMasked(T.masked.values[i][j])) return `Key ${sub(j)} is blocked for query ${sub(i)}, so its weight is 0 and dS = 0 × (${fmt(T.grad_weights.values[i][j])} − ${fmt(delta)}) = 0: no gradient reaches a blocked score.`;
+      return `δ_${sub(i)} = Σ_j A_${sub(i)}j dA_${sub(i)}j = ${fmt(delta)}; dS = A × (dA − δ) = ${fmt(a)} × (${fmt(T.grad_weights.values[i][j])} − ${fmt(delta)}) = ${fmt(value)}`;
     }
     case "grad_q":
-      return `dQ for query ${sub(i)}, feature ${sub(j)}: ${by} × (row ${sub(i)} of dS · column ${sub(j)} of K) = ${fmt(fig.scale, 4)} × [${products(T.grad_scores.values[i].map((d, c) => [d, T.k.values[c][j]]))}] = ${fmt(value)}`;
+      return `dQ for query ${sub(i)}, feature ${sub(j)}: ${by} × (row ${sub(i)} of dS · column ${sub(j)} of K) = ${fmt(fig.scale)} × [${products(T.grad_scores.values[i].map((d, c) => [d, T.k.values[c][j]]))}] = ${fmt(value)}`;
     case "grad_k":
-      return `dK for token ${sub(i)}, feature ${sub(j)}: ${by} × (column ${sub(i)} of dS · column ${sub(j)} of Q) = ${fmt(fig.scale, 4)} × [${products(openRows().map((r) => [T.grad_scores.values[r][i], T.q.values[r][j]]))}] = ${fmt(value)}`;
+      return `dK for token ${sub(i)}, feature ${sub(j)}: ${by} × (column ${sub(i)} of dS · column ${sub(j)} of Q) = ${fmt(fig.scale)} × [${products(openRows().map((r) => [T.grad_scores.values[r][i], T.q.values[r][j]]))}] = ${fmt(value)}`;
     default:
       return "";
   }
@@ -180,11 +180,11 @@ function backWorking() {
     if (delta === null) return el("li", { "data-row": i }, `Row ${sub(i)}: no allowed key, so no gradient.`);
     const a = T.weights.values[i];
     const dA = T.grad_weights.values[i];
-    const open = a.map((w, j) => (T.masked.values[i][j] === null ? null : j)).filter((j) => j !== null);
+    const open = a.map((w, j) => (isMasked(T.masked.values[i][j]) ? null : j)).filter((j) => j !== null);
     const top = Math.max(...open.map((j) => a[j]));
     const note = open.length === 1
       ? " One allowed key: its weight is 1 whatever its score, so the whole row gets 0."
-      : top > saturated ? ` One weight is ${fmt(top, 4)}: the row is saturated, so its gradient is nearly 0.` : "";
+      : top > saturated ? ` One weight is ${fmt(top)}: the row is saturated, so its gradient is nearly 0.` : "";
     return el("li", { "data-row": i, "data-delta": String(delta) },
       el("strong", { text: `Row ${sub(i)}: ` }),
       `δ = ${products(open.map((j) => [a[j], dA[j]]))} = ${fmt(delta)}; dS = [${T.grad_scores.values[i].map((x) => fmt(x)).join(", ")}], which adds up to 0.${note}`);
@@ -197,11 +197,11 @@ function working() {
   return state.fig.softmax.map((row, i) => {
     if (!row) return el("li", { "data-row": i }, `Row ${sub(i)}: no allowed key, so no weights.`);
     const shift = row.shift ? ` − ${fmt(row.shift)}` : "";
-    const exps = T.masked.values[i].map((x, j) => (x === null ? null : `e^(${fmt(x)}${shift}) = ${fmt(row.exps[j], 4)}`)).filter(Boolean).join(", ");
-    const divs = row.exps.map((e, j) => (e === null ? null : `${fmt(e, 4)} / ${fmt(row.total, 4)} = ${fmt(row.weights[j], 4)}`)).filter(Boolean).join(", ");
+    const exps = T.masked.values[i].map((x, j) => (isMasked(x) ? null : `e^(${fmt(x)}${shift}) = ${fmt(row.exps[j])}`)).filter(Boolean).join(", ");
+    const divs = row.exps.map((e, j) => (e === null ? null : `${fmt(e)} / ${fmt(row.total)} = ${fmt(row.weights[j])}`)).filter(Boolean).join(", ");
     const gap = row.gap === null ? "" : ` Gap between the top two scores: ${fmt(row.gap)}, so the top key gets e^${fmt(row.gap)} ≈ ${row.gap_ratio === null ? "more than 10^300" : Math.round(row.gap_ratio) >= 1e3 ? Math.round(row.gap_ratio).toLocaleString("en") : fmt(row.gap_ratio)} times the weight of the next.`;
     return el("li", { "data-row": i, "data-total": String(row.total), "data-gap-ratio": String(row.gap_ratio) },
-      el("strong", { text: `Row ${sub(i)}: ` }), `${exps}; sum = ${fmt(row.total, 4)}; ${divs}.${gap}`);
+      el("strong", { text: `Row ${sub(i)}: ` }), `${exps}; sum = ${fmt(row.total)}; ${divs}.${gap}`);
   });
 }
 
@@ -270,7 +270,7 @@ function highlight(i, j, pinned) {
   if (pinned) {
     const t = state.fig.tables[step.result];
     const value = t.values[i]?.[j];
-    $("#stepper-live").textContent = `Step ${state.step + 1}: ${step.title}. ${t.label}, row ${sub(i)}, column ${sub(j)}: ${rowError(i) && ROW_TABLES.includes(step.result) ? "no weights" : fmt(value, DIGITS[step.result] ?? 3)}.`;
+    $("#stepper-live").textContent = `Step ${state.step + 1}: ${step.title}. ${t.label}, row ${sub(i)}, column ${sub(j)}: ${rowError(i) && rowTable(step.result) ? "no weights" : fmt(value)}.`;
   }
 }
 
@@ -434,15 +434,16 @@ function tableData() {
   const step = currentStep();
   const names = step.result ? [...step.inputs, step.result] : step.inputs;
   return {
-    caption: `Attention stepper, step ${state.step + 1} (${step.title}): d_k = ${fig.d_k}, causal mask ${fig.causal ? "on" : "off"}, scaling ${fig.scaled ? `by 1/√d_k = ${fmt(fig.scale, 4)}` : "off"}${state.blocked.length ? `, ${state.blocked.length} pair(s) blocked by hand` : ""}${currentStep().phase === "backward" ? `, upstream gradient dO ${state.grad_output ? "as entered" : "all ones"}` : ""}.`,
+    caption: `Attention stepper, step ${state.step + 1} (${step.title}): d_k = ${fig.d_k}, causal mask ${fig.causal ? "on" : "off"}, scaling ${fig.scaled ? `by 1/√d_k = ${fmt(fig.scale)}` : "off"}${state.blocked.length ? `, ${state.blocked.length} pair(s) blocked by hand` : ""}${currentStep().phase === "backward" ? `, upstream gradient dO ${state.grad_output ? "as entered" : "all ones"}` : ""}.`,
     state: urlEntries(),
-    tables: names.map((name) => ({ title: fig.tables[name].label, rows: fig.tables[name].rows, cols: fig.tables[name].cols, values: fig.tables[name].values, digits: DIGITS[name] ?? 3 })),
+    tables: names.map((name) => ({ title: fig.tables[name].label, rows: fig.tables[name].rows, cols: fig.tables[name].cols, values: fig.tables[name].values })),
   };
 }
 
 export async function init() {
   const all = await config();
   cfg = all.stepper;
+  stages = all.stages;
   saturated = all.histogram.threshold;
   $("#stepper-random").textContent = `Random ${cfg.random_tokens} tokens`;
   const stepBy = (d) => { go(state.step + d); };

@@ -44,9 +44,6 @@ from attnlab.labs._common import (
     GRADIENT,
     LabResult,
     Progress,
-    check_int,
-    check_ints,
-    check_seed,
     rng_at,
     rng_for,
 )
@@ -210,11 +207,9 @@ def gradient(
     >>> r.rows[1].ds_unscaled < r.rows[0].ds_unscaled, r.rows[1].ds_ratio < 0.5
     (True, True)
     """
-    widths = check_ints("widths", widths, high=MAX_WIDTH)
-    keys = check_int("keys", keys, low=2, high=MAX_KEYS)
-    trials = check_int("trials", trials, high=MAX_TRIALS)
-    seed = check_seed(seed)
-    d_v = check_int("d_v", d_v, high=MAX_WIDTH)
+    widths, keys, trials, seed, d_v = SPEC.check(
+        widths=widths, keys=keys, trials=trials, seed=seed, d_v=d_v
+    )
     client = check_client(client)
     done, total = 0, trials * len(widths)
 

@@ -31,9 +31,6 @@ from attnlab.labs._common import (
     COST,
     LabResult,
     Progress,
-    check_int,
-    check_ints,
-    check_seed,
     rng_for,
 )
 from attnlab.labs._spec import SEED, Estimate, LabPlot, LabSpec, Param, Series
@@ -196,15 +193,12 @@ def cost_timing(
         repeats: runs per part; the fastest counts.   dtype: "float32" or "float64".
         progress: called as progress(lengths done, lengths).
     """
-    d_model = check_int("d_model", d_model, high=8192)
-    heads = check_int("heads", heads)
+    d_model, heads = SPEC.check(d_model=d_model, heads=heads)
     if d_model % heads:
         raise AttnlabError(
             f"expected heads to divide d_model, but got d_model={d_model} and heads={heads}"
         )
-    lengths = check_ints("lengths", lengths)
-    repeats = check_int("repeats", repeats, high=100)
-    seed = check_seed(seed)
+    lengths, repeats, seed = SPEC.check(lengths=lengths, repeats=repeats, seed=seed)
     if dtype not in ("float32", "float64"):
         raise AttnlabError(f"expected dtype 'float32' or 'float64', but got {dtype!r} instead")
     biggest = score_memory_bytes(max(lengths), heads=heads, dtype=dtype)

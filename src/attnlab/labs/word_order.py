@@ -17,7 +17,7 @@ import numpy as np
 
 from attnlab import attention
 from attnlab.errors import AttnlabError
-from attnlab.labs._common import PERMUTATION, LabResult, check_int, check_seed, rng_for
+from attnlab.labs._common import PERMUTATION, LabResult, rng_for
 from attnlab.labs._spec import SEED, Estimate, LabPlot, LabSpec, Param, Series
 from attnlab.positions import sinusoidal
 
@@ -123,8 +123,7 @@ def permutation(
     >>> r.equivariance_error < 1e-12, r.positional_error > 1e-3
     (True, True)
     """
-    seed = check_seed(seed)
-    d_model = check_int("d_model", d_model, high=4096)
+    seed, d_model = SPEC.check(seed=seed, d_model=d_model)
     tokens, reordered = sentence.split(), shuffled.split()
     if not tokens:
         raise AttnlabError(f"expected a sentence of at least one word, but got {sentence!r}")

@@ -42,15 +42,12 @@ from attnlab.labs._common import (
     PROOF,
     LabResult,
     Progress,
-    check_int,
-    check_seed,
-    check_workers,
     rng_for,
 )
 from attnlab.labs._scores import default_workers
 from attnlab.labs._spec import SEED, Estimate, LabPlot, LabSpec, Param, Series
 
-__all__ = ["SPEC", "ProofResult", "ProofRow", "proof"]
+__all__ = ["SPEC", "STEPS", "ProofResult", "ProofRow", "proof"]
 
 
 @dataclass(frozen=True)
@@ -83,17 +80,21 @@ class ProofResult(LabResult):
         """|measured − predicted| in standard errors, per step."""
         return [abs(r.measured - r.predicted) / r.stderr for r in self.rows]
 
+    def row(self, step: str) -> ProofRow:
+        """The row of the step named ``step`` (one of ``STEPS``, e.g. "Var(q·k)")."""
+        return self.rows[STEPS.index(step)]
+
     def summary(self) -> list[str]:
         far = max(range(len(self.rows)), key=lambda i: self.deviations()[i])
-        score = self.rows[5]  # Var(q·k)
+        score, scaled = self.row("Var(q·k)"), self.row("Var(q·k/√d_k)")
         return [
             f"Every step lands near its prediction: the farthest, {self.rows[far].step}, is "
             f"{self.deviations()[far]:.1f} standard errors away ({self.draws:,} pairs at "
             f"d_k = {self.d_k}).",
             f"Var(q·k) = {score.measured:.4g} ± {score.stderr:.2g} against d_k = {self.d_k}: "
             "the variances of the d_k independent products add up.",
-            f"Divided by √d_k the score's variance is {self.rows[6].measured:.4f} ± "
-            f"{self.rows[6].stderr:.4f}, the 1 that keeps softmax out of saturation.",
+            f"Divided by √d_k the score's variance is {scaled.measured:.4f} ± "
+            f"{scaled.stderr:.4f}, the 1 that keeps softmax out of saturation.",
         ]
 
 
@@ -109,6 +110,8 @@ _STEPS = (
     ("Var(q·k/√d_k)", "dividing by √d_k divides the variance by d_k", "scaled", "var", 1),
 )
 _SAMPLES = ("entry", "product", "score", "scaled")
+#: The steps' names, in the chapter's order: how the page and the explainers refer to a step.
+STEPS = tuple(step[0] for step in _STEPS)
 
 
 def _power_sums(x: np.ndarray) -> np.ndarray:
@@ -180,10 +183,7 @@ def proof(
     >>> [row.step for row in r.rows][-2:], max(r.deviations()) < 5
     (['Var(q·k)', 'Var(q·k/√d_k)'], True)
     """
-    d_k = check_int("d_k", d_k, high=MAX_WIDTH)
-    draws = check_int("draws", draws, low=2)
-    seed = check_seed(seed)
-    workers = check_workers(workers)
+    d_k, draws, seed, workers = SPEC.check(d_k=d_k, draws=draws, seed=seed, workers=workers)
     client = check_client(client, workers)
     per = _pairs_per_chunk(d_k)
     chunks = in_order(partial(_chunk, seed, d_k, per, draws), -(-draws // per),

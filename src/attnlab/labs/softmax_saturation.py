@@ -27,9 +27,6 @@ from attnlab.labs._common import (
     SATURATION,
     LabResult,
     Progress,
-    check_int,
-    check_open_unit,
-    check_seed,
     rng_at,
     rng_for,
 )
@@ -124,7 +121,7 @@ def _trial_stats(p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """p (T, M) weights -> p_max (T,), rest = 1 - p_max (T,), ||diag(p) - p pᵀ||_F (T,).
 
     ``rest`` is the sum of the other weights, never 1 - p_max: once p_max rounds to 1 the
-    subtraction gives 0 while the other weights still hold the answer (issue 9.3). With w the
+    subtraction gives 0 while the other weights still hold the answer. With w the
     winner and o the others, J_ij = δ_ij p_i - p_i p_j gives, term by term non-negative,
 
         ||J||² = (p_w r)² + Σ_o p_o²(1 - p_o)² + 2 p_w² Σ_o p_o² + Σ_{o≠o'} p_o² p_o'²,
@@ -246,11 +243,9 @@ def saturation(
     >>> r.scaled_share, 0 < r.unscaled_share < 1
     (0.0, True)
     """
-    d_k = check_int("d_k", d_k, high=MAX_WIDTH)
-    keys = check_int("keys", keys, low=2, high=MAX_KEYS)
-    trials = check_int("trials", trials)
-    threshold = check_open_unit("threshold", threshold)
-    seed = check_seed(seed)
+    d_k, keys, trials, threshold, seed = SPEC.check(
+        d_k=d_k, keys=keys, trials=trials, threshold=threshold, seed=seed
+    )
     client = check_client(client)
     state = rng_for(seed, SATURATION, d_k, keys).bit_generator.state
     per = _per_chunk(d_k, keys)

@@ -1,4 +1,4 @@
-"""Issue 10 in a real browser: URL state, presentation, export, phones, keyboard, offline.
+"""The explorer in a real browser: URL state, presentation, export, phones, keyboard, offline.
 
 Reuses test_browser's server, browser and offline guard (every non-loopback request is blocked
 and fails the test). Screenshots of each figure at 375, 1280 and 1920 px (presenting) land in
@@ -194,7 +194,7 @@ def test_stepper_refusals_hover_focus_and_working(opened):
     assert "\n" not in live and "row 2, column 1" in live
     # The softmax working for the worked example's second row: 1, 4.113, sum 5.113.
     row2 = page.locator("#stepper-working li[data-row='1']").inner_text()
-    assert "= 1," in row2 and "4.1133" in row2 and "sum = 5.1133" in row2
+    assert "= 1," in row2 and "4.113" in row2 and "sum = 5.113" in row2  # 4 significant digits
     # Next by keyboard to the end (past the backward steps, and once more): focus stays on
     # the (now inert) Next button.
     page.locator("#stepper-next").focus()
