@@ -60,19 +60,14 @@ def gelu_backward(dy: np.ndarray, h: np.ndarray) -> np.ndarray:
 
 
 def cross_entropy(logits: np.ndarray, targets: np.ndarray) -> tuple[float, np.ndarray]:
-    """Mean softmax cross-entropy over the counted positions, and its gradient.
+    """Mean softmax cross-entropy of K rows and its gradient.
 
-    logits (B, N, V); targets (B, N) of token ids, -1 where a position is not counted.
-    Returns (loss, dlogits (B, N, V)); positions not counted get a gradient of exactly 0.
+    logits (K, V), one row per counted position; targets (K,) token ids.
+    Returns (loss, dlogits (K, V)).
     """
-    counted = targets >= 0  # (B, N)
-    count = int(counted.sum())
-    safe = np.where(counted, targets, 0)  # (B, N): any valid index where not counted
-    picked = np.take_along_axis(logits, safe[..., None], axis=-1)[..., 0]  # (B, N)
-    nll = logsumexp(logits, axis=-1) - picked  # (B, N): -log p(target)
-    loss = float(nll[counted].sum() / count)
-    dlogits = softmax(logits, axis=-1)  # (B, N, V): p
-    np.put_along_axis(dlogits, safe[..., None], np.take_along_axis(
-        dlogits, safe[..., None], axis=-1) - 1.0, axis=-1)  # fmt: skip  # p - onehot
-    dlogits *= (counted / count)[..., None].astype(logits.dtype)
-    return loss, dlogits
+    k = np.arange(len(targets))
+    nll = logsumexp(logits, axis=-1) - logits[k, targets]  # (K,): -log p(target)
+    dlogits = softmax(logits, axis=-1)  # (K, V): p
+    dlogits[k, targets] -= 1.0  # p - onehot
+    dlogits /= len(targets)
+    return float(nll.mean()), dlogits

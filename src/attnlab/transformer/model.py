@@ -118,7 +118,7 @@ class TinyTransformer:
     # -- forward and backward -------------------------------------------------------------------
 
     def _forward(self, tokens: np.ndarray, *, weights: bool = False):
-        """tokens (B, N) -> (logits (B, N, V), caches, weights per layer or None)."""
+        """tokens (B, N) -> (final hidden states (B, N, D), caches, weights per layer)."""
         p, n = self.params, tokens.shape[1]
         x = p["embed"][tokens]  # (B, N, D)
         if self._table is not None:
@@ -137,16 +137,16 @@ class TinyTransformer:
         final = None
         if self.config["mlp"]:
             x, final = layer_norm(x, p["norm.gain"], p["norm.bias"])
-        logits = x @ p["unembed"]  # (B, N, V)
-        return logits, (caches, final, x), seen
+        return x, (caches, final), seen  # x (B, N, D): what the unembedding reads
 
-    def _backward(self, tokens: np.ndarray, dlogits: np.ndarray, state, calls=None) -> dict:
-        """Every parameter's gradient for dlogits = ∂L/∂logits (B, N, V)."""
-        caches, final, last = state
+    def _backward(self, tokens, last, counted, dlogits, state, calls=None) -> dict:
+        """Every parameter's gradient for dlogits = ∂L/∂logits (K, V) of the counted rows."""
+        caches, final = state
         p, grads = self.params, {}
         b, n, d = last.shape
-        grads["unembed"] = last.reshape(b * n, d).T @ dlogits.reshape(b * n, -1)  # (D, V)
-        dx = dlogits @ p["unembed"].T  # (B, N, D)
+        grads["unembed"] = last[counted].T @ dlogits  # (D, V)
+        dx = np.zeros_like(last)  # (B, N, D): positions not counted get no gradient here
+        dx[counted] = dlogits @ p["unembed"].T  # (K, D)
         if final is not None:
             dx, grads["norm.gain"], grads["norm.bias"] = layer_norm_backward(dx, final)
         for layer in reversed(range(self.config["layers"])):
@@ -195,14 +195,16 @@ class TinyTransformer:
                              f"{targets.shape} instead")  # fmt: skip
         if not (targets >= 0).any():
             raise AttnlabError("expected at least one target that is not -1, but got none")
-        logits, state, _ = self._forward(tokens)
-        loss, dlogits = cross_entropy(logits, targets)
+        last, state, _ = self._forward(tokens)
+        counted = targets >= 0  # (B, N)
+        # Only counted positions reach the loss, so only they are unembedded (K rows).
+        loss, dlogits = cross_entropy(last[counted] @ self.params["unembed"], targets[counted])
         calls = [] if record else None
-        return loss, self._backward(tokens, dlogits, state, calls), calls
+        return loss, self._backward(tokens, last, counted, dlogits, state, calls), calls
 
     def logits(self, tokens) -> np.ndarray:
         """(B, N, V): the scores of each position's next token."""
-        return self._forward(self._tokens(tokens))[0]
+        return self._forward(self._tokens(tokens))[0] @ self.params["unembed"]  # (B, N, V)
 
     def predict(self, tokens) -> np.ndarray:
         """(B, N): each position's most likely next token."""
