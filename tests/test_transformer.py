@@ -249,5 +249,5 @@ def test_token_errors_name_what_is_wrong():
         model.loss_and_grads([[1, 2]], [[1, 2, 3]])
     with pytest.raises(AttnlabError, match="not -1"):
         model.loss_and_grads([[1, 2]], [[-1, -1]])
-    with pytest.raises(ShapeError, match="layer0.w_q"):
+    with pytest.raises(ShapeError, match=r"layer0\.w_q"):
         TinyTransformer.from_arrays(model.config, {**model.params, "layer0.w_q": np.zeros(2)})

@@ -95,7 +95,7 @@ def ceiling(tokens: np.ndarray, lengths: np.ndarray, vocab_size: int) -> float:
 
 def head_scores(weights: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(previous-token (L, h), induction (L, h)) scores from weights (B, L, h, N, N)."""
-    b, _, _, n, _ = weights.shape
+    n = weights.shape[-1]
     pos = np.arange(n)
     previous = weights[..., pos[1:], pos[:-1]].mean(axis=(0, -1))  # (L, h)
     counted = second_copy(lengths, n)  # (B, N)
@@ -273,8 +273,9 @@ def _work(batch, context, layers, d_model, heads=1):
 
 
 def _estimate(steps, batch, context, layers, d_model, vocab_size, fresh, **_) -> Estimate:
-    per_step = _S_PER_STEP * layers + _S_PER_MADD * (_work(batch, context, layers, d_model)
-                                                     + 3 * batch * context * d_model * vocab_size)
+    per_step = _S_PER_STEP * layers + _S_PER_MADD * (
+        _work(batch, context, layers, d_model) + 3 * batch * context * d_model * vocab_size
+    )
     seconds = steps * per_step + fresh / batch * per_step / 3
     peak = 8 * max(batch, fresh) * context * (context * 4 + d_model * 12 + vocab_size) * layers
     return Estimate(seconds, peak)
