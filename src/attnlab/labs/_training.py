@@ -54,6 +54,11 @@ def fit(model: TinyTransformer, batch: Batches, rng: np.random.Generator, *, ste
         each: Callable | None = None) -> Curve:  # fmt: skip
     """Train ``model`` with Adam for ``steps`` steps of ``batch(rng)``; its arrays change.
 
+    The learning rate decays from ``lr`` to 0 along a half cosine: a large rate early gets
+    the model off its first plateau sooner, and the small late ones settle it (measured on the
+    induction task: a constant 1e-2 left the accuracy jumping about 0.93, a constant 3e-3 took
+    twice the steps to leave the plateau).
+
     ``each(step, model, tokens, targets)``, when given, runs before each step's update (the
     scaling lab records its saturation numbers there). progress(done + step, total) after
     each step, so several runs can share one progress bar.
@@ -67,6 +72,7 @@ def fit(model: TinyTransformer, batch: Batches, rng: np.random.Generator, *, ste
                 loss, grads = each(step, model, tokens, targets)
             else:
                 loss, grads = model.loss_and_grads(tokens, targets)
+            opt.lr = 0.5 * lr * (1 + np.cos(np.pi * step / steps))
             opt.step(grads)
             curve.losses.append(loss)
             if progress is not None:
