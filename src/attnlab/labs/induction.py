@@ -190,16 +190,16 @@ def _checked(steps, batch, seed, vocab_size, context, layers, heads, d_model, lr
 
 
 def train_induction(
-    steps: int = 1000,
+    steps: int = 600,
     batch: int = 32,
     seed: int = 0,
     *,
-    vocab_size: int = 64,
+    vocab_size: int = 256,
     context: int = 32,
     layers: int = 2,
     heads: int = 4,
     d_model: int = 64,
-    lr: float = 3e-3,
+    lr: float = 1e-2,
     init_std: float = 0.0,
     fresh: int = 1000,
     save: str = "",

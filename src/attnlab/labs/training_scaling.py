@@ -16,7 +16,7 @@ Per width and scaling, over ``runs`` runs (each its own initial weights and batc
     saturated_rows    share of softmax rows (every layer, query rows after the first, which
                       has one key) whose largest weight passes 0.99, over the recorded steps
     median_ds         median ‖dS‖ of a query row's gradient at the scores, over the recorded
-                      steps: ``attnlab.trace_attention(..., grad_output=...)`` on each layer's
+                      steps and the rows some counted loss depends on: ``attnlab.trace_attention(..., grad_output=...)`` on each layer's
                       own call, nothing re-derived here
 """
 
@@ -107,7 +107,9 @@ def _saturation(calls) -> tuple[float, np.ndarray]:
         t = trace_attention(c.q, c.k, c.v, c.mask, scale=c.scale, grad_output=c.grad_output)
         p_max = t.weights[..., 1:, :].max(axis=-1)  # (B, h, N - 1)
         shares.append(np.mean(p_max > THRESHOLD))
-        norms.append(np.linalg.norm(t.grad_scores[..., 1:, :], axis=-1).ravel())  # rows
+        reached = np.linalg.norm(c.grad_output[..., 1:, :], axis=-1) > 0  # (B, h, N - 1)
+        # Rows no counted loss depends on get dS = 0 whatever the scaling: left out.
+        norms.append(np.linalg.norm(t.grad_scores[..., 1:, :], axis=-1)[reached])  # (rows,)
     return float(np.mean(shares)), np.concatenate(norms)
 
 
