@@ -259,10 +259,12 @@ def measure(model: TinyTransformer, tokens: np.ndarray, lengths: np.ndarray):
 
 MAX_STEPS, MAX_BATCH, MAX_VOCAB, MAX_CONTEXT = 100_000, 1024, 4096, 256
 MAX_LAYERS, MAX_D_MODEL, MAX_FRESH = 8, 512, 100_000
-# Measured on the 2-core machine (one BLAS thread): a step costs about 1.1 µs per multiply-add
-# of its products... see _estimate; calibrated with the default run.
-_S_PER_MADD = 2e-9
-_S_PER_STEP = 4e-3
+# Rough, from runs on the shared 2-core machine (one BLAS thread): about 0.3 ns per
+# multiply-add of a step's products and 10 ms of fixed cost per layer and step (the calls
+# into attention, its checks, the small arrays). The default run: about 45 s by this model;
+# measured 60 to 360 s while other work loaded the machine (docs/training.md).
+_S_PER_MADD = 3e-10
+_S_PER_STEP = 10e-3
 
 
 def _work(batch, context, layers, d_model, heads=1):
@@ -272,12 +274,15 @@ def _work(batch, context, layers, d_model, heads=1):
     return 3 * forward
 
 
-def _estimate(steps, batch, context, layers, d_model, vocab_size, fresh, **_) -> Estimate:
+def _estimate(steps, batch, context, layers, heads, d_model, vocab_size, fresh, **_) -> Estimate:
     per_step = _S_PER_STEP * layers + _S_PER_MADD * (
         _work(batch, context, layers, d_model) + 3 * batch * context * d_model * vocab_size
     )
     seconds = steps * per_step + fresh / batch * per_step / 3
-    peak = 8 * max(batch, fresh) * context * (context * 4 + d_model * 12 + vocab_size) * layers
+    # float32 tables of the larger of a batch and the fresh sequences: weights, activations
+    # and caches per layer, and the logits.
+    width = layers * (2 * heads * context + 12 * d_model) + 2 * vocab_size
+    peak = 4 * max(batch, fresh) * context * width
     return Estimate(seconds, peak)
 
 
@@ -301,7 +306,7 @@ SPEC = LabSpec(
     heading="Heads after {steps:,} steps of {batch}, seed {seed}",
     run=train_induction,
     params=(
-        Param("steps", "Adam steps.", low=1, high=MAX_STEPS, web_high=2000, web_default=100),
+        Param("steps", "Adam steps.", low=1, high=MAX_STEPS, web_high=2000, web_default=50),
         Param("batch", "Sequences per step.", low=1, high=MAX_BATCH, web_high=64),
         SEED,
         Param("vocab_size", "Tokens in the vocabulary (V).", low=2, high=MAX_VOCAB,

@@ -148,8 +148,8 @@ def train_positions(
 
 # -- the declaration: CLI options, web fields, plot and estimate come from here ----------------
 
-_S_PER_MADD = 2e-9  # as the induction lab's calibration
-_S_PER_STEP = 4e-3
+_S_PER_MADD = 3e-10  # as the induction lab's calibration
+_S_PER_STEP = 10e-3
 
 
 def _estimate(steps, batch, context, d_model, vocab_size, fresh, **_) -> Estimate:

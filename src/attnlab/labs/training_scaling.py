@@ -168,7 +168,7 @@ def train_scaling(
     seed: int = 0,
     *,
     target_loss: float = 1.0,
-    lr: float = 3e-3,
+    lr: float = 1e-3,
     vocab_size: int = 64,
     context: int = 32,
     progress: Progress | None = None,
@@ -216,9 +216,10 @@ def _headline(row: ScalingRow) -> dict:
 
 # -- the declaration: CLI options, web fields, plot and estimate come from here ----------------
 
-# Calibrated with the induction lab's step cost (see there): multiply-adds of the products.
-_S_PER_MADD = 2e-9
-_S_PER_STEP = 8e-3
+# As the induction lab's calibration (see there), per multiply-add of a step's products and
+# per step; the recorded steps' traces add about 1/RECORDS of a step each.
+_S_PER_MADD = 3e-10
+_S_PER_STEP = 10e-3
 
 
 def _estimate(widths, steps, batch, runs, vocab_size, context, **_) -> Estimate:
