@@ -35,7 +35,20 @@ def test_learned_heads_page(browser, server, width):  # noqa: F811
     assert page.locator("#learned-seq span").nth(7).get_attribute("title") == "predicts 40"
     # No horizontal scrolling at any width.
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+    # The slider steps back to the untrained snapshot: no head is labelled any more.
+    slider = page.locator("input[name=checkpoint]")
+    slider.evaluate("el => { el.value = '0'; el.dispatchEvent(new Event('input')); }")
+    page.wait_for_function("document.getElementById('learned-step').textContent === '0'")
+    page.wait_for_function(
+        "[...document.querySelectorAll('.learned-head')].every(f => f.dataset.pattern === 'other')"
+    )
     ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / f"learned-step0-{width}.png"), full_page=True)
+    last = slider.get_attribute("max")
+    slider.evaluate(f"el => {{ el.value = '{last}'; el.dispatchEvent(new Event('input')); }}")
+    page.wait_for_function(
+        "document.getElementById('learned-step').textContent.includes('trained')"
+    )
     page.screenshot(path=str(ARTIFACTS / f"learned-{width}.png"), full_page=True)
     page.fill("input[name=tokens]", "1 2 999")
     page.click("button[type=submit]")

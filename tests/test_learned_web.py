@@ -53,3 +53,16 @@ def test_bad_tokens_are_a_422_naming_the_field(client, tokens):
 def test_the_page_is_served(client):
     page = client.get("/learned")
     assert page.status_code == 200 and "learned.js" in page.text
+
+
+def test_checkpoints_show_the_induction_head_forming(client):
+    final = client.get("/api/learned", params={"seed": 2}).json()
+    steps = final["checkpoints"]
+    assert final["checkpoint"] == len(steps) - 1 and steps == sorted(steps) and steps[0] == 0
+    first = client.get("/api/learned", params={"seed": 2, "checkpoint": 0}).json()
+    assert first["tokens"] == final["tokens"] and first["weights"] != final["weights"]
+    # Before training no head has a pattern; after it, both kinds exist.
+    assert {h["pattern"] for h in first["heads"]} == {"other"}
+    assert max(h["induction_score"] for h in final["heads"] if h["layer"] == 1) > 0.6
+    refused = client.get("/api/learned", params={"checkpoint": len(steps)})
+    assert refused.status_code == 422 and "checkpoint" in refused.text

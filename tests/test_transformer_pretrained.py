@@ -86,3 +86,19 @@ def test_the_shipped_model_has_the_default_labs_configuration(shipped):
     defaults = {k: p.default for k, p in inspect.signature(train_induction).parameters.items()}
     for key in ("vocab_size", "context", "layers", "heads", "d_model", "seed"):
         assert shipped.config[key] == defaults[key], key
+
+
+def test_checkpoints_end_with_the_shipped_model_and_start_untrained(shipped, fresh):
+    from attnlab.transformer import checkpoints
+
+    kept = checkpoints("induction")
+    steps = [s for s, _ in kept]
+    assert steps == sorted(steps) and steps[0] == 0 and len(steps) >= 3
+    last = kept[-1][1]
+    assert all(np.array_equal(last.params[k], shipped.params[k]) for k in shipped.params)
+    tokens, lengths = fresh
+    w = kept[0][1].attention_weights(tokens[:50])
+    n = tokens.shape[1]
+    before = np.mean([w[s, 1, :, i, i - t + 1]
+                      for s, t in enumerate(lengths[:50]) for i in range(n - t, n - 1)], axis=0)  # fmt: skip
+    assert before.max() < 0.3  # at step 0 no induction head yet

@@ -47,7 +47,8 @@ from attnlab.labs._training import FRESH, INDUCTION, TRAIN, fit, one_thread, smo
 from attnlab.transformer import TinyTransformer
 
 __all__ = ["SPEC", "HeadRow", "InductionResult", "ceiling", "head_scores", "induction_batch",
-           "induction_sequences", "label", "second_copy", "train_induction"]  # fmt: skip
+           "induction_sequences", "label", "second_copy", "snapshot", "snapshot_steps",
+           "train_induction"]  # fmt: skip
 
 LABEL_AT = 0.4  # a score from here up names the head; below, "other"
 MIN_T = 4
@@ -203,6 +204,7 @@ def train_induction(
     init_std: float = 0.0,
     fresh: int = 1000,
     save: str = "",
+    snapshots: int = 0,
     progress: Progress | None = None,
 ) -> InductionResult:
     """Train an attention-only causal transformer on the induction task and look inside it.
@@ -216,6 +218,8 @@ def train_induction(
             drawn N(0, init_std²) (GPT-2's 0.02 is a baseline that fails).
         fresh: sequences, never trained on, that accuracy and head scores are measured on.
         save: a path to write the trained model to (``TinyTransformer.load`` reads it).
+        snapshots: with ``save``, also keep the weights at this many evenly spaced steps
+            (step 0 first) in the same file, float16, for ``attnlab.transformer.checkpoints``.
         progress: called as progress(steps done, steps).
     """
     args = _checked(steps, batch, seed, vocab_size, context, layers, heads, d_model, lr,
@@ -227,17 +231,37 @@ def train_induction(
         tokens, lengths = induction_sequences(rng, batch, context, vocab_size)
         return tokens, induction_batch(tokens, lengths)
 
+    kept = snapshot_steps(steps, check_int("snapshots", snapshots, low=0, high=MAX_SNAPSHOTS))
+    extra: dict[str, np.ndarray] = {"trained_steps": np.array(steps)} if kept else {}
+
+    def each(step, m, tokens, targets):
+        if step in kept:  # the weights before this step's update
+            extra.update(snapshot(m, step))
+        return m.loss_and_grads(tokens, targets)
+
     curve = fit(model, draw, rng_for(seed, INDUCTION, TRAIN), steps=steps, lr=lr,
-                progress=progress)  # fmt: skip
+                progress=progress, each=each if kept else None)  # fmt: skip
     tokens, lengths = induction_sequences(rng_for(seed, INDUCTION, FRESH), fresh, context,
                                           vocab_size)  # fmt: skip
     accuracy, rows = measure(model, tokens, lengths)
     if save:
-        model.save(save)
+        model.save(save, extra)
     return InductionResult(**args, accuracy=accuracy,
                            ceiling=ceiling(tokens, lengths, vocab_size), head_rows=rows,
                            losses=tuple(smoothed(curve.losses).tolist()),
                            seconds=curve.seconds)  # fmt: skip
+
+
+def snapshot_steps(steps: int, count: int) -> set[int]:
+    """The steps whose weights a run keeps: ``count`` evenly spaced from step 0."""
+    return {int(s) for s in np.linspace(0, steps, count, endpoint=False)} if count else set()
+
+
+def snapshot(model: TinyTransformer, step: int) -> dict[str, np.ndarray]:
+    """The weights attention depends on, float16, named ``snapshot/STEP/NAME`` (no unembedding:
+    a snapshot shows where heads look, not what the model predicts)."""
+    return {f"snapshot/{step}/{name}": p.astype(np.float16)
+            for name, p in model.params.items() if name != "unembed"}  # fmt: skip
 
 
 def measure(model: TinyTransformer, tokens: np.ndarray, lengths: np.ndarray):
@@ -258,7 +282,7 @@ def measure(model: TinyTransformer, tokens: np.ndarray, lengths: np.ndarray):
 # -- the declaration: CLI options, web fields, plot and estimate come from here ----------------
 
 MAX_STEPS, MAX_BATCH, MAX_VOCAB, MAX_CONTEXT = 100_000, 1024, 4096, 256
-MAX_LAYERS, MAX_D_MODEL, MAX_FRESH = 8, 512, 100_000
+MAX_LAYERS, MAX_D_MODEL, MAX_FRESH, MAX_SNAPSHOTS = 8, 512, 100_000, 20
 # Rough, from runs on the shared 2-core machine (one BLAS thread): about 0.3 ns per
 # multiply-add of a step's products and 10 ms of fixed cost per layer and step (the calls
 # into attention, its checks, the small arrays). The default run: about 45 s by this model;
@@ -324,6 +348,8 @@ SPEC = LabSpec(
         Param("fresh", "Fresh sequences to measure on.", low=1, high=MAX_FRESH,
               web_high=2000, web_default=200),
         Param("save", "Write the trained model to this .npz file.", web=False),
+        Param("snapshots", "With --save, also keep the weights at this many evenly spaced "
+              "steps.", low=0, high=MAX_SNAPSHOTS, web=False),
     ),
     columns=(("layer", "layer"), ("head", "head"), ("previous_token", "prev.-token score"),
              ("induction_score", "induction score"), ("pattern", "pattern")),

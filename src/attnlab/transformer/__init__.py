@@ -5,6 +5,7 @@
     Adam              the optimiser, updating the model's arrays in place
     pretrained(name)  a model shipped with attnlab: "induction" (``attnlab lab train-induction``
                       at its defaults)
+    checkpoints(name) its weights at the snapshots kept while it trained, to watch heads form
 
 >>> from attnlab.transformer import TinyTransformer, Adam
 >>> m = TinyTransformer(vocab_size=5, context=4, layers=1, heads=1, d_model=4, seed=1)
@@ -17,6 +18,6 @@ from __future__ import annotations
 
 from attnlab.transformer.adam import Adam
 from attnlab.transformer.model import AttentionCall, TinyTransformer
-from attnlab.transformer.pretrained import PRETRAINED, pretrained
+from attnlab.transformer.pretrained import PRETRAINED, checkpoints, pretrained
 
-__all__ = ["PRETRAINED", "Adam", "AttentionCall", "TinyTransformer", "pretrained"]
+__all__ = ["PRETRAINED", "Adam", "AttentionCall", "TinyTransformer", "checkpoints", "pretrained"]

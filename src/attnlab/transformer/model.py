@@ -217,9 +217,11 @@ class TinyTransformer:
 
     # -- files ----------------------------------------------------------------------------------
 
-    def save(self, path) -> None:
-        """Write the configuration and every parameter to an .npz file."""
-        np.savez(path, **{_CONFIG_KEY: np.array(json.dumps(self.config))}, **self.params)
+    def save(self, path, extra: dict[str, np.ndarray] | None = None) -> None:
+        """Write the configuration and every parameter to an .npz file (and ``extra`` arrays,
+        under names of their own, which ``load`` ignores)."""
+        np.savez(path, **{_CONFIG_KEY: np.array(json.dumps(self.config))}, **self.params,
+                 **(extra or {}))  # fmt: skip
 
     @classmethod
     def load(cls, path) -> TinyTransformer:

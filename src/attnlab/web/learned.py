@@ -8,6 +8,8 @@
         heads    per head its layer, index, pattern and the scores that name it, measured once
                  on fresh sequences by the induction lab's own ``measure``
         weights  (layers, heads, N, N) of this sequence, rounded to 4 decimals
+        checkpoint   optional index into ``checkpoints`` (the training steps of the snapshots
+                 kept while the model trained, the trained model last): the weights then
 
 Everything comes from ``attnlab.transformer.pretrained("induction")`` and the lab module; the
 model is loaded once and only read.
@@ -25,7 +27,7 @@ from fastapi.responses import FileResponse
 
 from attnlab.labs._common import rng_for
 from attnlab.labs.induction import induction_sequences, measure
-from attnlab.transformer import pretrained
+from attnlab.transformer import checkpoints
 from attnlab.web.models import SEED_MAX, FieldError
 
 router = APIRouter(tags=["learned heads"])
@@ -35,13 +37,18 @@ _TAG = 201  # the page's own random stream, apart from every lab's
 
 
 @cache
-def _model():
-    return pretrained("induction")
+def _models() -> list:
+    """(step, model) per training snapshot, the trained model last."""
+    return checkpoints("induction")
+
+
+def _model(index: int = -1):
+    return _models()[index][1]
 
 
 @cache
-def _heads() -> list[dict]:
-    model = _model()
+def _heads(index: int = -1) -> list[dict]:
+    model = _model(index)
     cfg = model.config
     tokens, lengths = induction_sequences(rng_for(0, _TAG), FRESH, cfg["context"],
                                           cfg["vocab_size"])  # fmt: skip
@@ -69,8 +76,14 @@ def _parse(text: str, context: int, vocab: int) -> list[int]:
 def learned(
     tokens: Annotated[str | None, Query(max_length=400)] = None,
     seed: Annotated[int, Query(ge=0, le=SEED_MAX)] = 0,
+    checkpoint: Annotated[int | None, Query(ge=0)] = None,
 ) -> dict:
-    model = _model()
+    count = len(_models())
+    if checkpoint is not None and checkpoint >= count:
+        raise FieldError("checkpoint", f"expected a checkpoint from 0 to {count - 1}, but got "
+                         f"{checkpoint} instead")  # fmt: skip
+    index = count - 1 if checkpoint is None else checkpoint
+    model = _model(index)
     cfg = model.config
     repeat = None
     if tokens is None:
@@ -86,7 +99,9 @@ def learned(
         "tokens": ids,
         "repeat": repeat,
         "predictions": model.predict(batch)[0].tolist(),
-        "heads": _heads(),
+        "heads": _heads(index),
+        "checkpoints": [step for step, _ in _models()],
+        "checkpoint": index,
         "weights": np.round(weights.astype(float), 4).tolist(),
     }
 

@@ -65,6 +65,7 @@ async function show(event) {
   const params = new URLSearchParams({ seed: form.get("seed") || "0" });
   const tokens = (form.get("tokens") || "").trim();
   if (tokens) params.set("tokens", tokens);
+  if (document.body.dataset.ready) params.set("checkpoint", form.get("checkpoint"));
   const response = await fetch(`/api/learned?${params}`);
   const data = await response.json();
   if (!response.ok) {
@@ -73,10 +74,17 @@ async function show(event) {
     return;
   }
   $("learned-error").textContent = "";
+  const slider = $("learned-form").elements.checkpoint;
+  slider.max = String(data.checkpoints.length - 1);
+  slider.value = String(data.checkpoint);
+  const step = data.checkpoints[data.checkpoint];
+  $("learned-step").textContent = data.checkpoint === data.checkpoints.length - 1
+    ? `${step ?? ""} (trained)` : String(step);
   sequence(data);
   layers(data);
   document.body.dataset.ready = "true";
 }
 
 $("learned-form").addEventListener("submit", show);
+$("learned-form").elements.checkpoint.addEventListener("input", () => show());
 show();
