@@ -25,6 +25,31 @@ SMALL = {
     "cost": {"d_model": 16, "lengths": (8, 16), "heads": 2, "repeats": 1},
     "proof": {"d_k": 16, "draws": 2000},
     "gradient": {"widths": (8, 32), "trials": 20},
+    "train-induction": {
+        "steps": 3,
+        "batch": 4,
+        "context": 8,
+        "d_model": 8,
+        "heads": 2,
+        "vocab_size": 8,
+        "fresh": 8,
+    },
+    "train-scaling": {
+        "widths": (8,),
+        "steps": 3,
+        "batch": 4,
+        "runs": 1,
+        "context": 8,
+        "vocab_size": 8,
+    },
+    "train-positions": {
+        "steps": 3,
+        "batch": 4,
+        "context": 4,
+        "d_model": 8,
+        "vocab_size": 8,
+        "fresh": 8,
+    },
 }
 
 
@@ -43,6 +68,9 @@ def test_labs_table_is_exactly_the_labs():
         "cost": attnlab.labs.cost_timing,
         "proof": attnlab.labs.proof,
         "gradient": attnlab.labs.gradient,
+        "train-induction": attnlab.labs.train_induction,
+        "train-scaling": attnlab.labs.train_scaling,
+        "train-positions": attnlab.labs.train_positions,
     }
     assert all(spec.name == name for name, spec in LABS.items())
 

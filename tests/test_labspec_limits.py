@@ -61,6 +61,8 @@ def test_the_estimate_is_within_a_factor_of_a_measured_run(name):
         ["cost", "--n", "60000", "--heads", "1"],
         ["proof", "--draws", str(10**10)],
         ["gradient", "--trials", str(10**6), "--width", "4096"],
+        ["train-induction", "--steps", "100000", "--batch", "1024"],
+        ["train-scaling", "--steps", "20000", "--width", "1024"],
     ],
 )
 def test_long_work_is_refused_at_once_naming_the_estimate_and_yes(args):

@@ -19,33 +19,42 @@ from it.
                  of width d_model/h against one head of width d_model
     proof        each step of §6.3's argument for √d_k measured beside its prediction, with SEs
     gradient     the gradient reaching the scores and the queries, unscaled vs scaled (§6.3)
+    train-induction, train-scaling, train-positions   a tiny transformer trained on attnlab's
+                 own gradients: an induction head forms; 1/√d_k speeds learning; order needs
+                 positions (``induction``, ``training_scaling``, ``training_positions``)
 
 In Jupyter every result displays as an HTML table with its summary and its plot, plotly.js
 inline once per kernel (``_display``); ``reset_display()`` makes the next display carry it again.
 
 >>> from attnlab.labs import LABS
 >>> sorted(LABS)
-['cost', 'gradient', 'permutation', 'proof', 'saturation', 'sweep', 'variance']
+['cost', 'gradient', 'permutation', 'proof', 'saturation', 'sweep', 'train-induction', 'train-positions', 'train-scaling', 'variance']
 """
 
 from __future__ import annotations
 
+from attnlab.labs import induction as _induction
 from attnlab.labs import measured_cost as _cost
 from attnlab.labs import score_gradients as _gradient
 from attnlab.labs import softmax_saturation as _saturation
 from attnlab.labs import sqrt_dk_proof as _proof
 from attnlab.labs import sweep as _sweep
 from attnlab.labs import timing
+from attnlab.labs import training_positions as _training_positions
+from attnlab.labs import training_scaling as _training_scaling
 from attnlab.labs import variance as _variance
 from attnlab.labs import word_order as _permutation
 from attnlab.labs._common import jsonable
 from attnlab.labs._display import reset as reset_display
 from attnlab.labs._spec import Estimate, LabPlot, LabSpec, Param, Series
+from attnlab.labs.induction import InductionResult, train_induction
 from attnlab.labs.measured_cost import CostRow, CostTimingResult, cost_timing
 from attnlab.labs.score_gradients import GradientResult, GradientRow, gradient
 from attnlab.labs.softmax_saturation import SaturationResult, saturation
 from attnlab.labs.sqrt_dk_proof import ProofResult, ProofRow, proof
 from attnlab.labs.sweep import ScoreHistogram, SweepResult, SweepRow, score_histogram, width_sweep
+from attnlab.labs.training_positions import PositionsResult, train_positions
+from attnlab.labs.training_scaling import ScalingResult, train_scaling
 from attnlab.labs.variance import VarianceResult, VarianceRow, variance_scaling
 from attnlab.labs.word_order import PermutationResult, permutation
 
@@ -57,13 +66,16 @@ __all__ = [
     "Estimate",
     "GradientResult",
     "GradientRow",
+    "InductionResult",
     "LabPlot",
     "LabSpec",
     "Param",
     "PermutationResult",
+    "PositionsResult",
     "ProofResult",
     "ProofRow",
     "SaturationResult",
+    "ScalingResult",
     "ScoreHistogram",
     "Series",
     "SweepResult",
@@ -79,6 +91,9 @@ __all__ = [
     "saturation",
     "score_histogram",
     "timing",
+    "train_induction",
+    "train_positions",
+    "train_scaling",
     "variance_scaling",
     "width_sweep",
 ]
@@ -86,7 +101,9 @@ __all__ = [
 #: name -> the lab's spec (callable: it runs the lab), the names `attnlab lab NAME` and the web use.
 LABS: dict[str, LabSpec] = {
     spec.name: spec for spec in (_variance.SPEC, _saturation.SPEC, _sweep.SPEC,
-                                 _permutation.SPEC, _cost.SPEC, _proof.SPEC, _gradient.SPEC)
+                                 _permutation.SPEC, _cost.SPEC, _proof.SPEC, _gradient.SPEC,
+                                 _induction.SPEC, _training_scaling.SPEC,
+                                 _training_positions.SPEC)
 }  # fmt: skip
 
 #: table() column keys -> short titles for people (terminal, HTML); CSV and JSON keep the keys.

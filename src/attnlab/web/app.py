@@ -26,7 +26,7 @@ from starlette.middleware.gzip import GZipMiddleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 import attnlab
-from attnlab.web import config, docs, errors, figures, guard, labs, schema, teach
+from attnlab.web import config, docs, errors, figures, guard, labs, learned, schema, teach
 
 __all__ = ["MAX_BODY_BYTES", "create_app"]
 
@@ -113,6 +113,7 @@ def create_app(hosts: Iterable[str] = ()) -> FastAPI:
     app.include_router(figures.router)
     app.include_router(labs.router)
     app.include_router(teach.router)
+    app.include_router(learned.router)
 
     @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
     def index() -> FileResponse:
