@@ -16,6 +16,7 @@ import numpy as np
 
 from attnlab.core import blockwise
 from attnlab.core._grad import check_grad_output
+from attnlab.core._overflow import checked_forward, checked_trace, quiet
 from attnlab.core._validate import (
     as_real,
     check_block_size,
@@ -96,12 +97,15 @@ def attention(
     x, finite = validate_later(q, k, v, mask, scale=scale, check_finite=check_finite)
     method = choose_method(method, x.lead, x.n, x.m, x.q.dtype, budget, return_weights)
     if method == "blockwise":
-        return blockwise.run(x, *block, n_threads, check=finite)
+        with quiet():  # an output that overflowed is found and redone by checked_forward
+            out = blockwise.run(x, *block, n_threads, check=finite)
+        return checked_forward(x, out, lambda y: blockwise.run(y, *block, n_threads))
     if finite is not None:
         finite()
-    if return_weights:
-        return dense_weights(x, threads=n_threads)
-    return dense_output(x, threads=n_threads)
+    kernel = dense_weights if return_weights else dense_output
+    with quiet():
+        out = kernel(x, threads=n_threads)
+    return checked_forward(x, out, lambda y: kernel(y, threads=n_threads))
 
 
 def choose_method(
@@ -152,9 +156,11 @@ def trace_attention(q, k, v, mask=None, *, scale=None, grad_output=None) -> Atte
            [0.804, 0.804]])
     """
     x = validate(q, k, v, mask, scale=scale)
-    tables = dense_tables(x)
-    if grad_output is not None:
-        tables.update(dense_grad_tables(x, tables, check_grad_output(x, grad_output)))
+    with quiet():  # a table that overflowed is named by checked_trace
+        tables = dense_tables(x)
+        if grad_output is not None:
+            tables.update(dense_grad_tables(x, tables, check_grad_output(x, grad_output)))
+    checked_trace(x, tables)
     return AttentionTrace(q=x.q, k=x.k, v=x.v, scale=x.scale, mask=x.mask, **tables)
 
 
@@ -214,7 +220,13 @@ def scaled_dot_product_attention(
     if dropout_p == 0.0:
         return dense_output(x, empty_rows=fully_masked)
     _, weights = dense_weights(x, empty_rows=fully_masked)
-    rng = np.random.default_rng(rng)
+    try:  # a Generator, None, or a seed: a non-negative int (or a sequence of them)
+        rng = np.random.default_rng(rng)
+    except (TypeError, ValueError):
+        raise AttnlabError(
+            f"expected rng to be a numpy Generator or a non-negative integer seed, but got "
+            f"{rng!r} instead"
+        ) from None
     keep = rng.random(weights.shape) >= dropout_p
     weights *= keep / weights.dtype.type(1.0 - dropout_p)
     return weights @ x.v  # (..., Hq, L, Ev)

@@ -17,6 +17,7 @@ import numpy as np
 
 from attnlab.core import blockwise, blockwise_backward
 from attnlab.core._grad import check_grad_output
+from attnlab.core._overflow import checked_backward, quiet
 from attnlab.core._validate import (
     check_block_size,
     check_budget,
@@ -25,7 +26,8 @@ from attnlab.core._validate import (
     validate,
 )
 from attnlab.core.attention import choose_method
-from attnlab.core.dense_backward import dense_gradients
+from attnlab.core.dense import dense_tables
+from attnlab.core.dense_backward import dense_grad_tables, dense_gradients
 
 __all__ = ["attention_backward"]
 
@@ -69,7 +71,9 @@ def attention_backward(
 
     Raises:
         ShapeError (naming grad_output when its shape is not the output's),
-        NonFiniteInputError, FullyMaskedRowError (a row that allows no key), as ``attention``.
+        NonFiniteInputError, FullyMaskedRowError (a row that allows no key), as ``attention``;
+        NonFiniteResultError when finite inputs give a gradient past the dtype's range (it
+        names the table of the chain rule that overflowed first).
 
     The chapter's two tokens with the causal mask, and a loss that sums the output:
 
@@ -91,6 +95,9 @@ def attention_backward(
     )
     x = validate(q, k, v, mask, scale=scale, check_finite=check_finite)
     g = check_grad_output(x, grad_output)  # (..., N, d_v)
-    if choose_method(method, x.lead, x.n, x.m, x.q.dtype, budget, False) == "blockwise":
-        return blockwise_backward.run(x, g, *block, n_threads)
-    return dense_gradients(x, g, threads=n_threads)
+    with quiet():  # a gradient that overflowed is refused, by name, in checked_backward
+        if choose_method(method, x.lead, x.n, x.m, x.q.dtype, budget, False) == "blockwise":
+            grads = blockwise_backward.run(x, g, *block, n_threads)
+        else:
+            grads = dense_gradients(x, g, threads=n_threads)
+    return checked_backward(x, g, grads, lambda y, dy: dense_grad_tables(y, dense_tables(y), dy))
