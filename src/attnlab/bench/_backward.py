@@ -1,4 +1,4 @@
-"""The backward benchmark: attnlab's gradients beside PyTorch's fused CPU backward (issue 12.6).
+"""The backward benchmark: attnlab's gradients beside PyTorch's fused CPU backward.
 
 Shape legend: B = 1, h heads, N queries = M keys, d = d_k = d_v, float32.
 
@@ -99,7 +99,7 @@ def backward(
 
 
 def targets(report: Report) -> list[Target]:
-    """Issue 12.6's targets, each from numbers measured in this report (None where not run)."""
+    """The backward targets, each from numbers measured in this report (None where not run)."""
     out = []
     for n in (2048, 4096):
         for mask in ("none", "causal"):

@@ -1,4 +1,4 @@
-"""The side-by-side attention benchmark: a sweep over N, the checks and targets of issue 5.
+"""The side-by-side attention benchmark: a sweep over N, the checks and the speed targets.
 
 Shape legend: B = 1, h heads, N queries = M keys, d = d_k = d_v, float32 unless told.
 
@@ -29,7 +29,7 @@ MEMORY_LIMIT_MIB = 512.0
 
 @dataclass
 class Target:
-    """One target of issue 5: the measured value, the goal, and whether it was met."""
+    """One speed target: the measured value, the goal, and whether it was met."""
 
     name: str
     goal: float
@@ -224,7 +224,7 @@ def attention(
 
 
 def targets(report: Report) -> list[Target]:
-    """Issue 5's targets, each from numbers measured in this report (None where not run)."""
+    """The speed targets, each from numbers measured in this report (None where not run)."""
     out = []
     for n in (2048, 4096, 8192):
         for mask in ("none", "causal"):

@@ -67,6 +67,21 @@ def _usage_line(exc: UsageError) -> str:
     return message
 
 
+def refuse_non_ascii_numbers(args) -> None:
+    """Fail on an argument that Python would read as a number written in another script's
+    digits ("١٩٥٩", "２"): int() and float() accept them, so an option would take them
+    silently; attnlab's numbers are ASCII 0-9, as the web API's are."""
+    for arg in args:
+        text = str(arg).partition("=")[2] if str(arg).startswith("--") else str(arg)
+        if text.isascii():
+            continue
+        try:
+            float(text)
+        except ValueError:
+            continue
+        raise fail(f"expected numbers written with the ASCII digits 0-9, but got {clip(text)}")
+
+
 class OneLineErrors(typer.core.TyperGroup):
     """Usage errors in this group and every command under it: one red line and exit code 2.
 
@@ -86,6 +101,7 @@ class OneLineErrors(typer.core.TyperGroup):
         return super().resolve_command(ctx, args)
 
     def make_context(self, info_name, args, parent=None, **extra):
+        refuse_non_ascii_numbers(args)
         # The root's own options (attnlab --bogus) are parsed here, before ``invoke``.
         try:
             return super().make_context(info_name, args, parent=parent, **extra)
@@ -132,21 +148,11 @@ def friendly_errors(fn):
     return wrapper
 
 
-def writable(option: str, path) -> None:
-    """Fail before any work if ``path`` cannot be written (a lab or benchmark may take minutes)."""
-    if path is None:
-        return
-    from pathlib import Path
+def writable(option: str, path, force: bool = False) -> None:
+    """Fail before any work if ``path`` cannot be written (see ``cli/_files.py``)."""
+    from attnlab.cli._files import check_target
 
-    path = Path(path)
-    folder = path.parent if str(path.parent) else Path(".")
-    if path.is_dir() or not folder.is_dir():
-        raise fail(f"{option}: expected a file in an existing folder, but got {clip(str(path))}")
-    try:
-        with path.open("a"):
-            pass
-    except OSError as exc:
-        raise fail(f"{option}: cannot write {clip(str(path))} ({exc.strerror})") from None
+    check_target(option, path, force)
 
 
 def load_matrix(name: str, text: str) -> list[list]:

@@ -9,17 +9,20 @@ is the cost of going through Dask: moving chunks between processes, scheduling, 
 
 from __future__ import annotations
 
+import os
 import time
+from contextlib import ExitStack
 from statistics import median
 from typing import Annotated
 
 import numpy as np
 import typer
 
-from attnlab.cli._app import console, err_console, fail, friendly_errors
+from attnlab.cli._app import clip, console, err_console, fail, friendly_errors
 from attnlab.cli.bench import bench_app
 
-TARGET = 0.25  # issue 14: at most 25% over single-process blockwise with 2 workers
+TARGET = 0.25  # at most 25% over single-process blockwise with 2 workers
+MAX_WORKERS = 64  # worker processes per run, the labs' cap on their own pools
 
 
 def _flops(heads: int, n: int, d: int) -> float:
@@ -67,6 +70,34 @@ def _mib(b: float) -> str:
     return f"{b / 2**20:,.0f} MiB"
 
 
+def _worker_counts(text: str) -> list[int]:
+    """'1,2' -> [1, 2]: ASCII whole numbers from 1 to MAX_WORKERS, or one line and exit 2."""
+    parts = [p.strip() for p in text.split(",")]
+    if not all(p.isascii() and p.isdigit() and len(p) <= 6 for p in parts):
+        raise fail(f"--workers: expected a comma list such as 1,2, but got {clip(text)}")
+    counts = sorted({int(p) for p in parts})
+    if counts[0] < 1 or counts[-1] > MAX_WORKERS:
+        raise fail(
+            f"--workers: expected worker counts from 1 to {MAX_WORKERS} (one process each), "
+            f"but got {clip(text)}"
+        )
+    return counts
+
+
+def _check_memory(heads: int, n: int, d: int) -> None:
+    """Refuse, before allocating, inputs and output past half this machine's memory."""
+    need = 4 * heads * n * d * 4  # q, k, v and the output, float32
+    try:
+        have = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # not a POSIX system: a fixed 8 GiB
+        have = 8 * 2**30
+    if need > have // 2:
+        raise fail(
+            f"expected q, k, v and the output to fit half this machine's memory "
+            f"({_mib(have // 2)}), but --heads {heads} --n {n:,} --d {d} needs {_mib(need)}"
+        )
+
+
 @bench_app.command("distributed")
 @friendly_errors
 def distributed_command(
@@ -91,23 +122,31 @@ def distributed_command(
     """Distributed attention on 1 and 2 local worker processes against single-process blockwise
     (float32; the issue's size is --n 16384, about 2 minutes here; the default N = 4096 about 15 s)."""
     try:
-        from distributed import Client, LocalCluster
+        import distributed  # noqa: F401  (only to say it is missing before any work)
     except ImportError:
         raise fail(
             "the benchmark needs Dask, which is optional: pip install 'attnlab[dask]'"
         ) from None
-    from attnlab.core._threads import blas_info
+    counts = _worker_counts(workers)
+    _check_memory(heads, n, d)
+    with ExitStack() as stack:
+        client = None
+        if scheduler is not None:  # connected (or one line) before any work or output
+            from attnlab.cli.labs import _scheduler
 
-    try:
-        counts = sorted({int(w) for w in workers.split(",")})
-    except ValueError:
-        raise fail(f"--workers: expected a comma list such as 1,2, but got {workers!r}") from None
-    if not counts or counts[0] < 1:
-        raise fail(f"--workers: expected worker counts >= 1, but got {workers!r}")
+            client = stack.enter_context(_scheduler(scheduler))
+        rows = _rows(heads, n, d, repeats, counts, q_chunks, kv_chunks, scheduler, client)
+    _report(rows, heads, n, d)
+
+
+def _rows(heads, n, d, repeats, counts, q_chunks, kv_chunks, scheduler, client) -> list:
+    """One row per run: on the --scheduler's ``client``, or on LocalClusters of each count."""
+    from distributed import Client, LocalCluster
+
+    from attnlab.core._threads import blas_info
 
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((heads, n, d), dtype=np.float32) for _ in range(3))
-    flops = _flops(heads, n, d)
     info = blas_info()
     console.print(
         f"distributed attention, N = M = {n:,}, h = {heads}, d = {d}, float32, median of "
@@ -118,12 +157,11 @@ def distributed_command(
     )
 
     rows = []
-    if scheduler is not None:
-        with Client(scheduler) as client:
-            nthreads = sum(client.nthreads().values())
-            err_console.print(f"[dim]  {scheduler}: {nthreads} worker thread(s)[/]")
-            seconds, _, rss = _run_on(client, q, k, v, repeats, q_chunks, kv_chunks)
-            rows.append((f"cluster {scheduler}", nthreads, seconds, None, None, rss))
+    if client is not None:
+        nthreads = sum(client.nthreads().values())
+        err_console.print(f"[dim]  {scheduler}: {nthreads} worker thread(s)[/]")
+        seconds, _, rss = _run_on(client, q, k, v, repeats, q_chunks, kv_chunks)
+        rows.append((f"cluster {scheduler}", nthreads, seconds, None, None, rss))
     else:
         base = {}
         for w in counts:
@@ -153,6 +191,11 @@ def distributed_command(
             ref_s, ref = base[w]
             err = float(np.abs(out - ref).max())
             rows.append((f"{w} worker(s) x 1 thread", w, seconds, ref_s, err, rss))
+    return rows
+
+
+def _report(rows: list, heads: int, n: int, d: int) -> None:
+    flops = _flops(heads, n, d)
 
     console.print(
         f"\n{'run':<26}{'time':>9}{'GFLOP/s':>9}{'blockwise':>11}{'overhead':>10}"
