@@ -29,7 +29,7 @@ def _in_thread(fn):
     def target():
         try:
             box["result"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - handed back to the test
+        except BaseException as exc:  # handed back to the test
             box["error"] = exc
 
     worker = threading.Thread(target=target, daemon=True)

@@ -4,7 +4,7 @@ FastAPI documents 200 and its own 422 shape; the explorer answers every refusal 
 ``{"message": ..., "detail": [...]}`` (web/errors.py) and can also answer
 
     413  a body over the size limit (routes that take a body)
-    403  a cross-site request (the lab routes, web/guard.py)
+    403  a cross-site request (every /api route, web/guard.py)
     429 / 503  the lab runner is busy (the lab routes, with Retry-After on 429)
 
 and the lab routes return a CSV file with ``download=csv``. ``document_refusals`` adds these to
@@ -19,6 +19,8 @@ from fastapi import FastAPI
 from attnlab.web.guard import GUARDED_PREFIX
 
 __all__ = ["REFUSAL", "document_refusals"]
+
+LAB_PREFIX = "/api/labs"  # the routes on the lab runner's queue (web/labs.py)
 
 _ERROR_ITEM = {
     "type": "object",
@@ -43,7 +45,7 @@ REFUSAL = {
 _REF = {"$ref": "#/components/schemas/Refusal"}
 _BUSY = {"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]}
 _WHY = {
-    "403": "A cross-site request: the lab routes answer only the explorer's own page.",
+    "403": "A cross-site request: the API answers only the explorer's own page and scripts.",
     "413": "The body is over the size limit.",
     "422": "A field outside its type or bounds, or a body that is not JSON; the message names it.",
     "429": "The lab runner's queue is full; retry after Retry-After seconds.",
@@ -68,7 +70,9 @@ def _add(operation: dict, path: str) -> None:
     if "requestBody" in operation:
         codes.append("413")
     if path.startswith(GUARDED_PREFIX):
-        codes += ["403", "429", "503"]
+        codes.append("403")
+    if path.startswith(LAB_PREFIX):
+        codes += ["429", "503"]
         ok = responses.setdefault("200", {"description": "Successful Response"})
         content = ok.setdefault("content", {})
         content.setdefault("text/csv", {"schema": {"type": "string"}})
