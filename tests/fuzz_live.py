@@ -182,13 +182,17 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     OUT.mkdir(exist_ok=True)
     file = OUT / "fuzz-summary.json"
-    result = json.loads(file.read_text()) if file.exists() else {}  # a part run alone adds
+
+    def record(part: str, value: dict) -> dict:  # re-read: a part may run alone, or at once
+        result = json.loads(file.read_text()) if file.exists() else {}
+        result[part] = value
+        file.write_text(json.dumps(result, indent=2) + "\n")
+        return result
+
     if "api" in args.parts:
-        result["api"] = fuzz_api(args.requests, args.rate, args.timeout)
-        file.write_text(json.dumps(result, indent=2) + "\n")
+        result = record("api", fuzz_api(args.requests, args.rate, args.timeout))
     if "hypothesis" in args.parts:
-        result["hypothesis"] = fuzz_properties(args.scale, args.tests, args.timeout)
-        file.write_text(json.dumps(result, indent=2) + "\n")
+        result = record("hypothesis", fuzz_properties(args.scale, args.tests, args.timeout))
     if "api" not in result or "hypothesis" not in result:
         return 0
     api, props = result["api"], result["hypothesis"]

@@ -7,7 +7,9 @@ FastAPI documents 200 and its own 422 shape; the explorer answers every refusal 
     403  a cross-site request (every /api route, web/guard.py)
     429 / 503  the lab runner is busy (the lab routes, with Retry-After on 429)
 
-and the lab routes return a CSV file with ``download=csv``. ``document_refusals`` adds these to
+and the lab routes return a CSV file with ``download=csv``. Each lab route also carries its work
+budget (``x-work-budget``: seconds, bytes and the field a refusal names, and the same in words).
+``document_refusals`` adds these to
 the generated document, so /docs and a schema-driven test (tests/test_schema_api.py) see what
 each route can really answer. It only adds what a route does not already declare.
 """
@@ -82,6 +84,29 @@ def _add(operation: dict, path: str) -> None:
             responses[code] = _refusal(code)
 
 
+def _add_budget(operation: dict, path: str) -> None:
+    """A lab's work budget, in the document: each field's bounds cannot say it, since the
+    estimate multiplies several fields (trials x keys x d_k, say)."""
+    from attnlab.labs import LABS
+    from attnlab.web.labs import WEB_BYTES, WEB_SECONDS
+
+    name = path.removeprefix(LAB_PREFIX + "/")
+    if not path.startswith(LAB_PREFIX + "/") or name not in LABS:
+        return
+    field = LABS[name].budget_field
+    budget = {"seconds": WEB_SECONDS, "bytes": WEB_BYTES, "field": field}
+    operation["x-work-budget"] = budget
+    words = (
+        f"Work budget: the run's estimated time at most {WEB_SECONDS:g} s and memory at most "
+        f"{WEB_BYTES >> 20} MiB, from all the fields together; a request over it is refused "
+        f"with 422 naming '{field}'."
+    )
+    operation["description"] = f"{operation.get('description', '')}\n\n{words}".strip()
+    for parameter in operation.get("parameters", []):
+        if parameter.get("name") == field:
+            parameter["description"] = f"{parameter.get('description', '')} {words}".strip()
+
+
 def document_refusals(app: FastAPI) -> None:
     """Make ``app.openapi()`` document every refusal the app can answer."""
     generate = app.openapi
@@ -98,6 +123,7 @@ def document_refusals(app: FastAPI) -> None:
         for path, methods in document.get("paths", {}).items():
             for operation in methods.values():
                 _add(operation, path)
+                _add_budget(operation, path)
         app.openapi_schema = document
         return document
 
