@@ -39,7 +39,6 @@ __all__ = [
     "load_matrix",
     "parse_matrix",
     "to_floats",
-    "writable",
 ]
 
 USAGE_ERROR = 2
@@ -146,13 +145,6 @@ def friendly_errors(fn):
             raise fail(str(exc)) from None
 
     return wrapper
-
-
-def writable(option: str, path, force: bool = False) -> None:
-    """Fail before any work if ``path`` cannot be written (see ``cli/_files.py``)."""
-    from attnlab.cli._files import check_target
-
-    check_target(option, path, force)
 
 
 def load_matrix(name: str, text: str) -> list[list]:

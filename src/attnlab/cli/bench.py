@@ -15,9 +15,8 @@ from attnlab.cli._app import (
     err_console,
     fail,
     friendly_errors,
-    writable,
 )
-from attnlab.cli._files import write_target
+from attnlab.cli._files import check_target, write_target
 
 bench_app = typer.Typer(
     cls=OneLineErrors,
@@ -88,7 +87,7 @@ def attention_command(
     """Time attnlab dense and blockwise attention beside torch SDPA, and check the speed targets (docs/bench.md)."""
     from attnlab import bench
 
-    writable("--json", json_path, force)
+    check_target("--json", json_path, force)
     masks = ["causal"] if causal else ["none", "causal"]
     if window is not None:
         masks.append("window")
@@ -167,7 +166,7 @@ def backward_command(
     """Time attnlab's gradients (dense and blockwise) beside torch's fused backward, against its targets."""
     from attnlab import bench
 
-    writable("--json", json_path, force)
+    check_target("--json", json_path, force)
     report = bench.backward(
         _lengths(n),
         heads=heads,

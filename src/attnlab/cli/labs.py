@@ -34,8 +34,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from attnlab.cli._app import app, clip, console, err_console, fail, friendly_errors, writable
-from attnlab.cli._files import write_target
+from attnlab.cli._app import app, clip, console, err_console, fail, friendly_errors
+from attnlab.cli._files import check_target, write_target
 from attnlab.labs import LABS, LabSpec, Param
 
 try:  # Typer >= 0.2x vendors click; its usage errors are that copy's, not click's
@@ -246,7 +246,7 @@ def _present(
         raise fail("expected at most one of --json and --csv, but got both")
     if plot is not None and plot.suffix.lower() not in (".html", ".htm"):
         raise fail(f"expected --plot to name an .html file, but got {str(plot)!r} instead")
-    writable("--plot", plot, force)
+    check_target("--plot", plot, force)
     if progress:
         with _progress(title) as update:
             result = run(progress=update)
