@@ -82,7 +82,7 @@ def _p99(times: list[float]) -> float:
     return ordered[min(len(ordered) - 1, math.ceil(0.99 * len(ordered)) - 1)]
 
 
-def fuzz_api(requests: int, rate: str, timeout: float) -> dict:
+def fuzz_api(requests: int, rate: str, timeout: float, request_timeout: float = 60.0) -> dict:
     port = _free_port()
     OUT.mkdir(exist_ok=True)
     har = OUT / "fuzz-api.har"
@@ -96,6 +96,7 @@ def fuzz_api(requests: int, rate: str, timeout: float) -> dict:
                 f"http://127.0.0.1:{port}/openapi.json",
                 "--phases", "fuzzing", "--max-examples", str(examples), "--seed", "1",
                 "--rate-limit", rate, "--workers", "1", "--no-shrink",
+                "--request-timeout", str(request_timeout),
                 "--exclude-checks", "positive_data_acceptance",
                 "--report", "har", "--report-har-path", str(har),
             ]  # fmt: skip
@@ -119,6 +120,7 @@ def fuzz_api(requests: int, rate: str, timeout: float) -> dict:
         "asked": requests,
         "examples_per_operation": examples,
         "rate": rate,
+        "request_timeout_s": request_timeout,
         "seconds": round(seconds, 1),
         "schemathesis_exit": code,
         "schemathesis_tail": tail,
@@ -212,6 +214,9 @@ def main(argv=None) -> int:
     parser.add_argument("--tests", nargs="*", default=["tests"])
     parser.add_argument("--timeout", type=float, default=4 * 3600, help="seconds per part")
     parser.add_argument("--parts", default="api,hypothesis", help="run only some parts")
+    parser.add_argument(
+        "--request-timeout", type=float, default=60.0, help="seconds one request may take"
+    )
     args = parser.parse_args(argv)
     OUT.mkdir(exist_ok=True)
     file = OUT / "fuzz-summary.json"
@@ -223,7 +228,8 @@ def main(argv=None) -> int:
         return result
 
     if "api" in args.parts:
-        result = record("api", fuzz_api(args.requests, args.rate, args.timeout))
+        api = fuzz_api(args.requests, args.rate, args.timeout, args.request_timeout)
+        result = record("api", api)
     if "hypothesis" in args.parts:
         result = record("hypothesis", fuzz_properties(args.scale, args.tests, args.timeout))
     if "api" not in result or "hypothesis" not in result:
