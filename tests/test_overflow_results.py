@@ -140,3 +140,16 @@ def test_rng_is_named_when_it_is_not_a_seed_or_a_generator():
     for bad in ("x", -1, 1.5, [1, -2]):
         with pytest.raises(AttnlabError, match="rng"):
             al.scaled_dot_product_attention(q, q, q, dropout_p=0.5, rng=bad)
+
+
+def test_sdpa_agrees_with_attention_near_float32s_top():
+    x = np.zeros((1, 4, 8), np.float32)
+    v = np.full((1, 4, 8), 1e38, np.float32)
+    np.testing.assert_allclose(al.scaled_dot_product_attention(x, x, v), 1e38, rtol=1e-6)
+    # Dropout at 0.5 doubles the kept weights: the output may truly pass float32's range.
+    try:
+        out = al.scaled_dot_product_attention(x, x, v * 3, dropout_p=0.5, rng=0)
+    except NonFiniteResultError as exc:
+        assert exc.array == "output"
+    else:
+        assert np.isfinite(out).all()

@@ -218,7 +218,9 @@ def scaled_dot_product_attention(
         check_finite=check_finite,
     )
     if dropout_p == 0.0:
-        return dense_output(x, empty_rows=fully_masked)
+        with quiet():
+            out = dense_output(x, empty_rows=fully_masked)
+        return checked_forward(x, out, lambda y: dense_output(y, empty_rows=fully_masked))
     _, weights = dense_weights(x, empty_rows=fully_masked)
     try:  # a Generator, None, or a seed: a non-negative int (or a sequence of them)
         rng = np.random.default_rng(rng)
@@ -229,7 +231,9 @@ def scaled_dot_product_attention(
         ) from None
     keep = rng.random(weights.shape) >= dropout_p
     weights *= keep / weights.dtype.type(1.0 - dropout_p)
-    return weights @ x.v  # (..., Hq, L, Ev)
+    with quiet():
+        out = weights @ x.v  # (..., Hq, L, Ev)
+    return checked_forward(x, out, lambda y: weights @ y.v)
 
 
 def _repeat_kv(query: np.ndarray, key: np.ndarray, value: np.ndarray):
