@@ -2,14 +2,15 @@
 #   make run    create .venv, install attnlab, start the main job
 #   make test   create .venv with the dev extras, run ruff and pytest
 # Optional: make bench (side-by-side benchmarks; install torch==2.13.0 for the PyTorch column),
-#           make loadtest (attnlab serve under 2,000 requests at concurrency 32, loopback only).
+#           make loadtest (attnlab serve under 2,000 requests at concurrency 32, loopback only),
+#           make fuzz (not in CI: schemathesis against a live server, hypothesis at 10x; hours).
 
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: run test lint bench loadtest clean
+.PHONY: run test lint bench loadtest fuzz clean
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +39,15 @@ bench: $(VENV)/.dev
 
 loadtest: $(VENV)/.dev
 	$(PY) -m attnlab.web.loadtest
+
+FUZZ_REQUESTS ?= 20000
+FUZZ_RATE     ?= 40/s
+FUZZ_SCALE    ?= 10
+FUZZ_TESTS    ?= tests
+
+fuzz: $(VENV)/.dev
+	$(PY) tests/fuzz_live.py --requests $(FUZZ_REQUESTS) --rate $(FUZZ_RATE) \
+		--scale $(FUZZ_SCALE) --tests $(FUZZ_TESTS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis test-artifacts

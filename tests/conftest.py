@@ -7,6 +7,7 @@ import importlib
 import os
 
 import pytest
+from hypothesis import settings
 
 TORCH_INSTALL = ".venv/bin/pip install torch==2.13.0"
 TORCH_SKIP = "torch is not installed"
@@ -22,10 +23,36 @@ def require_or_skip(module: str, env_var: str, why: str):
         pytest.skip(f"{module} is not installed: {why}")
 
 
+# Hypothesis: CI runs the examples each test names. ATTNLAB_HYPOTHESIS_PROFILE=fuzz (what
+# `make fuzz` sets) selects the "fuzz" profile: every property test runs ATTNLAB_HYPOTHESIS_SCALE
+# (default 10) times its CI examples, its own settings(max_examples=...) included.
+HYPOTHESIS_PROFILE = os.environ.get("ATTNLAB_HYPOTHESIS_PROFILE", "default")
+HYPOTHESIS_SCALE = int(os.environ.get("ATTNLAB_HYPOTHESIS_SCALE", "10"))
+settings.register_profile("fuzz", max_examples=100 * HYPOTHESIS_SCALE, deadline=None)
+if HYPOTHESIS_PROFILE == "fuzz":
+    settings.load_profile("fuzz")
+
+
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "jax: compares against JAX (skips without jax unless ATTNLAB_REQUIRE_JAX=1)"
     )
+
+
+def pytest_collection_modifyitems(items):
+    """Under the fuzz profile, scale each property test's own max_examples (once per test)."""
+    if HYPOTHESIS_PROFILE != "fuzz":
+        return
+    done = set()
+    for item in items:
+        test = getattr(item, "obj", None)
+        own = getattr(test, "_hypothesis_internal_use_settings", None)
+        if own is None or id(test) in done:
+            continue
+        done.add(id(test))
+        test._hypothesis_internal_use_settings = settings(
+            own, max_examples=own.max_examples * HYPOTHESIS_SCALE, deadline=None
+        )
 
 
 @pytest.fixture(scope="session")

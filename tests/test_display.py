@@ -174,7 +174,7 @@ def test_import_attnlab_does_not_import_plotly_until_a_result_is_displayed():
         "assert 'plotly' not in sys.modules;"
         "r._repr_html_(); assert 'plotly' in sys.modules"
     )
-    subprocess.run([sys.executable, "-c", code], check=True)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)  # killed at 120 s
 
 
 # -- in a browser ------------------------------------------------------------------------------

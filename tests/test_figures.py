@@ -248,7 +248,9 @@ def test_figures_import_no_plotting_web_or_terminal_library():
         "import sys, attnlab.figures, attnlab.labs._plotly;"
         "print(sorted(m for m in ('plotly', 'fastapi', 'rich', 'starlette') if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    )
     assert out.stdout.strip() == "[]"
 
 

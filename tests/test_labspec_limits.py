@@ -12,6 +12,7 @@ import dataclasses
 import functools
 import importlib
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -161,16 +162,33 @@ def test_ctrl_c_is_one_line_and_exit_130(monkeypatch):
 
 
 def test_sigint_stops_a_real_long_run_cleanly():
-    command = [sys.executable, "-c", "from attnlab.cli import main; main()"]
+    # "ready" once the imports are done: a SIGINT during them would be a traceback, and on a
+    # busy machine they can take longer than any fixed sleep.
+    code = "import sys; from attnlab.cli import main; print('ready', file=sys.stderr, flush=True); main()"
+    command = [sys.executable, "-c", code]
     args = ["lab", "variance", "--draws", str(10**8), "--yes"]  # minutes of work
+    # The child starts with SIGINT's default action, whatever this process inherited: run
+    # in the background or under nohup, SIGINT is ignored, and a child that inherited that
+    # would run its 10^8 draws to the end. The CLI itself keeps the shell's choice.
     with subprocess.Popen(
-        [*command, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        [*command, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     ) as run:
-        time.sleep(3)  # past the imports, into the draws
-        assert run.poll() is None
-        start = time.monotonic()
-        run.send_signal(signal.SIGINT)
-        out, err = run.communicate(timeout=30)
+        try:
+            assert select.select([run.stderr], [], [], 120)[0], "the child never got ready"
+            assert run.stderr.readline() == "ready\n"
+            time.sleep(2)  # into the draws
+            assert run.poll() is None
+            start = time.monotonic()
+            run.send_signal(signal.SIGINT)
+            out, err = run.communicate(timeout=30)
+        finally:
+            if run.poll() is None:  # failed or timed out: the child goes too, at once
+                run.kill()
+                run.communicate()
     assert run.returncode == 130, err
     assert err.strip() == "interrupted" and out == ""
     assert time.monotonic() - start < 10  # queued chunks are dropped, not finished

@@ -1,8 +1,7 @@
 """Rules about the source as text and names: short functions, names that do not hide, and
 references a newcomer can open (docs/style.md, "Modules and names").
 
-- No function in src/attnlab is over 80 lines, except the core kernels listed in
-  ``LONG_KERNELS`` (by file and name), which are being cut up; the list only shrinks.
+- No function in src/attnlab is over 80 lines.
 - No function of ``attnlab.labs`` has the name of one of its submodules.
 - No "issue" followed by a number in src/ or in a test's file name, and no reference to design
   or style files the repository does not hold.
@@ -21,11 +20,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "attnlab"
 MAX_FUNCTION_LINES = 80
+
+
 # (file, function) of the blockwise kernel allowed over the limit for now: cut it, then
 # delete its entry here.
-LONG_KERNELS = {("core/blockwise.py", "run")}
-
-
 def _long_functions(root: Path) -> list[tuple[str, str, int]]:
     found = []
     for path in sorted(root.rglob("*.py")):
@@ -38,7 +36,7 @@ def _long_functions(root: Path) -> list[tuple[str, str, int]]:
 
 
 def test_no_function_over_80_lines():
-    over = [f for f in _long_functions(PACKAGE) if f[:2] not in LONG_KERNELS]
+    over = _long_functions(PACKAGE)
     assert not over, f"functions over {MAX_FUNCTION_LINES} lines: {over}"
 
 
@@ -46,12 +44,6 @@ def test_the_function_scan_finds_a_long_function(tmp_path):
     body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
     (tmp_path / "m.py").write_text(f"def short():\n    pass\n\n\ndef long():\n{body}\n")
     assert _long_functions(tmp_path) == [("m.py", "long", MAX_FUNCTION_LINES + 1)]
-
-
-def test_the_allowed_kernels_still_exist_and_are_still_long():
-    # An entry whose function was cut up (or renamed) must go from the list.
-    long = {f[:2] for f in _long_functions(PACKAGE)}
-    assert LONG_KERNELS <= long
 
 
 def test_no_lab_function_hides_a_submodule():

@@ -497,7 +497,11 @@ def test_serve_answers_on_localhost():
                     time.sleep(0.2)
         finally:
             server.terminate()
-            server.wait(timeout=20)
+            try:
+                server.wait(timeout=20)
+            except subprocess.TimeoutExpired:  # a server that ignores SIGTERM is killed
+                server.kill()
+                server.wait()
 
 
 def test_own_words_get_deterministic_vectors(client):

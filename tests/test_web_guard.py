@@ -95,9 +95,34 @@ def test_the_pages_own_and_non_browser_requests_reach_the_labs(client, headers):
     assert client.get(LAB, headers=headers).status_code == 200
 
 
-def test_figure_routes_are_not_guarded(client):
-    # Figures are cheap and their answers unreadable cross-origin (no CORS headers).
-    assert client.get("/api/equation", headers={"sec-fetch-site": "cross-site"}).status_code == 200
+COMPUTE = [
+    ("GET", "/api/equation", None),
+    ("GET", "/api/histogram?d_k=4&seed=1", None),
+    ("GET", "/api/multihead", None),
+    ("POST", "/api/trace", {"q": [[1, 0]], "k": [[1, 0]], "v": [[1, 2]]}),
+    ("POST", "/api/permutation", {}),
+    ("POST", "/api/exercises/2/check", {"answer": "1.96"}),
+    ("GET", LAB, None),
+]
+CROSS_SITE = [
+    {"sec-fetch-site": "cross-site"},
+    {"origin": "http://evil.example"},
+    {"referer": "http://evil.example/"},  # an older browser sends only this
+]
+
+
+@pytest.mark.parametrize(("method", "path", "body"), COMPUTE)
+@pytest.mark.parametrize("headers", CROSS_SITE)
+def test_every_compute_route_refuses_a_cross_site_request(client, method, path, body, headers):
+    response = client.request(method, path, json=body, headers=headers)
+    assert response.status_code == 403, (method, path, headers, response.text)
+    assert "cross-site" in response.json()["message"]
+
+
+@pytest.mark.parametrize("referer", ["http://127.0.0.1:8000/", "http://localhost:5173/#labs"])
+def test_the_pages_own_referer_is_served(client, referer):
+    assert client.get("/api/equation", headers={"referer": referer}).status_code == 200
+    assert client.get(LAB, headers={"referer": referer}).status_code == 200
     assert "access-control-allow-origin" not in client.get("/api/equation").headers
 
 

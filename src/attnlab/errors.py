@@ -6,7 +6,8 @@ Every error is a ``ValueError``, so code that already guards numeric input keeps
      └── AttnlabError              anything attnlab refuses
           ├── ShapeError           shapes that do not fit together (names both shapes)
           ├── FullyMaskedRowError  a query row whose mask allows no key (names the rows)
-          └── NonFiniteInputError  NaN or inf in q, k or v (pass check_finite=False to skip)
+          ├── NonFiniteInputError  NaN or inf in q, k or v (pass check_finite=False to skip)
+          └── NonFiniteResultError finite inputs whose result overflowed (names stage and array)
 
 Messages read "expected ..., but got ... instead" and name the argument, so a learner can fix
 the call without reading attnlab's source. The CLI turns them into one red line and exit code 2,
@@ -15,7 +16,13 @@ the web API into HTTP 422.
 
 from __future__ import annotations
 
-__all__ = ["AttnlabError", "FullyMaskedRowError", "NonFiniteInputError", "ShapeError"]
+__all__ = [
+    "AttnlabError",
+    "FullyMaskedRowError",
+    "NonFiniteInputError",
+    "NonFiniteResultError",
+    "ShapeError",
+]
 
 
 class AttnlabError(ValueError):
@@ -28,6 +35,21 @@ class ShapeError(AttnlabError):
 
 class NonFiniteInputError(AttnlabError):
     """NaN or inf in an input that must be finite."""
+
+
+class NonFiniteResultError(AttnlabError):
+    """Finite inputs whose result is not: a table of the computation overflowed its dtype.
+
+    Attributes:
+        stage: "forward" or "backward".
+        array: the table that overflowed first, by its ``AttentionTrace`` name ("output",
+            "grad_weights", "grad_q", ...).
+    """
+
+    def __init__(self, message: str, stage: str = "", array: str = ""):
+        super().__init__(message)
+        self.stage = stage
+        self.array = array
 
 
 class FullyMaskedRowError(AttnlabError):

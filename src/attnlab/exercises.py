@@ -191,9 +191,10 @@ def get(number) -> Exercise:
     return EXERCISES[int(number) - 1]
 
 
-# A plain decimal number: digits with an optional point, sign and exponent. Stricter than
-# float(), which also reads "1_959" (as 1959), "nan", "inf" and "infinity".
-_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+# A plain decimal number: ASCII digits with an optional point, sign and exponent. Stricter
+# than float(), which also reads "1_959" (as 1959), "nan", "inf", "infinity" and other
+# scripts' digits ("١٩٥٩" as 1959), which a grader should not guess at.
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
 
 
 def _as_number(number: int, answer) -> float:

@@ -99,7 +99,7 @@ def backward(
 
 
 def targets(report: Report) -> list[Target]:
-    """The backward benchmark's targets, each from numbers measured in this report (None where not run)."""
+    """The backward targets, each from numbers measured in this report (None where not run)."""
     out = []
     for n in (2048, 4096):
         for mask in ("none", "causal"):

@@ -39,7 +39,6 @@ __all__ = [
     "load_matrix",
     "parse_matrix",
     "to_floats",
-    "writable",
 ]
 
 USAGE_ERROR = 2
@@ -67,6 +66,21 @@ def _usage_line(exc: UsageError) -> str:
     return message
 
 
+def refuse_non_ascii_numbers(args) -> None:
+    """Fail on an argument that Python would read as a number written in another script's
+    digits ("١٩٥٩", "２"): int() and float() accept them, so an option would take them
+    silently; attnlab's numbers are ASCII 0-9, as the web API's are."""
+    for arg in args:
+        text = str(arg).partition("=")[2] if str(arg).startswith("--") else str(arg)
+        if text.isascii():
+            continue
+        try:
+            float(text)
+        except ValueError:
+            continue
+        raise fail(f"expected numbers written with the ASCII digits 0-9, but got {clip(text)}")
+
+
 class OneLineErrors(typer.core.TyperGroup):
     """Usage errors in this group and every command under it: one red line and exit code 2.
 
@@ -86,6 +100,7 @@ class OneLineErrors(typer.core.TyperGroup):
         return super().resolve_command(ctx, args)
 
     def make_context(self, info_name, args, parent=None, **extra):
+        refuse_non_ascii_numbers(args)
         # The root's own options (attnlab --bogus) are parsed here, before ``invoke``.
         try:
             return super().make_context(info_name, args, parent=parent, **extra)
@@ -130,23 +145,6 @@ def friendly_errors(fn):
             raise fail(str(exc)) from None
 
     return wrapper
-
-
-def writable(option: str, path) -> None:
-    """Fail before any work if ``path`` cannot be written (a lab or benchmark may take minutes)."""
-    if path is None:
-        return
-    from pathlib import Path
-
-    path = Path(path)
-    folder = path.parent if str(path.parent) else Path(".")
-    if path.is_dir() or not folder.is_dir():
-        raise fail(f"{option}: expected a file in an existing folder, but got {clip(str(path))}")
-    try:
-        with path.open("a"):
-            pass
-    except OSError as exc:
-        raise fail(f"{option}: cannot write {clip(str(path))} ({exc.strerror})") from None
 
 
 def load_matrix(name: str, text: str) -> list[list]:

@@ -15,8 +15,8 @@ from attnlab.cli._app import (
     err_console,
     fail,
     friendly_errors,
-    writable,
 )
+from attnlab.cli._files import check_target, write_target
 
 bench_app = typer.Typer(
     cls=OneLineErrors,
@@ -48,6 +48,7 @@ Isolate = Annotated[
 JsonPath = Annotated[
     Path | None, typer.Option("--json", help="Also write every number to this JSON file.")
 ]
+Force = Annotated[bool, typer.Option("--force", help="Replace the --json file if it exists.")]
 
 
 def _lengths(values: list[str] | None) -> list[int] | None:
@@ -85,27 +86,30 @@ def attention_command(
     torch: Annotated[bool, typer.Option(help="Time PyTorch's SDPA beside attnlab.")] = True,
     isolate: Isolate = True,
     json_path: JsonPath = None,
+    force: Force = False,
 ) -> None:
     """Time attnlab dense and blockwise attention beside torch SDPA, and check the speed targets of docs/bench.md."""
     from attnlab import bench
 
-    writable("--json", json_path)
+    check_target("--json", json_path, force)
     masks = ["causal"] if causal else ["none", "causal"]
     if window is not None:
         masks.append("window")
 
     options = {"masks": masks, "window": window or 512}
-    _measure(bench.attention, n, heads, d, quick, repeats, torch, isolate, json_path, **options)
+    _measure(bench.attention, n, heads, d, quick, repeats, torch, isolate, (json_path, force),
+             **options)  # fmt: skip
 
 
-def _measure(run, n, heads, d, quick, repeats, torch, isolate, json_path, **options) -> None:
+def _measure(run, n, heads, d, quick, repeats, torch, isolate, json_out, **options) -> None:
     """Run one benchmark (``bench.attention`` or ``bench.backward``) with the options both
-    commands share, showing each row as it is measured, then the report."""
+    commands share, showing each row as it is measured, then the report; ``json_out`` is the
+    (--json path, --force) pair."""
     report = run(
         _lengths(n), heads=heads, d=d, quick=quick, repeats=repeats, use_torch=torch,
         isolate=isolate, progress=_progress, **options,
     )  # fmt: skip
-    _show(report, json_path)
+    _show(report, *json_out)
 
 
 def _progress(result) -> None:
@@ -115,7 +119,7 @@ def _progress(result) -> None:
     err_console.print(f"[dim]  {what}: {done}[/]", highlight=False)
 
 
-def _show(report, json_path: Path | None) -> None:
+def _show(report, json_path: Path | None, force: bool) -> None:
     text = (
         report.format()
         .replace("  PASS  ", "  [green]PASS[/]  ")
@@ -123,8 +127,11 @@ def _show(report, json_path: Path | None) -> None:
     )
     console.print(text, highlight=False, soft_wrap=True)
     if json_path is not None:
-        json_path.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
+        write_target("--json", json_path, json.dumps(report.to_dict(), indent=2) + "\n", force)
         console.print(f"wrote {json_path}", highlight=False)
+    runs = report.results + report.checks
+    if runs and all(r.error for r in runs):  # nothing was measured: a script must not read 0
+        raise fail(f"every configuration failed; the first: {runs[0].error[:120]}", code=1)
 
 
 @bench_app.command("backward")
@@ -143,13 +150,15 @@ def backward_command(
     ] = True,
     isolate: Isolate = True,
     json_path: JsonPath = None,
+    force: Force = False,
 ) -> None:
     """Time attnlab's gradients (dense and blockwise) beside torch's fused backward (docs/bench.md)."""
     from attnlab import bench
 
-    writable("--json", json_path)
+    check_target("--json", json_path, force)
     masks = ["causal"] if causal else ["none", "causal"]
-    _measure(bench.backward, n, heads, d, quick, repeats, torch, isolate, json_path, masks=masks)
+    _measure(bench.backward, n, heads, d, quick, repeats, torch, isolate, (json_path, force),
+             masks=masks)  # fmt: skip
 
 
 @bench_app.command("labs")

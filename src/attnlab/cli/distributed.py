@@ -9,17 +9,20 @@ is the cost of going through Dask: moving chunks between processes, scheduling, 
 
 from __future__ import annotations
 
+import os
 import time
+from contextlib import ExitStack
 from statistics import median
 from typing import Annotated
 
 import numpy as np
 import typer
 
-from attnlab.cli._app import console, err_console, fail, friendly_errors
+from attnlab.cli._app import clip, console, err_console, fail, friendly_errors
 from attnlab.cli.bench import bench_app
 
-TARGET = 0.25  # the target: at most 25% over single-process blockwise with 2 workers
+TARGET = 0.25  # at most 25% over single-process blockwise with 2 workers
+MAX_WORKERS = 64  # worker processes per run, the labs' cap on their own pools
 
 
 def _flops(heads: int, n: int, d: int) -> float:
@@ -67,46 +70,133 @@ def _mib(b: float) -> str:
     return f"{b / 2**20:,.0f} MiB"
 
 
-def _local_rows(counts, q, k, v, repeats, q_chunks, kv_chunks) -> list[tuple]:
-    """Blockwise on w threads, then a LocalCluster of w one-thread processes, per count w."""
+def _worker_counts(text: str) -> list[int]:
+    """'1,2' -> [1, 2]: ASCII whole numbers from 1 to MAX_WORKERS, or one line and exit 2."""
+    parts = [p.strip() for p in text.split(",")]
+    if not all(p.isascii() and p.isdigit() and len(p) <= 6 for p in parts):
+        raise fail(f"--workers: expected a comma list such as 1,2, but got {clip(text)}")
+    counts = sorted({int(p) for p in parts})
+    if counts[0] < 1 or counts[-1] > MAX_WORKERS:
+        raise fail(
+            f"--workers: expected worker counts from 1 to {MAX_WORKERS} (one process each), "
+            f"but got {clip(text)}"
+        )
+    return counts
+
+
+def _check_memory(heads: int, n: int, d: int) -> None:
+    """Refuse, before allocating, inputs and output past half this machine's memory."""
+    need = 4 * heads * n * d * 4  # q, k, v and the output, float32
+    try:
+        have = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # not a POSIX system: a fixed 8 GiB
+        have = 8 * 2**30
+    if need > have // 2:
+        raise fail(
+            f"expected q, k, v and the output to fit half this machine's memory "
+            f"({_mib(have // 2)}), but --heads {heads} --n {n:,} --d {d} needs {_mib(need)}"
+        )
+
+
+@bench_app.command("distributed")
+@friendly_errors
+def distributed_command(
+    n: Annotated[int, typer.Option("--n", min=16, help="Sequence length N (= M).")] = 4096,
+    heads: Annotated[int, typer.Option(min=1, help="Heads h (a batch axis).")] = 8,
+    d: Annotated[int, typer.Option(min=1, help="Head width d_k = d_v.")] = 64,
+    repeats: Annotated[int, typer.Option(min=1, max=50, help="Timed runs each (median).")] = 3,
+    workers: Annotated[
+        str, typer.Option(help="Worker process counts to try, a comma list (1 thread each).")
+    ] = "1,2",
+    q_chunks: Annotated[
+        int | None, typer.Option(min=1, help="Query chunks (default: auto).")
+    ] = None,
+    kv_chunks: Annotated[
+        int | None, typer.Option(min=1, help="Key chunks (default: auto).")
+    ] = None,
+    scheduler: Annotated[
+        str | None,
+        typer.Option(help="Use the running cluster at this address (tcp://host:8786) instead."),
+    ] = None,
+) -> None:
+    """Distributed attention on 1 and 2 local worker processes against single-process blockwise
+    (float32; the issue's size is --n 16384, about 2 minutes here; the default N = 4096 about 15 s)."""
+    try:
+        import distributed  # noqa: F401  (only to say it is missing before any work)
+    except ImportError:
+        raise fail(
+            "the benchmark needs Dask, which is optional: pip install 'attnlab[dask]'"
+        ) from None
+    counts = _worker_counts(workers)
+    _check_memory(heads, n, d)
+    with ExitStack() as stack:
+        client = None
+        if scheduler is not None:  # connected (or one line) before any work or output
+            from attnlab.cli.labs import _scheduler
+
+            client = stack.enter_context(_scheduler(scheduler))
+        rows = _rows(heads, n, d, repeats, counts, q_chunks, kv_chunks, scheduler, client)
+    _report(rows, heads, n, d)
+
+
+def _rows(heads, n, d, repeats, counts, q_chunks, kv_chunks, scheduler, client) -> list:
+    """One row per run: on the --scheduler's ``client``, or on LocalClusters of each count."""
     from distributed import Client, LocalCluster
 
     from attnlab.core._threads import blas_info
 
-    rows = []
-    base = {}
-    for w in counts:
-        err_console.print(f"[dim]  blockwise, threads={w} ...[/]")
-        base[w] = _blockwise(q, k, v, w, repeats)
-    for w in counts:
-        err_console.print(f"[dim]  LocalCluster, {w} worker process(es) ...[/]")
-        with (
-            LocalCluster(
-                n_workers=w,
-                threads_per_worker=1,
-                processes=True,
-                host="127.0.0.1",
-                dashboard_address=":0",  # a free port on 127.0.0.1: None still takes 8787
-            ) as cluster,
-            Client(cluster, set_as_default=False) as client,
-        ):
-            if w == counts[0]:
-                wi = next(iter(client.run(blas_info).values()))
-                console.print(
-                    f"BLAS in a worker: kernel {wi.get('kernel')}, {wi.get('threads')} thread(s)",
-                    highlight=False,
-                    soft_wrap=True,
-                )
-            seconds, out, rss = _run_on(client, q, k, v, repeats, q_chunks, kv_chunks)
-        ref_s, ref = base[w]
-        err = float(np.abs(out - ref).max())
-        rows.append((f"{w} worker(s) x 1 thread", w, seconds, ref_s, err, rss))
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((heads, n, d), dtype=np.float32) for _ in range(3))
+    info = blas_info()
+    console.print(
+        f"distributed attention, N = M = {n:,}, h = {heads}, d = {d}, float32, median of "
+        f"{repeats}\nBLAS: {info.get('library')} {info.get('version') or ''}, kernel "
+        f"{info.get('kernel')}, {info.get('threads')} thread(s) in this process",
+        highlight=False,
+        soft_wrap=True,
+    )
 
+    rows = []
+    if client is not None:
+        nthreads = sum(client.nthreads().values())
+        err_console.print(f"[dim]  {scheduler}: {nthreads} worker thread(s)[/]")
+        seconds, _, rss = _run_on(client, q, k, v, repeats, q_chunks, kv_chunks)
+        rows.append((f"cluster {scheduler}", nthreads, seconds, None, None, rss))
+    else:
+        base = {}
+        for w in counts:
+            err_console.print(f"[dim]  blockwise, threads={w} ...[/]")
+            base[w] = _blockwise(q, k, v, w, repeats)
+        for w in counts:
+            err_console.print(f"[dim]  LocalCluster, {w} worker process(es) ...[/]")
+            with (
+                LocalCluster(
+                    n_workers=w,
+                    threads_per_worker=1,
+                    processes=True,
+                    host="127.0.0.1",
+                    dashboard_address=":0",  # a free port on 127.0.0.1: None still takes 8787
+                ) as cluster,
+                Client(cluster, set_as_default=False) as client,
+            ):
+                if w == counts[0]:
+                    wi = next(iter(client.run(blas_info).values()))
+                    console.print(
+                        f"BLAS in a worker: kernel {wi.get('kernel')}, {wi.get('threads')} "
+                        "thread(s)",
+                        highlight=False,
+                        soft_wrap=True,
+                    )
+                seconds, out, rss = _run_on(client, q, k, v, repeats, q_chunks, kv_chunks)
+            ref_s, ref = base[w]
+            err = float(np.abs(out - ref).max())
+            rows.append((f"{w} worker(s) x 1 thread", w, seconds, ref_s, err, rss))
     return rows
 
 
-def _print_rows(rows: list[tuple], flops: float, heads: int, d: int) -> None:
-    """The table, the 2-worker target's verdict and the extrapolation to N = 10^6."""
+def _report(rows: list, heads: int, n: int, d: int) -> None:
+    flops = _flops(heads, n, d)
+
     console.print(
         f"\n{'run':<26}{'time':>9}{'GFLOP/s':>9}{'blockwise':>11}{'overhead':>10}"
         f"{'max |diff|':>12}  peak RSS per worker",
@@ -145,66 +235,3 @@ def _print_rows(rows: list[tuple], flops: float, heads: int, d: int) -> None:
         highlight=False,
         soft_wrap=True,
     )
-
-
-@bench_app.command("distributed")
-@friendly_errors
-def distributed_command(
-    n: Annotated[int, typer.Option("--n", min=16, help="Sequence length N (= M).")] = 4096,
-    heads: Annotated[int, typer.Option(min=1, help="Heads h (a batch axis).")] = 8,
-    d: Annotated[int, typer.Option(min=1, help="Head width d_k = d_v.")] = 64,
-    repeats: Annotated[int, typer.Option(min=1, max=50, help="Timed runs each (median).")] = 3,
-    workers: Annotated[
-        str, typer.Option(help="Worker process counts to try, a comma list (1 thread each).")
-    ] = "1,2",
-    q_chunks: Annotated[
-        int | None, typer.Option(min=1, help="Query chunks (default: auto).")
-    ] = None,
-    kv_chunks: Annotated[
-        int | None, typer.Option(min=1, help="Key chunks (default: auto).")
-    ] = None,
-    scheduler: Annotated[
-        str | None,
-        typer.Option(help="Use the running cluster at this address (tcp://host:8786) instead."),
-    ] = None,
-) -> None:
-    """Distributed attention on 1 and 2 local worker processes against single-process blockwise
-    (float32; the target's size is --n 16384, about 2 minutes here; the default N = 4096 about 15 s)."""
-    try:
-        from distributed import Client
-    except ImportError:
-        raise fail(
-            "the benchmark needs Dask, which is optional: pip install 'attnlab[dask]'"
-        ) from None
-    from attnlab.core._threads import blas_info
-
-    try:
-        counts = sorted({int(w) for w in workers.split(",")})
-    except ValueError:
-        raise fail(f"--workers: expected a comma list such as 1,2, but got {workers!r}") from None
-    if not counts or counts[0] < 1:
-        raise fail(f"--workers: expected worker counts >= 1, but got {workers!r}")
-
-    rng = np.random.default_rng(0)
-    q, k, v = (rng.standard_normal((heads, n, d), dtype=np.float32) for _ in range(3))
-    flops = _flops(heads, n, d)
-    info = blas_info()
-    console.print(
-        f"distributed attention, N = M = {n:,}, h = {heads}, d = {d}, float32, median of "
-        f"{repeats}\nBLAS: {info.get('library')} {info.get('version') or ''}, kernel "
-        f"{info.get('kernel')}, {info.get('threads')} thread(s) in this process",
-        highlight=False,
-        soft_wrap=True,
-    )
-
-    rows = []
-    if scheduler is not None:
-        with Client(scheduler) as client:
-            nthreads = sum(client.nthreads().values())
-            err_console.print(f"[dim]  {scheduler}: {nthreads} worker thread(s)[/]")
-            seconds, _, rss = _run_on(client, q, k, v, repeats, q_chunks, kv_chunks)
-            rows.append((f"cluster {scheduler}", nthreads, seconds, None, None, rss))
-    else:
-        rows = _local_rows(counts, q, k, v, repeats, q_chunks, kv_chunks)
-
-    _print_rows(rows, flops, heads, d)

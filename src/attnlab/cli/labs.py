@@ -34,7 +34,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from attnlab.cli._app import app, clip, console, err_console, fail, friendly_errors, writable
+from attnlab.cli._app import app, clip, console, err_console, fail, friendly_errors
+from attnlab.cli._files import check_target, write_target
 from attnlab.labs import LABS, LabSpec, Param
 
 try:  # Typer >= 0.2x vendors click; its usage errors are that copy's, not click's
@@ -43,6 +44,8 @@ except ImportError:  # pragma: no cover
     from click.exceptions import UsageError
 
 LONG_S = 60.0  # seconds of estimated work a run may take without --yes
+PAST_LIMITS_S = 5.0  # the same, for a run past the explorer's bounds (a single trial of
+# d_k = 65,536 and 4,096 keys is estimated at 5.4 s and took 12 s of CPU, 40 s on a busy machine)
 INTERRUPTED = 130  # the shell's code for a command stopped by SIGINT (128 + 2)
 CONNECT_S = 5.0  # seconds to reach a --scheduler before giving up
 
@@ -78,11 +81,14 @@ AsCsv = Annotated[bool, typer.Option("--csv", help="Print the table as CSV.")]
 Plot = Annotated[
     Path | None, typer.Option("--plot", dir_okay=False, help="Write a Plotly page (.html).")
 ]
+Force = Annotated[
+    bool, typer.Option("--force", help="Replace the --plot file if it already exists.")
+]
 Yes = Annotated[
     bool, typer.Option("--yes", help=f"Run even when the estimate passes {LONG_S:.0f} s.")
 ]
 _OUTPUTS = {"as_json": (AsJson, False), "as_csv": (AsCsv, False), "plot": (Plot, None),
-            "yes": (Yes, False)}  # fmt: skip
+            "yes": (Yes, False), "force": (Force, False)}  # fmt: skip
 
 
 def _cell(x) -> str:
@@ -121,17 +127,17 @@ def _option(p: Param) -> inspect.Parameter:
     )
 
 
-def _run(spec: LabSpec, params: dict, as_json: bool, as_csv: bool, plot: Path | None, yes: bool):
+def _run(spec: LabSpec, params: dict, as_json, as_csv, plot: Path | None, yes: bool, force: bool):
     """Run on the --scheduler's cluster when one is named (``client``), else here."""
     address = params.get("client")
     if address is None:
-        return _run_here(spec, params, as_json, as_csv, plot, yes)
+        return _run_here(spec, params, as_json, as_csv, plot, yes, force)
     with _scheduler(address) as client:
         threads = sum(client.nthreads().values())
         err_console.print(
             f"[dim]on {escape(address)}: {threads} worker thread(s)[/]", highlight=False
         )
-        _run_here(spec, {**params, "client": client}, as_json, as_csv, plot, yes)
+        _run_here(spec, {**params, "client": client}, as_json, as_csv, plot, yes, force)
 
 
 def _unreachable(address: str) -> str | None:
@@ -185,18 +191,40 @@ def _scheduler(address: str):
 
 
 def _run_here(
-    spec: LabSpec, params: dict, as_json: bool, as_csv: bool, plot: Path | None, yes: bool
+    spec: LabSpec, params: dict, as_json, as_csv, plot: Path | None, yes: bool, force: bool
 ):
     """Refuse work estimated past LONG_S without --yes, then run the lab and present it."""
     estimate = spec.estimate(**params)
-    if estimate.seconds > LONG_S and not yes:
+    past = _past_explorer(spec, params)
+    limit = LONG_S if not past else PAST_LIMITS_S
+    if estimate.seconds > limit and not yes:
+        where = f" past the explorer's limits ({', '.join(past)})" if past else ""
         raise fail(
-            f"expected at most {LONG_S:.0f} s of work, but this run is estimated at {estimate}; "
-            "add --yes to run it anyway"
+            f"expected at most {limit:.0f} s of work{where}, but this run is estimated at "
+            f"{estimate}; add --yes to run it anyway"
         )
     run = partial(spec.run, **params)
     title = spec.heading.format(**params)
-    _present(run, title, as_json, as_csv, plot, progress=spec.progress, titles=spec.titles)
+    _present(
+        run, title, as_json, as_csv, plot, progress=spec.progress, titles=spec.titles, force=force
+    )
+
+
+def _past_explorer(spec: LabSpec, params: dict) -> list[str]:
+    """The options whose values pass the web explorer's bounds (sized to answer in seconds),
+    as "--d-k <= 1024": there the estimate is furthest from the runs it was measured on."""
+    past = []
+    for p in spec.params:
+        _, high = p.bounds(web=True)
+        value = params.get(p.name)
+        values = value if isinstance(value, tuple) else (value,)
+        if (
+            high is not None
+            and p.kind in (int, float)
+            and any(isinstance(x, int | float) and x > high for x in values)
+        ):
+            past.append(f"{p.option} <= {high:g}")
+    return past
 
 
 def _present(
@@ -208,6 +236,7 @@ def _present(
     *,
     progress: bool = True,
     titles=lambda columns: columns,
+    force: bool = False,
 ) -> None:
     """Run ``run`` (as ``run(progress=...)`` when ``progress``), then print or write the result.
 
@@ -217,7 +246,7 @@ def _present(
         raise fail("expected at most one of --json and --csv, but got both")
     if plot is not None and plot.suffix.lower() not in (".html", ".htm"):
         raise fail(f"expected --plot to name an .html file, but got {str(plot)!r} instead")
-    writable("--plot", plot)
+    check_target("--plot", plot, force)
     if progress:
         with _progress(title) as update:
             result = run(progress=update)
@@ -229,7 +258,8 @@ def _present(
         from attnlab.labs._plotly import lab_figure
 
         figure = lab_figure(result)
-        plotly.io.write_html(figure, str(plot), include_plotlyjs=True, full_html=True)
+        page = plotly.io.to_html(figure, include_plotlyjs=True, full_html=True)
+        write_target("--plot", plot, page, force)
         err_console.print(f"wrote {escape(str(plot))}", highlight=False)
     if as_json:
         typer.echo(result.to_json())

@@ -77,6 +77,7 @@ def serve(
     from attnlab.figures.histogram import warm
     from attnlab.web import create_app
     from attnlab.web.guard import LOOPBACK_HOSTS, host_name
+    from attnlab.web.protocol import server_config
 
     host = _check_host(host)
     _check_port(host, port)
@@ -85,7 +86,7 @@ def serve(
     if shown not in LOOPBACK_HOSTS:
         _warn_exposed(host, shown, port)
     app_ = create_app(hosts=[host])
-    server = uvicorn.Server(uvicorn.Config(app_, host=host, port=port, log_level="warning"))
+    server = uvicorn.Server(server_config(app_, host, port, log_level="warning"))
     # Compute the √d_k figure at every slider step in the background, so dragging is instant.
     threading.Thread(target=warm, name="attnlab-warm", daemon=True).start()
     if open_browser:

@@ -59,12 +59,16 @@ def small_attention(q, k, v, mask, scale, method, return_weights):
     x = _prepare(q, k, v, mask, scale, method)
     if x is None:
         return None
-    pieces = on_cores(_forward, x, None, return_weights)
+    with np.errstate(over="ignore", invalid="ignore"):
+        pieces = on_cores(_forward, x, None, return_weights)
     if pieces is None:
         return None
     if return_weights:
-        return join([p[0] for p in pieces], x[4]), join([p[1] for p in pieces], x[4])
-    return join(pieces, x[4])
+        out = join([p[0] for p in pieces], x[4]), join([p[1] for p in pieces], x[4])
+    else:
+        out = join(pieces, x[4])
+    # A sum of many large values can overflow though each is finite: the general path rescales.
+    return out if _all_finite(out[0] if return_weights else out) else None
 
 
 def small_backward(q, k, v, grad_output, mask, scale, method):
@@ -81,10 +85,19 @@ def small_backward(q, k, v, grad_output, mask, scale, method):
         or not math.isfinite(_peak(g))
     ):
         return None
-    pieces = on_cores(_backward, x, g)
+    with np.errstate(over="ignore", invalid="ignore"):
+        pieces = on_cores(_backward, x, g)
     if pieces is None:
         return None
-    return tuple(join([p[i] for p in pieces], a.shape[:-2]) for i, a in enumerate((q, k, v)))
+    grads = tuple(join([p[i] for p in pieces], a.shape[:-2]) for i, a in enumerate((q, k, v)))
+    # Gradients that overflowed are refused by name on the general path.
+    return grads if all(_all_finite(a) for a in grads) else None
+
+
+def _all_finite(a: np.ndarray) -> bool:
+    # One sum for the common case; a sum of large finite values may overflow, so look closer.
+    with np.errstate(over="ignore", invalid="ignore"):
+        return math.isfinite(float(_sum(a, axis=None))) or bool(np.isfinite(a).all())
 
 
 def _forward(x, _g, return_weights: bool):

@@ -16,6 +16,7 @@ import numpy as np
 
 from attnlab.core import _small, blockwise
 from attnlab.core._grad import check_grad_output
+from attnlab.core._overflow import checked_forward, checked_trace, quiet
 from attnlab.core._validate import (
     as_real,
     check_block_size,
@@ -63,8 +64,7 @@ def attention(
         mask: None | a ``attnlab.masks`` spec | bool array (True = may attend) | float array
             added to the scaled scores (0 / -inf); broadcastable to (..., N, M).
         scale: None for 1/sqrt(d_k); any number multiplies q kᵀ (1.0 = unscaled).
-        return_weights: also return the attention weights.
-        check_finite: refuse NaN/inf in q, k, v.
+        return_weights: also return the attention weights. check_finite: refuse NaN/inf.
         method: "dense" computes the whole (..., N, M) table, as §6.2 draws it. "blockwise"
             computes the same result tile by tile with the online softmax (see
             ``attnlab.core.blockwise``), in memory that grows with N, skipping tiles a mask
@@ -74,8 +74,7 @@ def attention(
             raises AttnlabError instead if that table is over the budget (pass method="dense"
             to insist).
         block_size: blockwise tile, an int or (query rows, keys); default (512, 512).
-        threads: how many cores to use (blockwise: query blocks, dense: bands of rows of the
-            softmax); default os.cpu_count().
+        threads: cores to use (query blocks, or bands of rows); default os.cpu_count().
         memory_budget: bytes the dense score table may take under "auto"; default
             ``attnlab.core.blockwise.DEFAULT_MEMORY_BUDGET`` (256 MiB), which can be reassigned.
         softcap: a number c > 0: each scaled score s becomes c · tanh(s / c) before the mask
@@ -94,36 +93,60 @@ def attention(
         integers compute in float64.
 
     Raises:
-        ShapeError, NonFiniteInputError, FullyMaskedRowError (a row that allows no key).
+        ShapeError, NonFiniteInputError, FullyMaskedRowError (a row that allows no key),
+        NonFiniteResultError (finite inputs whose result would not be).
 
     >>> q = [[3, -3], [1, 1]]; k = [[-3, 3], [1, 1]]; v = [[0, -1], [1, 2]]
     >>> attention(q, k, v, mask=Causal()).round(3)
     array([[ 0.   , -1.   ],
            [ 0.804,  1.413]])
     """
-    if plain_call(block_size, threads, memory_budget, check_finite, softcap, sinks, fully_masked):
-        if not return_lse:
-            fast = _small.small_attention(q, k, v, mask, scale, method, return_weights)
-            if fast is not None:  # a small problem with every check passed (see core/_small.py)
-                return fast
+    options = (block_size, threads, memory_budget, check_finite, softcap, sinks, fully_masked)
+    plain = plain_call(*options, return_lse=return_lse)
+    fast = _small.small_attention(q, k, v, mask, scale, method, return_weights) if plain else None
+    if fast is not None:  # a small problem with every check passed (see core/_small.py)
+        return fast
     method, block, n_threads, budget = check_options(method, block_size, threads, memory_budget)
     empty = check_fully_masked(fully_masked)
     x, finite = validate_later(q, k, v, mask, scale=scale, check_finite=check_finite)
     x = with_variants(x, softcap, sinks)
     method = choose_method(method, x.lead, x.n, x.m, x.q.dtype, budget, return_weights)
     if method == "blockwise":
-        lse = np.empty(x.lead + (x.n,), x.q.dtype) if return_lse else None  # (..., N)
-        out = blockwise.run(x, *block, n_threads, check=finite, lse=lse, empty_rows=empty)
-        return (out, lse) if return_lse else out
+        return _blockwise(x, block, n_threads, finite, empty, return_lse)
     if finite is not None:
         finite()
-    kernel = dense_weights if return_weights else dense_output
-    return kernel(x, threads=n_threads, empty_rows=empty, lse=return_lse)
+    return _dense(x, n_threads, empty, return_weights, return_lse)
 
 
-def plain_call(block_size, threads, memory_budget, check_finite, softcap, sinks, fully_masked):
+def _blockwise(x, block, n_threads: int, finite, empty: str, return_lse: bool):
+    """The blockwise kernel on validated inputs: output, or (output, lse)."""
+    lse = np.empty(x.lead + (x.n,), x.q.dtype) if return_lse else None  # (..., N)
+    with quiet():  # an output that overflowed is found and redone by checked_forward
+        out = blockwise.run(x, *block, n_threads, check=finite, lse=lse, empty_rows=empty)
+    out = checked_forward(
+        x, out, lambda y: blockwise.run(y, *block, n_threads, lse=lse, empty_rows=empty)
+    )
+    return (out, lse) if return_lse else out
+
+
+def _dense(x, n_threads: int, empty: str, return_weights: bool, return_lse: bool):
+    """The dense kernel on validated inputs: output, then weights and lse as asked."""
+
+    def kernel(y):
+        run = dense_weights if return_weights else dense_output
+        return run(y, threads=n_threads, empty_rows=empty, lse=return_lse)
+
+    with quiet():
+        result = kernel(x)
+    return checked_forward(x, result, kernel)
+
+
+def plain_call(
+    block_size, threads, memory_budget, check_finite, softcap, sinks, fully_masked, **extra
+):
     """Whether a call asks for nothing the small-problem fast path leaves to the general one:
-    no tuning options, the default checks, and none of the variants."""
+    no tuning options, the default checks, none of the variants, and (``extra``) no
+    return_lse, no saved lse and the default wrt."""
     return (
         block_size is None
         and threads is None
@@ -133,6 +156,10 @@ def plain_call(block_size, threads, memory_budget, check_finite, softcap, sinks,
         and sinks is None
         and isinstance(fully_masked, str)
         and fully_masked == "raise"
+        and extra.get("return_lse") in (None, False)
+        and extra.get("lse") is None
+        and extra.get("wrt", ("q", "k", "v")).__class__ is tuple
+        and extra.get("wrt", ("q", "k", "v")) == ("q", "k", "v")
     )
 
 
@@ -198,9 +225,11 @@ def trace_attention(
            [0.804, 0.804]])
     """
     x = with_variants(validate(q, k, v, mask, scale=scale), softcap, sinks)
-    tables = dense_tables(x)
-    if grad_output is not None:
-        tables.update(dense_grad_tables(x, tables, check_grad_output(x, grad_output)))
+    with quiet():  # a table that overflowed is named by checked_trace
+        tables = dense_tables(x)
+        if grad_output is not None:
+            tables.update(dense_grad_tables(x, tables, check_grad_output(x, grad_output)))
+    checked_trace(x, tables)
     return AttentionTrace(
         q=x.q, k=x.k, v=x.v, scale=x.scale, mask=x.mask, softcap=x.softcap, sinks=x.sinks, **tables
     )
@@ -259,12 +288,22 @@ def scaled_dot_product_attention(
         check_finite=check_finite,
     )
     if dropout_p == 0.0:
-        return dense_output(x, empty_rows=fully_masked)
+        with quiet():
+            out = dense_output(x, empty_rows=fully_masked)
+        return checked_forward(x, out, lambda y: dense_output(y, empty_rows=fully_masked))
     _, weights = dense_weights(x, empty_rows=fully_masked)
-    rng = np.random.default_rng(rng)
+    try:  # a Generator, None, or a seed: a non-negative int (or a sequence of them)
+        rng = np.random.default_rng(rng)
+    except (TypeError, ValueError):
+        raise AttnlabError(
+            f"expected rng to be a numpy Generator or a non-negative integer seed, but got "
+            f"{rng!r} instead"
+        ) from None
     keep = rng.random(weights.shape) >= dropout_p
     weights *= keep / weights.dtype.type(1.0 - dropout_p)
-    return weights @ x.v  # (..., Hq, L, Ev)
+    with quiet():
+        out = weights @ x.v  # (..., Hq, L, Ev)
+    return checked_forward(x, out, lambda y: weights @ y.v)
 
 
 def _repeat_kv(query: np.ndarray, key: np.ndarray, value: np.ndarray):

@@ -17,12 +17,14 @@ import numpy as np
 
 from attnlab.core import _small, blockwise_backward
 from attnlab.core._grad import check_grad_output
+from attnlab.core._overflow import checked_backward, quiet
 from attnlab.core._validate import (
     validate,
 )
 from attnlab.core._variants import check_fully_masked, check_lse, check_wrt, with_variants
 from attnlab.core.attention import check_options, choose_method, plain_call
-from attnlab.core.dense_backward import dense_gradients
+from attnlab.core.dense import dense_tables
+from attnlab.core.dense_backward import dense_grad_tables, dense_gradients
 
 __all__ = ["attention_backward"]
 
@@ -56,19 +58,15 @@ def attention_backward(
             v (..., M, d_v), leading axes broadcast, every mask kind and their sums.
         grad_output: ∂L/∂output, of the output's shape (..., N, d_v) (the broadcast leading
             axes of q, k and v).
-        method: "dense" (the whole (..., N, M) table, as §6.2 draws it), "blockwise"
-            (tile by tile, memory that grows with N: each query block's softmax divisors,
-            its logsumexp, are summed again from its tiles, and each tile's weights are
-            kept from that sweep while they fit the cache or recomputed), or "auto"
-            (default): dense unless the score table would pass ``memory_budget``.
-        block_size, threads, memory_budget: as for ``attnlab.attention``.
+        method: "dense" (the whole (..., N, M) table), "blockwise" (tile by tile, memory
+            that grows with N; see ``core/blockwise_backward.py``) or "auto" (default), as
+            for ``attnlab.attention``; so are block_size, threads and memory_budget.
         check_finite: refuse NaN/inf in q, k, v and grad_output.
         softcap, sinks, fully_masked: as for ``attnlab.attention``; "zero" gives a row that
             allows no key gradient 0. The gradient flows through the cap by 1 − tanh².
         lse: the log-sum-exp that ``attention(..., return_lse=True)`` returned for the same
-            call, (..., N): the blockwise kernel then takes each row's divisor from it instead
-            of summing it again from the tiles (the dense kernel, which computes its table
-            anyway, checks its shape and recomputes).
+            call, (..., N): the blockwise kernel takes each row's divisor from it instead of
+            summing it again (the dense kernel checks its shape and recomputes).
         wrt: which gradients to return, in this order: any of "q", "k", "v", "bias" (the
             gradient of the float mask, the one additive table among the mask's parts,
             summed back to its shape) and "sinks" (of the sinks' shape).
@@ -81,29 +79,27 @@ def attention_backward(
 
     Raises:
         ShapeError (naming grad_output when its shape is not the output's),
-        NonFiniteInputError, FullyMaskedRowError (a row that allows no key), as ``attention``.
+        NonFiniteInputError, FullyMaskedRowError (a row that allows no key), as ``attention``;
+        NonFiniteResultError when finite inputs give a gradient past the dtype's range (it
+        names the table of the chain rule that overflowed first).
 
     The chapter's two tokens with the causal mask, and a loss that sums the output:
 
     >>> from attnlab.core.masks import Causal
     >>> q = [[3, -3], [1, 1]]; k = [[-3, 3], [1, 1]]; v = [[0, -1], [1, 2]]
     >>> dq, dk, dv = attention_backward(q, k, v, np.ones((2, 2)), Causal())
-    >>> dv.round(3)     # dV = Pᵀ dO: how much of each value row reached the output
+    >>> dv.round(3)     # dV = Aᵀ dO: how much of each value row reached the output
     array([[1.196, 1.196],
            [0.804, 0.804]])
     >>> dq.round(3)     # row 1 sees one key: moving q1 changes nothing
     array([[ 0.  ,  0.  ],
            [ 1.78, -0.89]])
     """
-    if (
-        plain_call(block_size, threads, memory_budget, check_finite, softcap, sinks, fully_masked)
-        and lse is None
-        and isinstance(wrt, tuple)
-        and wrt == ("q", "k", "v")
-    ):
-        fast = _small.small_backward(q, k, v, grad_output, mask, scale, method)
-        if fast is not None:  # a small problem with every check passed (see core/_small.py)
-            return fast
+    options = (block_size, threads, memory_budget, check_finite, softcap, sinks, fully_masked)
+    plain = plain_call(*options, lse=lse, wrt=wrt)
+    fast = _small.small_backward(q, k, v, grad_output, mask, scale, method) if plain else None
+    if fast is not None:  # a small problem with every check passed (see core/_small.py)
+        return fast
     method, block, n_threads, budget = check_options(method, block_size, threads, memory_budget)
     empty = check_fully_masked(fully_masked)
     x = validate(q, k, v, mask, scale=scale, check_finite=check_finite)
@@ -111,8 +107,20 @@ def attention_backward(
     names = check_wrt(wrt, x)
     saved = check_lse(lse, x)  # (..., N) or None
     g = check_grad_output(x, grad_output)  # (..., N, d_v)
-    if choose_method(method, x.lead, x.n, x.m, x.q.dtype, budget, False) == "blockwise":
-        return blockwise_backward.run(
-            x, g, *block, n_threads, lse=saved, empty_rows=empty, wrt=names
-        )
-    return dense_gradients(x, g, threads=n_threads, empty_rows=empty, wrt=names)
+    return _gradients(x, g, choose_method(method, x.lead, x.n, x.m, x.q.dtype, budget, False),
+                      (block, n_threads, saved, empty, names))  # fmt: skip
+
+
+def _gradients(x, g, method: str, options):
+    """The chosen kernel's gradients on validated inputs, each checked finite by name."""
+    block, n_threads, saved, empty, names = options
+    with quiet():  # a gradient that overflowed is refused, by name, in checked_backward
+        if method == "blockwise":
+            grads = blockwise_backward.run(
+                x, g, *block, n_threads, lse=saved, empty_rows=empty, wrt=names
+            )
+        else:
+            grads = dense_gradients(x, g, threads=n_threads, empty_rows=empty, wrt=names)
+    return checked_backward(
+        x, g, grads, names, lambda y, dy: dense_grad_tables(y, dense_tables(y), dy)
+    )

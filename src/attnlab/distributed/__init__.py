@@ -55,7 +55,9 @@ def attention(
             thread.
         q_chunks: how many chunks to cut the N query rows into (1 to N); default: enough for
             two tasks per worker thread. Either default grows if one task would not fit a
-            worker's memory; counts you give are kept, and refused if a task cannot fit.
+            worker's memory; counts you give are kept, and refused if a task cannot fit,
+            except that more than 16 tasks of under 65,536 scores each are merged into fewer
+            (``_plan.MIN_TASK_SCORES``): scheduling such a task costs more than computing it.
         compute: True returns a numpy array; False returns a ``dask.array`` (..., N, d_v),
             one block per query chunk, to compute later.
 
@@ -87,7 +89,8 @@ def attention(
             a if _is_dask(a) else b for a, b in zip((q, k, v), (x.q, x.k, x.v), strict=True)
         )
     else:
-        x = validate(q, k, v, mask, scale=scale)
+        with _partial.own_advice():
+            x = validate(q, k, v, mask, scale=scale)
         if may_overflow(x):  # rare: huge q or k; refuse as attention does, before any task
             check_scores_in_bands(x)
         sources = (x.q, x.k, x.v)

@@ -10,6 +10,7 @@ query chunk.
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import dask
@@ -19,6 +20,7 @@ from dask import delayed
 from attnlab.core._validate import Inputs
 from attnlab.distributed import _partial
 from attnlab.distributed._plan import Plan
+from attnlab.errors import AttnlabError
 
 
 def chunks(arr, spans, name: str, token: str, dtype) -> list:
@@ -109,6 +111,11 @@ def compute(roots: list, client, threads: int, graph_bytes: int) -> list:
         limit = f"{max(graph_bytes * 2, 10 * 2**20)}B"
         with dask.config.set({"distributed.admin.large-graph-warning-threshold": limit}):
             futures = client.compute(roots)
+        try:
+            wait_for_workers(client, futures)
+        except BaseException:
+            client.cancel(futures)  # nothing left queued on the scheduler for a dead run
+            raise
         return client.gather(futures)
     from attnlab.core._threads import pool_map
 
@@ -116,3 +123,37 @@ def compute(roots: list, client, threads: int, graph_bytes: int) -> list:
     # runs its own matmuls, and two BLAS threads under each would oversubscribe the cores.
     with pool_map(threads, threads):
         return list(dask.compute(*roots, scheduler="threads", num_workers=threads))
+
+
+#: Seconds a run waits with no worker connected before it gives up (workers killed, a
+#: cluster scaled to 0): the scheduler would keep the tasks queued for ever.
+WORKERLESS_S = 30.0
+_POLL_S = 0.5
+
+
+def wait_for_workers(client, futures) -> None:
+    """Wait for ``futures``; raise AttnlabError naming the scheduler once it has had no worker
+    for WORKERLESS_S seconds, or has stopped answering for as long."""
+    alone_since, pending = None, list(futures)
+    while pending:
+        try:  # a task's own error is raised here, as gather would raise it
+            pending[0].result(timeout=_POLL_S)
+            pending.pop(0)
+            continue
+        except TimeoutError:
+            pass
+        try:
+            workers = client.scheduler_info(n_workers=-1).get("workers", {})
+        except Exception:
+            workers = {}
+        if workers:
+            alone_since = None
+            continue
+        alone_since = alone_since or time.monotonic()
+        if time.monotonic() - alone_since >= WORKERLESS_S:
+            address = getattr(client.scheduler, "address", None) or "the client's scheduler"
+            raise AttnlabError(
+                f"expected workers to run the {len(futures)} tasks, but the Dask scheduler at "
+                f"{address} has had no worker for {WORKERLESS_S:g} s (killed, or scaled to 0); "
+                "start workers or pass another client"
+            )

@@ -7,9 +7,12 @@ browser. Two defences, both before any route runs:
                     that name in ``Host``. Only loopback names (and the ``--host`` the server was
                     started with) are accepted; others get 400 (Starlette's TrustedHostMiddleware).
     cross-site      a page elsewhere loading ``/api/labs/cost`` in an <img> or a no-cors fetch,
-                    to keep the CPU busy. The lab routes refuse, with 403, a request whose
-                    ``Sec-Fetch-Site`` is ``cross-site`` or ``same-site``, or whose ``Origin``
-                    names a non-loopback origin. The page's own requests are ``same-origin``.
+                    or posting to ``/api/trace`` from a form, to keep the CPU busy. Every
+                    ``/api`` route refuses, with 403, a request whose ``Sec-Fetch-Site`` is
+                    ``cross-site`` or ``same-site``, whose ``Origin`` names a non-loopback
+                    origin, or, from a browser that sends neither, whose ``Referer`` names
+                    a page on another host. The page's own requests are ``same-origin``; a
+                    script or curl sends none of the three and is served.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ __all__ = ["GUARDED_PREFIX", "LOOPBACK_HOSTS", "CrossSiteGuard", "allowed_hosts"
 
 # As a Host header names them: an IPv6 literal keeps its brackets (RFC 3986).
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
-GUARDED_PREFIX = "/api/labs"  # the routes that cost seconds of CPU per request
+GUARDED_PREFIX = "/api/"  # every route that computes: the figures, the labs, the exercises
 _REFUSED_SITES = ("cross-site", "same-site")
 
 
@@ -56,7 +59,7 @@ def _loopback_origin(origin: str, hosts: list[str]) -> bool:
 
 
 class CrossSiteGuard:
-    """ASGI middleware: 403 for a cross-site request to the lab routes."""
+    """ASGI middleware: 403 for a cross-site request to any ``/api`` route."""
 
     def __init__(self, app, hosts: list[str]):
         self.app = app
@@ -68,10 +71,13 @@ class CrossSiteGuard:
         headers = Headers(scope=scope)
         site = headers.get("sec-fetch-site", "").lower()
         origin = headers.get("origin")
+        referer = headers.get("referer")
         if site in _REFUSED_SITES:
             got = f"Sec-Fetch-Site: {site}"
         elif origin is not None and not _loopback_origin(origin, self.hosts):
             got = f"Origin: {origin[:100]}"
+        elif not site and origin is None and referer and not _loopback_origin(referer, self.hosts):
+            got = f"Referer: {referer[:100]}"  # an older browser: the page that sent it
         else:
             return await self.app(scope, receive, send)
         message = (

@@ -4,10 +4,12 @@ FastAPI documents 200 and its own 422 shape; the explorer answers every refusal 
 ``{"message": ..., "detail": [...]}`` (web/errors.py) and can also answer
 
     413  a body over the size limit (routes that take a body)
-    403  a cross-site request (the lab routes, web/guard.py)
+    403  a cross-site request (every /api route, web/guard.py)
     429 / 503  the lab runner is busy (the lab routes, with Retry-After on 429)
 
-and the lab routes return a CSV file with ``download=csv``. ``document_refusals`` adds these to
+and the lab routes return a CSV file with ``download=csv``. Each lab route also carries its work
+budget (``x-work-budget``: seconds, bytes and the field a refusal names, and the same in words).
+``document_refusals`` adds these to
 the generated document, so /docs and a schema-driven test (tests/test_schema_api.py) see what
 each route can really answer. It only adds what a route does not already declare.
 """
@@ -19,6 +21,8 @@ from fastapi import FastAPI
 from attnlab.web.guard import GUARDED_PREFIX
 
 __all__ = ["REFUSAL", "document_refusals"]
+
+LAB_PREFIX = "/api/labs"  # the routes on the lab runner's queue (web/labs.py)
 
 _ERROR_ITEM = {
     "type": "object",
@@ -43,7 +47,7 @@ REFUSAL = {
 _REF = {"$ref": "#/components/schemas/Refusal"}
 _BUSY = {"type": "object", "properties": {"message": {"type": "string"}}, "required": ["message"]}
 _WHY = {
-    "403": "A cross-site request: the lab routes answer only the explorer's own page.",
+    "403": "A cross-site request: the API answers only the explorer's own page and scripts.",
     "413": "The body is over the size limit.",
     "422": "A field outside its type or bounds, or a body that is not JSON; the message names it.",
     "429": "The lab runner's queue is full; retry after Retry-After seconds.",
@@ -68,7 +72,9 @@ def _add(operation: dict, path: str) -> None:
     if "requestBody" in operation:
         codes.append("413")
     if path.startswith(GUARDED_PREFIX):
-        codes += ["403", "429", "503"]
+        codes.append("403")
+    if path.startswith(LAB_PREFIX):
+        codes += ["429", "503"]
         ok = responses.setdefault("200", {"description": "Successful Response"})
         content = ok.setdefault("content", {})
         content.setdefault("text/csv", {"schema": {"type": "string"}})
@@ -76,6 +82,29 @@ def _add(operation: dict, path: str) -> None:
         # FastAPI's own 422 names its HTTPValidationError shape, which this app never sends.
         if code == "422" or code not in responses:
             responses[code] = _refusal(code)
+
+
+def _add_budget(operation: dict, path: str) -> None:
+    """A lab's work budget, in the document: each field's bounds cannot say it, since the
+    estimate multiplies several fields (trials x keys x d_k, say)."""
+    from attnlab.labs import LABS
+    from attnlab.web.labs import WEB_BYTES, WEB_SECONDS
+
+    name = path.removeprefix(LAB_PREFIX + "/")
+    if not path.startswith(LAB_PREFIX + "/") or name not in LABS:
+        return
+    field = LABS[name].budget_field
+    budget = {"seconds": WEB_SECONDS, "bytes": WEB_BYTES, "field": field}
+    operation["x-work-budget"] = budget
+    words = (
+        f"Work budget: the run's estimated time at most {WEB_SECONDS:g} s and memory at most "
+        f"{WEB_BYTES >> 20} MiB, from all the fields together; a request over it is refused "
+        f"with 422 naming '{field}'."
+    )
+    operation["description"] = f"{operation.get('description', '')}\n\n{words}".strip()
+    for parameter in operation.get("parameters", []):
+        if parameter.get("name") == field:
+            parameter["description"] = f"{parameter.get('description', '')} {words}".strip()
 
 
 def document_refusals(app: FastAPI) -> None:
@@ -94,6 +123,7 @@ def document_refusals(app: FastAPI) -> None:
         for path, methods in document.get("paths", {}).items():
             for operation in methods.values():
                 _add(operation, path)
+                _add_budget(operation, path)
         app.openapi_schema = document
         return document
 

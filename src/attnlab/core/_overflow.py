@@ -1,0 +1,130 @@
+"""Results that overflow: finite inputs, a non-finite output or gradient, refused by name.
+
+Shape legend (the chapter's letters):
+    ...  leading batch axes, broadcast between q, k and v (for example (B,) or (B, h))
+    N    query rows            M    key rows
+    d_k  query and key width   d_v  value width
+
+Scores that overflow are refused before the softmax (``_validate.check_overflow``). What is
+left can overflow later: the weighted sum of values (forward) and every table of the chain rule
+(backward: dV = Pᵀ dO, dP = dO Vᵀ, dS, dQ, dK). The public dispatchers hand their kernel's
+result here, and one check on the small result (never the N x M table) finds a non-finite one:
+
+- forward: the output is a weighted average of value rows, so its true value is never larger
+  than max|v|; only a kernel's unnormalised running sum (up to M · max|v|) can overflow. The
+  same kernel runs again with v scaled down by an exact power of two, and the output scaled
+  back, so dense and blockwise give the same finite answer.
+- backward: gradients can truly pass the dtype's range, so a non-finite one is refused with a
+  ``NonFiniteResultError`` naming the first table of the chain rule that overflowed (found by
+  the dense tables when they fit the memory budget, else named by the gradient itself).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+
+from attnlab.core._validate import Inputs
+from attnlab.errors import AttnlabError, NonFiniteResultError
+
+__all__ = ["checked_backward", "checked_forward", "checked_trace", "quiet"]
+
+# The backward tables in the order the chain rule computes them, with what each one is.
+_BACKWARD = (
+    ("grad_v", "dV = Pᵀ dO"),
+    ("grad_weights", "dP = dO Vᵀ"),
+    ("grad_scores", "dS = P ∘ (dP − rowsum(dO ∘ O))"),
+    ("grad_q", "dQ = dS K · scale"),
+    ("grad_k", "dK = dSᵀ Q · scale"),
+)
+_WHAT = dict(_BACKWARD) | {
+    "output": "P V, the weighted sum of value rows",
+    "grad_bias": "dS summed to the float mask's shape",
+    "grad_sinks": "each sink's share of the row sums, weighted by D",
+}
+# Diagnose with dense tables only while they stay this small (the failure path only).
+_DIAGNOSE_BYTES = 2**28
+
+
+def quiet():
+    """numpy's overflow warnings off: an overflow is found on the result and named here."""
+    return np.errstate(over="ignore", invalid="ignore", divide="ignore")
+
+
+def _finite(a: np.ndarray) -> bool:
+    # One sum clears the common case without a bool table; inf - inf in the sum is NaN too.
+    with quiet():
+        return bool(np.isfinite(np.sum(a))) or bool(np.isfinite(a).all())
+
+
+def _refuse(stage: str, array: str, table: np.ndarray, dtype, fix: str):
+    bad = np.argwhere(~np.isfinite(table))
+    where = tuple(int(i) for i in bad[0]) if len(bad) else ()
+    raise NonFiniteResultError(
+        f"expected a finite {stage} pass, but its {array} ({_WHAT[array]}) overflowed "
+        f"{np.dtype(dtype).name} (largest finite {np.finfo(dtype).max:.3g}) at index {where}, "
+        f"{len(bad)} entries, though every input is finite; {fix}",
+        stage=stage,
+        array=array,
+    )
+
+
+def checked_forward(x: Inputs, result, rerun):
+    """``result`` (output, or a tuple led by it: weights and lse follow) of a kernel run on
+    ``x``, made finite (v's scale changes neither the weights nor the lse).
+
+    ``rerun(inputs)`` runs the same kernel again; it is called only when the output overflowed.
+    """
+    out = result[0] if isinstance(result, tuple) else result  # (..., N, d_v)
+    if not x.check_finite or _finite(out):
+        return result
+    # The true output is at most max|v| in size; the kernels' sums reach M · max|v|. Scale v
+    # by 2^-shift (exact) so M · max|v| fits with room, run again, and scale the output back.
+    top = float(np.abs(x.v).max())
+    room = float(np.finfo(x.v.dtype).max) / 4
+    shift = max(1, math.ceil(math.log2(top * x.m / room))) if top > 0 else 1
+    with quiet():
+        again = rerun(replace(x, v=np.ldexp(x.v, -shift)))
+        out2 = again[0] if isinstance(again, tuple) else again
+        out2 = np.ldexp(out2, shift)
+    if not _finite(out2):
+        _refuse("forward", "output", out2, x.v.dtype, "rescale v")
+    return (out2, *again[1:]) if isinstance(again, tuple) else out2
+
+
+def checked_backward(x: Inputs, grad_output: np.ndarray, grads, names=("q", "k", "v"), tables=None):
+    """``grads`` of a kernel (the gradients ``names``, attention_backward's ``wrt``, in its
+    order), or a ``NonFiniteResultError`` naming the first table of the chain rule that
+    overflowed. ``tables(x, g)`` gives the dense backward tables (the trace's names), used only
+    to say where a non-finite gradient came from."""
+    if not x.check_finite or all(_finite(a) for a in grads):
+        return grads
+    given = {f"grad_{name}": a for name, a in zip(names, grads, strict=True)}
+    first = next(name for name, a in given.items() if not _finite(a))
+    found = given
+    table = math.prod(x.lead) * x.n * x.m * x.q.dtype.itemsize
+    if tables is not None and table <= _DIAGNOSE_BYTES:
+        try:
+            with quiet():
+                found = tables(x, grad_output)
+        except AttnlabError:  # the tables refuse what the kernel let through (fully_masked="zero")
+            found = given
+    for name, _ in _BACKWARD:
+        if name in found and not _finite(found[name]):
+            _refuse("backward", name, found[name], x.q.dtype, "rescale grad_output, v, q or k")
+    _refuse("backward", first, given[first], x.q.dtype, "rescale grad_output, v, q or k")
+
+
+def checked_trace(x: Inputs, tables: dict) -> dict:
+    """The trace's ``tables``, or a ``NonFiniteResultError`` naming the first non-finite one
+    (the masked scores hold -inf on purpose, and the scores are checked before the softmax)."""
+    if not x.check_finite:
+        return tables
+    if "output" in tables and not _finite(tables["output"]):
+        _refuse("forward", "output", tables["output"], x.q.dtype, "rescale v")
+    for name, _ in _BACKWARD:
+        if name in tables and not _finite(tables[name]):
+            _refuse("backward", name, tables[name], x.q.dtype, "rescale grad_output, v, q or k")
+    return tables

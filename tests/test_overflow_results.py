@@ -1,0 +1,155 @@
+"""Finite inputs whose results overflow: one typed error naming the stage and the table, on
+every path (dense, blockwise, forward, backward, trace), and dense and blockwise agreeing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+import attnlab as al
+from attnlab.cli import app
+from attnlab.errors import AttnlabError, NonFiniteInputError, NonFiniteResultError
+from attnlab.masks import Causal
+
+Q = [[3.0, -3.0], [1.0, 1.0]]
+K = [[-3.0, 3.0], [1.0, 1.0]]
+V = [[0.0, -1.0], [1.0, 2.0]]
+METHODS = ("dense", "blockwise")
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_backward_pass_past_float64_names_the_table_that_overflowed(method):
+    # dP = dO Vᵀ: 1e308 · (1·1 + 1·2) = 3e308 is past float64's 1.8e308.
+    with pytest.raises(NonFiniteResultError, match="grad_weights") as info:
+        al.attention_backward(Q, K, V, np.full((2, 2), 1e308), Causal(), method=method)
+    assert info.value.stage == "backward" and info.value.array == "grad_weights"
+    assert "backward" in str(info.value) and "float64" in str(info.value)
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_float32_backward_pass_with_huge_values_refuses(method):
+    big = np.full((2, 2), 1e20, np.float32)  # dP = 1e20 · 1e20 · 2 = 2e40 > 3.4e38
+    with pytest.raises(NonFiniteResultError, match="float32") as info:
+        al.attention_backward(np.float32(Q), np.float32(K), big, big, Causal(), method=method)
+    assert info.value.array == "grad_weights"
+
+
+def test_trace_names_the_backward_table_that_overflowed():
+    with pytest.raises(NonFiniteResultError, match="grad_weights"):
+        al.trace_attention(Q, K, V, Causal(), grad_output=np.full((2, 2), 1e308))
+
+
+def test_the_cli_backward_trace_is_one_line_and_exit_2_not_a_table_of_nan():
+    big = "[[1e308,1e308],[1e308,1e308]]"
+    args = ["attention", "--q", str(Q), "--k", str(K), "--v", str(V), "--backward"]
+    result = CliRunner().invoke(app, [*args, "--grad-output", big])
+    assert result.exit_code == 2, result.output
+    assert "backward pass" in result.output and "overflowed" in result.output
+    assert "nan" not in result.output.lower()
+    assert len(result.output.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("x", [np.zeros((4, 8), np.float32), np.ones((4, 8), np.float32)])
+def test_dense_and_blockwise_agree_on_values_near_float32s_top(x):
+    # Every weight is 1/4: the output is 1e38 exactly, though the kernels' unnormalised sum
+    # of four values reaches 4e38 > 3.4e38.
+    v = np.full((4, 8), 1e38, np.float32)
+    dense = al.attention(x, x, v, method="dense")
+    blockwise = al.attention(x, x, v, method="blockwise")
+    np.testing.assert_allclose(dense, 1e38, rtol=1e-6)
+    np.testing.assert_allclose(blockwise, 1e38, rtol=1e-6)
+    out, weights = al.attention(x, x, v, method="dense", return_weights=True)
+    np.testing.assert_allclose(out, 1e38, rtol=1e-6)
+    np.testing.assert_allclose(weights, 0.25, rtol=1e-6)
+
+
+# -- the fuzz: magnitudes up to each dtype's largest finite value -----------------------------
+
+
+def _matrix(dtype, rows: int, cols: int):
+    top = int(np.log10(np.finfo(dtype).max))
+    entry = st.builds(
+        lambda sign, mant, exp: sign * mant * 10.0**exp,
+        st.sampled_from([-1.0, 1.0]),
+        st.floats(1.0, 1.7),
+        st.integers(-3, top),
+    )
+    return st.lists(entry, min_size=rows * cols, max_size=rows * cols).map(
+        lambda xs: np.array(xs, dtype).reshape(rows, cols)
+    )
+
+
+@st.composite
+def _case(draw):
+    dtype = draw(st.sampled_from([np.float32, np.float64]))
+    n, m = draw(st.sampled_from([(3, 2), (2, 3), (4, 1), (1, 4), (3, 3)]))  # N > M and N < M
+    d_k, d_v = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    q, k = draw(_matrix(dtype, n, d_k)), draw(_matrix(dtype, m, d_k))
+    v, g = draw(_matrix(dtype, m, d_v)), draw(_matrix(dtype, n, d_v))
+    mask = draw(st.sampled_from([None, Causal()])) if n <= m else None
+    return q, k, v, g, mask
+
+
+def _outcome(fn):
+    try:
+        return fn()
+    except (NonFiniteInputError, NonFiniteResultError) as exc:
+        return type(exc)
+
+
+def _scale(*arrays) -> float:
+    return max(float(np.abs(a.astype(np.float64)).max()) for a in arrays)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_case())
+def test_fuzz_no_result_is_non_finite_and_the_methods_agree(case):
+    q, k, v, g, mask = case
+    eps = float(np.finfo(q.dtype).eps)
+    fwd = {m: _outcome(lambda m=m: al.attention(q, k, v, mask, method=m)) for m in METHODS}
+    if isinstance(fwd["dense"], type) or isinstance(fwd["blockwise"], type):
+        assert fwd["dense"] is fwd["blockwise"], fwd  # both refuse, for the same reason
+        return
+    for out in fwd.values():
+        assert np.isfinite(out).all()
+    # A weighted average of value rows: never past max|v|, and the methods differ by rounding.
+    top = _scale(v)
+    assert np.abs(fwd["dense"]).max() <= top * (1 + 64 * eps)
+    assert np.abs(fwd["dense"] - fwd["blockwise"]).max() <= 256 * eps * top
+    bwd = {
+        m: _outcome(lambda m=m: al.attention_backward(q, k, v, g, mask, method=m)) for m in METHODS
+    }
+    if isinstance(bwd["dense"], type) or isinstance(bwd["blockwise"], type):
+        assert bwd["dense"] is NonFiniteResultError and bwd["blockwise"] is NonFiniteResultError
+        return
+    for grads in bwd.values():
+        assert all(np.isfinite(a).all() for a in grads)
+    for a, b in zip(bwd["dense"], bwd["blockwise"], strict=True):
+        # Gradients cancel (dS = P ∘ (dP − D)): compare against the size of what cancels.
+        big = _scale(g) * _scale(v) * v.shape[-1] * (1 + _scale(q, k)) * k.shape[-2] * 4
+        with np.errstate(over="ignore"):
+            gap = float(np.abs(a.astype(np.float64) - b).max())
+        assert gap <= 1024 * eps * big or not np.isfinite(big)
+
+
+def test_rng_is_named_when_it_is_not_a_seed_or_a_generator():
+    q = np.ones((2, 2))
+    for bad in ("x", -1, 1.5, [1, -2]):
+        with pytest.raises(AttnlabError, match="rng"):
+            al.scaled_dot_product_attention(q, q, q, dropout_p=0.5, rng=bad)
+
+
+def test_sdpa_agrees_with_attention_near_float32s_top():
+    x = np.zeros((1, 4, 8), np.float32)
+    v = np.full((1, 4, 8), 1e38, np.float32)
+    np.testing.assert_allclose(al.scaled_dot_product_attention(x, x, v), 1e38, rtol=1e-6)
+    # Dropout at 0.5 doubles the kept weights: the output may truly pass float32's range.
+    try:
+        out = al.scaled_dot_product_attention(x, x, v * 3, dropout_p=0.5, rng=0)
+    except NonFiniteResultError as exc:
+        assert exc.array == "output"
+    else:
+        assert np.isfinite(out).all()
