@@ -27,17 +27,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnlab import trace_attention
-from attnlab.labs._common import (
-    LabResult,
-    Progress,
-    check_int,
-    check_ints,
-    check_positive,
-    check_seed,
-    rng_for,
-)
+from attnlab.labs._common import LabResult, Progress, rng_for
 from attnlab.labs._spec import SEED, Estimate, LabPlot, LabSpec, Param, Series
-from attnlab.labs._training import SCALING, TRAIN, fit, smoothed
+from attnlab.labs._training import SCALING, TRAIN, checked, fit, smoothed
 from attnlab.labs.induction import induction_batch, induction_sequences
 from attnlab.transformer import TinyTransformer
 
@@ -183,17 +175,10 @@ def train_scaling(
         lr: Adam's learning rate. vocab_size, context: the induction task's V and N.
         progress: called as progress(steps done, steps of every run).
     """
-    args = {
-        "widths": check_ints("widths", widths, high=MAX_WIDTH),
-        "steps": check_int("steps", steps, high=MAX_STEPS),
-        "batch": check_int("batch", batch, high=1024),
-        "runs": check_int("runs", runs, high=MAX_RUNS),
-        "seed": check_seed(seed),
-        "target_loss": check_positive("target_loss", target_loss),
-        "lr": check_positive("lr", lr),
-        "vocab_size": check_int("vocab_size", vocab_size, low=2, high=4096),
-        "context": check_int("context", context, low=8, high=256),
-    }
+    names = ("widths", "steps", "batch", "runs", "seed", "target_loss", "lr", "vocab_size",
+             "context")  # fmt: skip
+    given = (widths, steps, batch, runs, seed, target_loss, lr, vocab_size, context)
+    args = dict(zip(names, checked(SPEC, **dict(zip(names, given, strict=True))), strict=True))
     total = 2 * len(args["widths"]) * args["runs"] * args["steps"]
     started = [0]
 
