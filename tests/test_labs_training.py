@@ -127,6 +127,23 @@ def test_induction_arguments_are_checked():
         train_induction(steps=1, context=6)
     with pytest.raises(AttnlabError, match="init_std"):
         train_induction(steps=1, init_std=-0.1)
+    # The real-valued bounds are the spec's (Param.check leaves floats to the lab): lr ≤ 1.
+    with pytest.raises(AttnlabError, match="lr from 1e-06 to 1"):
+        train_induction(steps=1, lr=1.5)
+    with pytest.raises(AttnlabError, match="target_loss"):
+        train_scaling(steps=1, target_loss=float("nan"))
+    with pytest.raises(AttnlabError, match="lr"):
+        train_positions(steps=1, lr="fast")
+    with pytest.raises(AttnlabError, match="d_model divisible"):
+        train_positions(steps=1, d_model=10, heads=4)
+
+
+def test_training_labs_run_at_their_defaults_without_yes():
+    # The CLI refuses a run estimated over LONG_S unless --yes: every default must fit.
+    from attnlab.cli.labs import LONG_S
+
+    for name in ("train-induction", "train-scaling", "train-positions"):
+        assert LABS[name].cost().seconds < LONG_S, name
 
 
 def _permutation_ceiling_by_brute_force(v: int, n: int) -> float:

@@ -20,10 +20,12 @@ from contextlib import contextmanager
 import numpy as np
 
 from attnlab.core._threads import one_blas_thread
+from attnlab.errors import AttnlabError
 from attnlab.labs._common import Progress
 from attnlab.transformer import Adam, TinyTransformer
 
-__all__ = ["FRESH", "INDUCTION", "POSITIONS", "SCALING", "TRAIN", "Curve", "fit", "one_thread"]
+__all__ = ["FRESH", "INDUCTION", "POSITIONS", "SCALING", "TRAIN", "Curve", "checked", "fit",
+           "one_thread"]  # fmt: skip
 
 # Stream tags of the training labs, far from _common's 1..7 so that new labs there never
 # collide with these.
@@ -39,6 +41,29 @@ def one_thread():
     """OpenBLAS on one thread inside the block (see the module's docstring)."""
     with one_blas_thread():
         yield
+
+
+def checked(spec, **values) -> tuple:
+    """``spec.check(**values)``, then each float parameter within its spec's closed bounds
+    (``Param.check`` leaves real numbers alone; each of these labs' real
+    parameters has both bounds): every bound of a training lab is written once,
+    in its spec. Returns the checked values in the order given."""
+    out = spec.check(**values)
+    result = []
+    for (name, _), value in zip(values.items(), out, strict=True):
+        p = spec.param(name)
+        if p.kind is float and p.low is not None and p.high is not None:
+            value = _real(name, value, *p.bounds())
+        result.append(value)
+    return tuple(result)
+
+
+def _real(name: str, value, low: float, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float | np.floating | np.integer):
+        raise AttnlabError(f"expected {name} to be a number, but got {value!r} instead")
+    if not low <= value <= high:  # NaN fails too
+        raise AttnlabError(f"expected {name} from {low:g} to {high:g}, but got {value!r} instead")
+    return float(value)
 
 
 class Curve:

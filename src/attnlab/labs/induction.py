@@ -33,17 +33,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnlab.errors import AttnlabError
-from attnlab.labs._common import (
-    LabResult,
-    Progress,
-    check_int,
-    check_positive,
-    check_seed,
-    rng_for,
-)
+from attnlab.labs._common import LabResult, Progress, rng_for
 from attnlab.labs._spec import SEED, Estimate, LabPlot, LabSpec, Param, Series
-from attnlab.labs._training import FRESH, INDUCTION, TRAIN, fit, one_thread, smoothed
+from attnlab.labs._training import FRESH, INDUCTION, TRAIN, checked, fit, one_thread, smoothed
 from attnlab.transformer import TinyTransformer
 
 __all__ = ["SPEC", "HeadRow", "InductionResult", "ceiling", "head_scores", "induction_batch",
@@ -168,28 +160,6 @@ class InductionResult(LabResult):
         ]  # fmt: skip
 
 
-def _checked(steps, batch, seed, vocab_size, context, layers, heads, d_model, lr, init_std,
-             fresh) -> dict:  # fmt: skip
-    args = {
-        "steps": check_int("steps", steps, high=MAX_STEPS),
-        "batch": check_int("batch", batch, high=MAX_BATCH),
-        "seed": check_seed(seed),
-        "vocab_size": check_int("vocab_size", vocab_size, low=2, high=MAX_VOCAB),
-        "context": check_int("context", context, low=2 * MIN_T, high=MAX_CONTEXT),
-        "layers": check_int("layers", layers, high=MAX_LAYERS),
-        "heads": check_int("heads", heads, high=64),
-        "d_model": check_int("d_model", d_model, high=MAX_D_MODEL),
-        "lr": check_positive("lr", lr),
-        "fresh": check_int("fresh", fresh, high=MAX_FRESH),
-    }
-    if isinstance(init_std, bool) or not isinstance(init_std, int | float) or init_std < 0:
-        raise AttnlabError(f"expected init_std ≥ 0 (0: fan-in), but got {init_std!r} instead")
-    if args["d_model"] % args["heads"]:
-        raise AttnlabError(f"expected d_model divisible by heads, but got d_model={d_model} "
-                           f"and heads={heads} instead")  # fmt: skip
-    return args | {"init_std": float(init_std)}
-
-
 def train_induction(
     steps: int = 600,
     batch: int = 32,
@@ -222,16 +192,19 @@ def train_induction(
             (step 0 first) in the same file, float16, for ``attnlab.transformer.checkpoints``.
         progress: called as progress(steps done, steps).
     """
-    args = _checked(steps, batch, seed, vocab_size, context, layers, heads, d_model, lr,
-                    init_std, fresh)  # fmt: skip
+    (steps, batch, seed, vocab_size, context, layers, heads, d_model, lr, init_std, fresh,
+     snapshots) = checked(SPEC, steps=steps, batch=batch, seed=seed, vocab_size=vocab_size,
+                          context=context, layers=layers, heads=heads, d_model=d_model, lr=lr,
+                          init_std=init_std, fresh=fresh, snapshots=snapshots)  # fmt: skip
+    # d_model divisible by heads, the one cross-argument rule, is TinyTransformer's to check.
     model = TinyTransformer(vocab_size=vocab_size, context=context, layers=layers, heads=heads,
-                            d_model=d_model, seed=seed, init_std=args["init_std"] or None)  # fmt: skip
+                            d_model=d_model, seed=seed, init_std=init_std or None)  # fmt: skip
 
     def draw(rng):
         tokens, lengths = induction_sequences(rng, batch, context, vocab_size)
         return tokens, induction_batch(tokens, lengths)
 
-    kept = snapshot_steps(steps, check_int("snapshots", snapshots, low=0, high=MAX_SNAPSHOTS))
+    kept = snapshot_steps(steps, snapshots)
     extra: dict[str, np.ndarray] = {"trained_steps": np.array(steps)} if kept else {}
 
     def each(step, m, tokens, targets):
@@ -246,7 +219,9 @@ def train_induction(
     accuracy, rows = measure(model, tokens, lengths)
     if save:
         model.save(save, extra)
-    return InductionResult(**args, accuracy=accuracy,
+    return InductionResult(steps=steps, batch=batch, seed=seed, vocab_size=vocab_size,
+                           context=context, layers=layers, heads=heads, d_model=d_model, lr=lr,
+                           init_std=init_std, fresh=fresh, accuracy=accuracy,
                            ceiling=ceiling(tokens, lengths, vocab_size), head_rows=rows,
                            losses=tuple(smoothed(curve.losses).tolist()),
                            seconds=curve.seconds)  # fmt: skip

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnlab.labs._common import LabResult, Progress, check_int, check_positive, check_seed, rng_for
+from attnlab.labs._common import LabResult, Progress, rng_for
 from attnlab.labs._spec import SEED, Estimate, LabPlot, LabSpec, Param, Series
-from attnlab.labs._training import FRESH, POSITIONS, TRAIN, fit, one_thread, smoothed
+from attnlab.labs._training import FRESH, POSITIONS, TRAIN, checked, fit, one_thread, smoothed
 from attnlab.transformer import TinyTransformer
 
 __all__ = ["SPEC", "PositionsResult", "permutation_ceiling", "previous_token_task",
@@ -114,17 +114,10 @@ def train_positions(
         fresh: sequences never trained on, for the accuracy and the ceiling.
         progress: called as progress(steps done, 2 × steps).
     """
-    args = {
-        "steps": check_int("steps", steps, high=20_000),
-        "batch": check_int("batch", batch, high=1024),
-        "seed": check_seed(seed),
-        "vocab_size": check_int("vocab_size", vocab_size, low=2, high=4096),
-        "context": check_int("context", context, low=2, high=256),
-        "d_model": check_int("d_model", d_model, high=512),
-        "heads": check_int("heads", heads, high=64),
-        "lr": check_positive("lr", lr),
-        "fresh": check_int("fresh", fresh, high=100_000),
-    }
+    steps, batch, seed, vocab_size, context, d_model, heads, lr, fresh = checked(
+        SPEC, steps=steps, batch=batch, seed=seed, vocab_size=vocab_size, context=context,
+        d_model=d_model, heads=heads, lr=lr, fresh=fresh)  # fmt: skip
+    # d_model divisible by heads, the one cross-argument rule, is TinyTransformer's to check.
     tokens, targets = previous_token_task(rng_for(seed, POSITIONS, FRESH), fresh, context,
                                           vocab_size)  # fmt: skip
     found, curves = {}, {}
@@ -140,7 +133,9 @@ def train_positions(
         curves[positions] = smoothed(curve.losses)
         found[positions] = {"accuracy": accuracy, "final_loss": float(curves[positions][-1])}
     found[None]["ceiling"] = permutation_ceiling(tokens, vocab_size)
-    return PositionsResult(**args, with_positions=found["learned"],
+    return PositionsResult(steps=steps, batch=batch, seed=seed, vocab_size=vocab_size,
+                           context=context, d_model=d_model, heads=heads, lr=lr, fresh=fresh,
+                           with_positions=found["learned"],
                            without_positions=found[None],
                            losses_with=tuple(curves["learned"].tolist()),
                            losses_without=tuple(curves[None].tolist()))  # fmt: skip

@@ -4,7 +4,7 @@ The same model (2 attention-only layers of one head of width d_k = d_model) lear
 induction task (``attnlab.labs.induction``) from the same initial weights on the same batches,
 twice: with the scores scaled by 1/√d_k, and unscaled (``scale=1.0``). The initialisation gives
 queries and keys entries of variance about 1 (``attnlab.transformer``'s fan-in scaling), so an
-unscaled score q·k has variance about d_k: at d_k = 256 a standard deviation of 16, and the
+unscaled score q·k has variance about d_k: at d_k = 128 a standard deviation of about 11, and the
 softmax puts nearly all its weight on one key from the first step. Its Jacobian is then nearly
 zero and little gradient reaches the scores, as the gradient lab shows for random draws.
 
@@ -27,17 +27,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnlab import trace_attention
-from attnlab.labs._common import (
-    LabResult,
-    Progress,
-    check_int,
-    check_ints,
-    check_positive,
-    check_seed,
-    rng_for,
-)
+from attnlab.labs._common import LabResult, Progress, rng_for
 from attnlab.labs._spec import SEED, Estimate, LabPlot, LabSpec, Param, Series
-from attnlab.labs._training import SCALING, TRAIN, fit, smoothed
+from attnlab.labs._training import SCALING, TRAIN, checked, fit, smoothed
 from attnlab.labs.induction import induction_batch, induction_sequences
 from attnlab.transformer import TinyTransformer
 
@@ -46,6 +38,7 @@ __all__ = ["SPEC", "ScalingResult", "ScalingRow", "train_scaling"]
 THRESHOLD = 0.99  # p_max above this: a saturated row, as in the saturation lab
 RECORDS = 20  # steps per run at which saturation and ‖dS‖ are recorded
 MAX_WIDTH, MAX_STEPS, MAX_RUNS = 1024, 20_000, 16
+_LAYERS = 2  # attention-only layers of one head: the fewest that can form an induction head
 
 
 @dataclass(frozen=True)
@@ -117,7 +110,7 @@ def _run(width, scaled, run, args, progress, done, total):
     """One training run -> (smoothed losses, saturated share, ‖dS‖ of the recorded rows)."""
     rng = rng_for(args["seed"], SCALING, run)
     model_seed = int(rng.integers(2**62))  # the same weights scaled and unscaled
-    model = TinyTransformer(vocab_size=args["vocab_size"], context=args["context"], layers=2,
+    model = TinyTransformer(vocab_size=args["vocab_size"], context=args["context"], layers=_LAYERS,
                             heads=1, d_model=width, scaled=scaled, seed=model_seed)  # fmt: skip
     every = max(1, args["steps"] // RECORDS)
     shares, norms = [], []
@@ -161,14 +154,14 @@ def _row(width: int, scaled: bool, args: dict, step) -> ScalingRow:
 
 
 def train_scaling(
-    widths=(256,),
+    widths=(128,),
     steps: int = 300,
     batch: int = 16,
-    runs: int = 2,
+    runs: int = 1,
     seed: int = 0,
     *,
     target_loss: float = 1.0,
-    lr: float = 1e-3,
+    lr: float = 3e-3,
     vocab_size: int = 64,
     context: int = 32,
     progress: Progress | None = None,
@@ -183,17 +176,10 @@ def train_scaling(
         lr: Adam's learning rate. vocab_size, context: the induction task's V and N.
         progress: called as progress(steps done, steps of every run).
     """
-    args = {
-        "widths": check_ints("widths", widths, high=MAX_WIDTH),
-        "steps": check_int("steps", steps, high=MAX_STEPS),
-        "batch": check_int("batch", batch, high=1024),
-        "runs": check_int("runs", runs, high=MAX_RUNS),
-        "seed": check_seed(seed),
-        "target_loss": check_positive("target_loss", target_loss),
-        "lr": check_positive("lr", lr),
-        "vocab_size": check_int("vocab_size", vocab_size, low=2, high=4096),
-        "context": check_int("context", context, low=8, high=256),
-    }
+    names = ("widths", "steps", "batch", "runs", "seed", "target_loss", "lr", "vocab_size",
+             "context")  # fmt: skip
+    given = (widths, steps, batch, runs, seed, target_loss, lr, vocab_size, context)
+    args = dict(zip(names, checked(SPEC, **dict(zip(names, given, strict=True))), strict=True))
     total = 2 * len(args["widths"]) * args["runs"] * args["steps"]
     started = [0]
 
@@ -216,8 +202,11 @@ def _headline(row: ScalingRow) -> dict:
 
 # -- the declaration: CLI options, web fields, plot and estimate come from here ----------------
 
-# As the induction lab's calibration (see there), per multiply-add of a step's products and
-# per step; the recorded steps' traces add about 1/RECORDS of a step each.
+# As the induction lab's calibration (see there): about 0.3 ns per multiply-add of a step's
+# products and 10 ms of fixed cost per layer and step (2 layers here). The defaults (d_k = 128,
+# one run of 300 steps each way): about 54 s by this model; measured 69 s for the whole command
+# at load average 7 to 8 on the shared 2-core machine, 93 to 95 s with three runs at once
+# (docs/training.md). A recorded step's trace costs little beside a step and is not modelled.
 _S_PER_MADD = 3e-10
 _S_PER_STEP = 10e-3
 
@@ -226,8 +215,8 @@ def _estimate(widths, steps, batch, runs, vocab_size, context, **_) -> Estimate:
     seconds = 0.0
     for d in widths:
         rows = batch * context
-        madds = 3 * 2 * (4 * rows * d * d + 2 * rows * context * d) + rows * d * vocab_size
-        seconds += 2 * runs * steps * (_S_PER_STEP + _S_PER_MADD * madds)
+        madds = 3 * _LAYERS * (4 * rows * d * d + 2 * rows * context * d) + rows * d * vocab_size
+        seconds += 2 * runs * steps * (_LAYERS * _S_PER_STEP + _S_PER_MADD * madds)
     d = max(widths)
     return Estimate(seconds, 8 * batch * context * (12 * d + 8 * context + vocab_size) * 2)
 
