@@ -23,7 +23,16 @@ import numpy as np
 from attnlab import masks
 from attnlab.errors import AttnlabError, ShapeError
 
-__all__ = ["Options", "check_heads", "read_options", "real_array", "whole_numbers"]
+__all__ = [
+    "Options",
+    "array_of_shape",
+    "check_heads",
+    "read_backward_options",
+    "read_options",
+    "real_array",
+    "unstack",
+    "whole_numbers",
+]
 
 
 @dataclass(frozen=True)
@@ -73,7 +82,6 @@ class Options:
 
 
 def read_options(
-    *,
     dropout_p=0.0,
     softmax_scale=None,
     causal=False,
@@ -83,7 +91,11 @@ def read_options(
     deterministic=False,
     rng=None,
 ) -> Options:
-    """Check FlashAttention's common options; raise AttnlabError naming the first bad one."""
+    """Check FlashAttention's common options; raise AttnlabError naming the first bad one.
+
+    The parameters come in FlashAttention's own order, so each public function passes its
+    options positionally, in the order of its signature.
+    """
     _check_bool("causal", causal)
     _check_bool("deterministic", deterministic)  # attnlab is always deterministic
     if isinstance(dropout_p, bool) or not _is_real(dropout_p) or not 0.0 <= dropout_p < 1.0:
@@ -127,6 +139,19 @@ def read_options(
     )
 
 
+def read_backward_options(
+    dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic
+) -> Options:
+    """``read_options`` for a backward pass, which has no dropout to undo."""
+    if dropout_p != 0:
+        raise AttnlabError(
+            f"expected dropout_p=0 (attnlab has no dropout backward), but got {dropout_p!r}"
+        )
+    return read_options(
+        0.0, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic
+    )
+
+
 def _window(window_size) -> tuple[int | None, int | None]:
     try:
         left, right = window_size
@@ -162,6 +187,29 @@ def real_array(name: str, x, ndims: tuple[int, ...], layout: str) -> np.ndarray:
             f"expected {name} of shape {layout}, but got {name}.shape={arr.shape} instead"
         )
     return arr
+
+
+def array_of_shape(name: str, x, want: tuple[int, ...], what: str = "shape") -> np.ndarray:
+    """``x`` as a real array of exactly the shape ``want`` (dout, softmax_lse), or a ShapeError."""
+    arr = real_array(name, x, (len(want),), f"{want}")
+    if arr.shape != want:
+        raise ShapeError(
+            f"expected {name} of {what} {want}, but got {name}.shape={arr.shape} instead"
+        )
+    return arr
+
+
+def unstack(name: str, x, count: int, layout: str, legend: str) -> tuple[np.ndarray, ...]:
+    """The ``count`` arrays a packed qkv or kv stacks on its axis -3, as views.
+
+    FlashAttention stacks q, k, v just before the heads axis in every layout, (..., 3, h, d),
+    so the fixed-length (5 axes) and variable-length (4 axes) forms unpack the same way.
+    ``legend`` is the short shape, e.g. "(B, N, 3, h, d)"; its axis count is the one required.
+    """
+    arr = real_array(name, x, (legend.count(",") + 1,), layout)
+    if arr.shape[-3] != count:
+        raise ShapeError(f"expected {name} of shape {legend}, but got {name}.shape={arr.shape}")
+    return tuple(arr[..., i, :, :] for i in range(count))  # each (..., h, d)
 
 
 def whole_numbers(name: str, x, layout: str) -> np.ndarray:

@@ -14,9 +14,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnlab.errors import AttnlabError, ShapeError
+from attnlab.errors import ShapeError
 from attnlab.flash import _attend
-from attnlab.flash._options import check_heads, read_options, real_array
+from attnlab.flash._options import (
+    array_of_shape,
+    check_heads,
+    read_backward_options,
+    read_options,
+    real_array,
+    unstack,
+)
 
 __all__ = [
     "flash_attn_backward",
@@ -63,26 +70,9 @@ def flash_attn_func(
         sign code for its dropout pattern), rows that see no key all 0.
     """
     opts = read_options(
-        dropout_p=dropout_p,
-        softmax_scale=softmax_scale,
-        causal=causal,
-        window_size=window_size,
-        softcap=softcap,
-        alibi_slopes=alibi_slopes,
-        deterministic=deterministic,
-        rng=rng,
+        dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, rng
     )
-    q, k, v = _fixed_arrays(q, k, v, opts)
-    res = _attend.forward(
-        _heads_first(q),
-        _heads_first(k),
-        _heads_first(v),
-        opts,
-        lse=return_attn_probs,
-        probs=return_attn_probs,
-    )
-    out = _seq_first(res.out)  # (B, N, h, d_v)
-    return (out, res.lse, res.probs) if return_attn_probs else out
+    return _forward(q, k, v, opts, return_attn_probs)
 
 
 def flash_attn_qkvpacked_func(
@@ -99,23 +89,11 @@ def flash_attn_qkvpacked_func(
     rng=None,
 ):
     """``flash_attn_func`` on qkv (B, N, 3, h, d): self-attention, q, k and v stacked."""
-    qkv = real_array("qkv", qkv, (5,), "(batch_size, seqlen, 3, nheads, headdim)")
-    if qkv.shape[2] != 3:
-        raise ShapeError(f"expected qkv of shape (B, N, 3, h, d), but got qkv.shape={qkv.shape}")
-    return flash_attn_func(
-        qkv[:, :, 0],
-        qkv[:, :, 1],
-        qkv[:, :, 2],
-        dropout_p,
-        softmax_scale,
-        causal,
-        window_size,
-        softcap,
-        alibi_slopes,
-        deterministic,
-        return_attn_probs,
-        rng=rng,
+    q, k, v = unstack("qkv", qkv, 3, "(batch_size, seqlen, 3, nheads, headdim)", "(B, N, 3, h, d)")
+    opts = read_options(
+        dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, rng
     )
+    return _forward(q, k, v, opts, return_attn_probs)
 
 
 def flash_attn_kvpacked_func(
@@ -133,23 +111,11 @@ def flash_attn_kvpacked_func(
     rng=None,
 ):
     """``flash_attn_func`` on q (B, N, h, d) and kv (B, M, 2, h_k, d): k and v stacked."""
-    kv = real_array("kv", kv, (5,), "(batch_size, seqlen_k, 2, nheads_k, headdim)")
-    if kv.shape[2] != 2:
-        raise ShapeError(f"expected kv of shape (B, M, 2, h_k, d), but got kv.shape={kv.shape}")
-    return flash_attn_func(
-        q,
-        kv[:, :, 0],
-        kv[:, :, 1],
-        dropout_p,
-        softmax_scale,
-        causal,
-        window_size,
-        softcap,
-        alibi_slopes,
-        deterministic,
-        return_attn_probs,
-        rng=rng,
+    k, v = unstack("kv", kv, 2, "(batch_size, seqlen_k, 2, nheads_k, headdim)", "(B, M, 2, h_k, d)")
+    opts = read_options(
+        dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, rng
     )
+    return _forward(q, k, v, opts, return_attn_probs)
 
 
 def flash_attn_backward(
@@ -177,35 +143,33 @@ def flash_attn_backward(
     sums. The options mean what they mean for ``flash_attn_func``; dropout has no backward
     here (pass dropout_p=0).
     """
-    if dropout_p != 0:
-        raise AttnlabError(
-            f"expected dropout_p=0 (attnlab has no dropout backward), but got {dropout_p!r}"
-        )
-    opts = read_options(
-        softmax_scale=softmax_scale,
-        causal=causal,
-        window_size=window_size,
-        softcap=softcap,
-        alibi_slopes=alibi_slopes,
-        deterministic=deterministic,
+    opts = read_backward_options(
+        dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic
     )
     q, k, v = _fixed_arrays(q, k, v, opts)
-    want = q.shape[:3] + (v.shape[-1],)
-    dout = real_array("dout", dout, (4,), f"{want}")
-    if dout.shape != want:
-        raise ShapeError(f"expected dout of out's shape {want}, but got dout.shape={dout.shape}")
+    dout = array_of_shape("dout", dout, q.shape[:3] + (v.shape[-1],), "out's shape")
     lse = None
     if softmax_lse is not None:
-        lse_shape = (q.shape[0], q.shape[2], q.shape[1])
-        lse = real_array("softmax_lse", softmax_lse, (3,), f"{lse_shape}")
-        if lse.shape != lse_shape:
-            raise ShapeError(
-                f"expected softmax_lse of shape {lse_shape}, but got {lse.shape} instead"
-            )
+        lse = array_of_shape("softmax_lse", softmax_lse, (q.shape[0], q.shape[2], q.shape[1]))
     grads = _attend.backward(
         _heads_first(q), _heads_first(k), _heads_first(v), _heads_first(dout), opts, lse=lse
     )
     return tuple(_seq_first(g) for g in grads)
+
+
+def _forward(q, k, v, opts, return_attn_probs: bool):
+    """``flash_attn_func`` after its options are read: every forward form ends here."""
+    q, k, v = _fixed_arrays(q, k, v, opts)
+    res = _attend.forward(
+        _heads_first(q),
+        _heads_first(k),
+        _heads_first(v),
+        opts,
+        lse=return_attn_probs,
+        probs=return_attn_probs,
+    )
+    out = _seq_first(res.out)  # (B, N, h, d_v)
+    return (out, res.lse, res.probs) if return_attn_probs else out
 
 
 def _fixed_arrays(q, k, v, opts):

@@ -69,13 +69,8 @@ def flash_attn_with_kvcache(
     Returns:
         out (B, N, h, d_v), or (out, softmax_lse (B, h, N)).
     """
-    opts = read_options(
-        softmax_scale=softmax_scale,
-        causal=causal,
-        window_size=window_size,
-        softcap=softcap,
-        alibi_slopes=alibi_slopes,
-    )
+    # FlashAttention's kv-cache call has no dropout (0.0) and no deterministic flag.
+    opts = read_options(0.0, softmax_scale, causal, window_size, softcap, alibi_slopes)
     if (
         isinstance(num_splits, bool)
         or not isinstance(num_splits, int | np.integer)

@@ -18,7 +18,15 @@ import numpy as np
 
 from attnlab.errors import AttnlabError, ShapeError
 from attnlab.flash import _attend, _paged
-from attnlab.flash._options import check_heads, read_options, real_array, whole_numbers
+from attnlab.flash._options import (
+    array_of_shape,
+    check_heads,
+    read_backward_options,
+    read_options,
+    real_array,
+    unstack,
+    whole_numbers,
+)
 
 __all__ = [
     "flash_attn_varlen_backward",
@@ -64,34 +72,12 @@ def flash_attn_varlen_func(
         probs (B, h, max_seqlen_q, max_seqlen_k)).
     """
     opts = read_options(
-        dropout_p=dropout_p,
-        softmax_scale=softmax_scale,
-        causal=causal,
-        window_size=window_size,
-        softcap=softcap,
-        alibi_slopes=alibi_slopes,
-        deterministic=deterministic,
-        rng=rng,
+        dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, rng
     )
     seqs = _Sequences.read(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_table, opts
     )
-    h, d_v = seqs.q.shape[1], seqs.v.shape[-1]
-    dtype = np.result_type(seqs.q, seqs.k, seqs.v, np.float32)
-    out = np.zeros((seqs.q.shape[0], h, d_v), dtype)  # (T_q, h, d_v)
-    lse = np.full((h, seqs.q.shape[0]), -np.inf, dtype) if return_attn_probs else None
-    probs = np.zeros((seqs.batch, h, seqs.max_q, seqs.max_k), dtype) if return_attn_probs else None
-    for b in range(seqs.batch):
-        rows = slice(seqs.cu_q[b], seqs.cu_q[b + 1])
-        qb, kb, vb = seqs.problem(b)  # (h, N_b, d), (h_k, M_b, d), (h_k, M_b, d_v)
-        res = _attend.forward(
-            qb, kb, vb, opts, lse=return_attn_probs, probs=return_attn_probs, slopes=seqs.slopes(b)
-        )
-        out[rows] = np.swapaxes(res.out, 0, 1)  # (N_b, h, d_v)
-        if return_attn_probs:
-            lse[:, rows] = res.lse  # (h, N_b)
-            probs[b, :, : qb.shape[1], : kb.shape[1]] = res.probs
-    return (out, lse, probs) if return_attn_probs else out
+    return _forward(seqs, opts, return_attn_probs)
 
 
 def flash_attn_varlen_qkvpacked_func(
@@ -110,27 +96,12 @@ def flash_attn_varlen_qkvpacked_func(
     rng=None,
 ):
     """``flash_attn_varlen_func`` on qkv (T, 3, h, d): self-attention per packed sequence."""
-    qkv = real_array("qkv", qkv, (4,), "(total, 3, nheads, headdim)")
-    if qkv.shape[1] != 3:
-        raise ShapeError(f"expected qkv of shape (T, 3, h, d), but got qkv.shape={qkv.shape}")
-    return flash_attn_varlen_func(
-        qkv[:, 0],
-        qkv[:, 1],
-        qkv[:, 2],
-        cu_seqlens,
-        cu_seqlens,
-        max_seqlen,
-        max_seqlen,
-        dropout_p,
-        softmax_scale,
-        causal,
-        window_size,
-        softcap,
-        alibi_slopes,
-        deterministic,
-        return_attn_probs,
-        rng=rng,
+    q, k, v = unstack("qkv", qkv, 3, "(total, 3, nheads, headdim)", "(T, 3, h, d)")
+    opts = read_options(
+        dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, rng
     )
+    seqs = _Sequences.read(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, None, opts)
+    return _forward(seqs, opts, return_attn_probs)
 
 
 def flash_attn_varlen_kvpacked_func(
@@ -152,27 +123,14 @@ def flash_attn_varlen_kvpacked_func(
     rng=None,
 ):
     """``flash_attn_varlen_func`` on q (T_q, h, d) and kv (T_k, 2, h_k, d)."""
-    kv = real_array("kv", kv, (4,), "(total_k, 2, nheads_k, headdim)")
-    if kv.shape[1] != 2:
-        raise ShapeError(f"expected kv of shape (T_k, 2, h_k, d), but got kv.shape={kv.shape}")
-    return flash_attn_varlen_func(
-        q,
-        kv[:, 0],
-        kv[:, 1],
-        cu_seqlens_q,
-        cu_seqlens_k,
-        max_seqlen_q,
-        max_seqlen_k,
-        dropout_p,
-        softmax_scale,
-        causal,
-        window_size,
-        softcap,
-        alibi_slopes,
-        deterministic,
-        return_attn_probs,
-        rng=rng,
+    k, v = unstack("kv", kv, 2, "(total_k, 2, nheads_k, headdim)", "(T_k, 2, h_k, d)")
+    opts = read_options(
+        dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, rng
     )
+    seqs = _Sequences.read(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, None, opts
+    )
+    return _forward(seqs, opts, return_attn_probs)
 
 
 def flash_attn_varlen_backward(
@@ -199,28 +157,16 @@ def flash_attn_varlen_backward(
     dout (T_q, h, d_v); out and softmax_lse (h, T_q) may be None (the row sums are then
     recomputed). Returns dq (T_q, h, d), dk (T_k, h_k, d), dv (T_k, h_k, d_v).
     """
-    if dropout_p != 0:
-        raise AttnlabError(
-            f"expected dropout_p=0 (attnlab has no dropout backward), but got {dropout_p!r}"
-        )
-    opts = read_options(
-        softmax_scale=softmax_scale,
-        causal=causal,
-        window_size=window_size,
-        softcap=softcap,
-        alibi_slopes=alibi_slopes,
-        deterministic=deterministic,
+    opts = read_backward_options(
+        dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic
     )
     seqs = _Sequences.read(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, None, opts
     )
-    want = seqs.q.shape[:2] + (seqs.v.shape[-1],)
-    dout = real_array("dout", dout, (3,), f"{want}")
-    if dout.shape != want:
-        raise ShapeError(f"expected dout of out's shape {want}, but got dout.shape={dout.shape}")
-    lse = None if softmax_lse is None else real_array("softmax_lse", softmax_lse, (2,), "(h, T_q)")
-    if lse is not None and lse.shape != (want[1], want[0]):
-        raise ShapeError(f"expected softmax_lse of shape {(want[1], want[0])}, but got {lse.shape}")
+    dout = array_of_shape("dout", dout, seqs.q.shape[:2] + (seqs.v.shape[-1],), "out's shape")
+    lse = None
+    if softmax_lse is not None:
+        lse = array_of_shape("softmax_lse", softmax_lse, (dout.shape[1], dout.shape[0]))
     dtype = np.result_type(seqs.q, seqs.k, seqs.v, dout, np.float32)
     grads = [np.zeros(a.shape, dtype) for a in (seqs.q, seqs.k, seqs.v)]
     for b in range(seqs.batch):
@@ -233,6 +179,26 @@ def flash_attn_varlen_backward(
         for grad, part, rows in zip(grads, (dq, dk, dv), (rows_q, rows_k, rows_k), strict=True):
             grad[rows] = np.swapaxes(part, 0, 1)  # (rows_b, heads, width)
     return tuple(grads)
+
+
+def _forward(seqs: _Sequences, opts, return_attn_probs: bool):
+    """``flash_attn_varlen_func`` once its arguments are read: every forward form ends here."""
+    h, d_v = seqs.q.shape[1], seqs.v.shape[-1]
+    dtype = np.result_type(seqs.q, seqs.k, seqs.v, np.float32)
+    out = np.zeros((seqs.q.shape[0], h, d_v), dtype)  # (T_q, h, d_v)
+    lse = np.full((h, seqs.q.shape[0]), -np.inf, dtype) if return_attn_probs else None
+    probs = np.zeros((seqs.batch, h, seqs.max_q, seqs.max_k), dtype) if return_attn_probs else None
+    for b in range(seqs.batch):
+        rows = slice(seqs.cu_q[b], seqs.cu_q[b + 1])
+        qb, kb, vb = seqs.problem(b)  # (h, N_b, d), (h_k, M_b, d), (h_k, M_b, d_v)
+        res = _attend.forward(
+            qb, kb, vb, opts, lse=return_attn_probs, probs=return_attn_probs, slopes=seqs.slopes(b)
+        )
+        out[rows] = np.swapaxes(res.out, 0, 1)  # (N_b, h, d_v)
+        if return_attn_probs:
+            lse[:, rows] = res.lse  # (h, N_b)
+            probs[b, :, : qb.shape[1], : kb.shape[1]] = res.probs
+    return (out, lse, probs) if return_attn_probs else out
 
 
 class _Sequences:
