@@ -1,11 +1,19 @@
 // Figure multi-head: four hand-set heads on one sentence (GET /api/multihead?query=i).
 import { api, clearError, el, fmt, matrixTable, narrow, plot, showError } from "./common.js";
 import { figureTools } from "./export.js";
+import { isPresenting } from "./present.js";
 import { onUrlChange, readUrl, writeUrl } from "./state.js";
 
 const root = document.getElementById("figure-multi-head");
 const $ = (sel) => root.querySelector(sel);
 let current = null;
+let shownHead = 0; // the one head a presentation shows (keys 1-4, or the arrow keys)
+
+function showHead(h) {
+  shownHead = (h + current.heads.length) % current.heads.length;
+  root.querySelectorAll(".head").forEach((card) => card.classList.toggle("shown", +card.dataset.head === shownHead));
+  root.dataset.head = String(shownHead);
+}
 
 function headCards(fig) {
   const p = fig.picked;
@@ -21,7 +29,7 @@ function headCards(fig) {
       el("span", { class: "num", text: fmt(weights[j]) }),
       el("span", { class: "star" }, tops.includes(j) ? el("span", { title: "largest weight", text: "★" }) : null,
         tops.includes(j) ? el("span", { class: "sr-only", text: " largest" }) : null)));
-    return el("article", { class: "head", "data-head": h },
+    return el("article", { class: h === shownHead ? "head shown" : "head", "data-head": h },
       el("h4", {}, `Head ${h + 1}: ${head.name}`),
       el("p", { class: "describes", text: head.describes }),
       el("p", { class: "top-line" }, `“${p.word}” puts its largest weight on `,
@@ -144,6 +152,16 @@ export async function init() {
     el("span", { text: word }))));
   current = fig;
   root.addEventListener("presentchange", () => current && render(current));
+  document.addEventListener("keydown", (event) => {
+    if (!isPresenting(root) || !current || event.target.closest("input[type='text'], textarea")) return;
+    const key = Number(event.key);
+    if (Number.isInteger(key) && key >= 1 && key <= current.heads.length) showHead(key - 1);
+    else if (event.key === "ArrowRight" || event.key === "ArrowLeft") {
+      if (event.target.closest("#mh-words")) return; // the radio group's own arrows pick a word
+      showHead(shownHead + (event.key === "ArrowRight" ? 1 : -1));
+    } else return;
+    event.preventDefault();
+  });
   figureTools(root, { name: "multi-head", data: tableData, plots: () => [$("#mh-tensor")] });
   onUrlChange(restore);
   if (readUrl("mh.word")) await restore();
