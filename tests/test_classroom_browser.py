@@ -104,3 +104,132 @@ def test_each_figure_presented_fits_the_first_screen(opened):
     page.screenshot(path=str(ARTIFACTS / "phone-375-top.png"))
     for figure in SHOWN:
         page.locator(f"#{figure}").screenshot(path=str(ARTIFACTS / f"{figure}-phone-375.png"))
+
+
+def _focused_in_stepper(page) -> str | None:
+    return page.evaluate(
+        """() => { const e = document.activeElement;
+        return e && e.closest('#figure-attention-stepper') && e.id !== 'figure-attention-stepper'
+          ? (e.closest('#stepper-steps') ? 'step ' + e.textContent : e.outerHTML.slice(0, 60)) : null; }"""
+    )
+
+
+def test_keyboard_reaches_the_stepper_and_the_why_follows_the_figures(opened):
+    page = opened(1280, 900)
+    presses = next(
+        (n for n in range(1, 11) if page.keyboard.press("Tab") or _focused_in_stepper(page)), None
+    )
+    assert presses is not None, "10 Tab presses from the page's load never reached the stepper"
+    assert _focused_in_stepper(page) == "step 1. Queries, keys and values"
+    # The skip link is the first stop and lands on the stepper: one more Tab, its first step.
+    page.reload()
+    page.wait_for_selector("body[data-ready='true']")
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.className") == "skip"
+    page.keyboard.press("Enter")
+    assert page.evaluate("document.activeElement.id") == "figure-attention-stepper"
+    page.keyboard.press("Tab")
+    assert (_focused_in_stepper(page) or "").startswith("step 1.")
+    # The equation is one stop; its arrow keys move between the symbols.
+    page.locator(".equation .sym").first.focus()
+    page.keyboard.press("ArrowRight")
+    assert page.evaluate("document.activeElement.dataset.symbol") == "softmax"
+    assert "softmax" in page.locator("#symbol-info").inner_text().lower()
+    # The page in the chapter's order: the reasoning comes after the figures, folded, and each
+    # fold is a single tab stop until it is opened.
+    after = page.evaluate(
+        "document.querySelector('#figure-multi-head').compareDocumentPosition("
+        "document.querySelector('#why')) & Node.DOCUMENT_POSITION_FOLLOWING"
+    )
+    assert after
+    folds = page.locator("#why details.why-fold")
+    assert folds.count() == 3
+    assert folds.evaluate_all("ds => ds.every(d => !d.open)")
+    page.locator("#why-equations-fold > summary").focus()
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.closest('details')?.id") == "why-proof-fold"
+
+
+def _exports(page, figure: str) -> dict:
+    return page.evaluate(
+        f"""async () => {{ const m = await import('/static/js/export.js');
+        const d = document.querySelector('#{figure}').exportData();
+        return {{csv: m.toCsv(d), tex: m.toLatex(d)}}; }}"""
+    )
+
+
+def _compile(tex: str, where) -> None:
+    assert tex.isascii(), [c for c in tex if not c.isascii()][:5]
+    if not shutil.which("pdflatex"):
+        return
+    source = where / "export.tex"
+    source.write_text(tex)
+    done = subprocess.run(
+        ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", source.name],
+        cwd=where,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout[-2000:]
+    assert (where / "export.pdf").stat().st_size > 1000
+
+
+def test_exports_paste_into_a_spreadsheet_and_compile(opened, tmp_path):
+    page = opened(1280, 900)
+    # The histogram at a width where no scaled trial saturates: that cell has no value, and
+    # is blank in the CSV (not -inf, not inf).
+    page.locator("#hist-dk").fill("256")
+    page.locator("#hist-dk").dispatch_event("change")
+    page.wait_for_function(
+        "document.querySelector('#figure-sqrt-dk-histogram').dataset.dk === '256'"
+    )
+    csv = _exports(page, "figure-sqrt-dk-histogram")["csv"]
+    assert "inf" not in csv.lower()
+    row = next(line for line in csv.splitlines() if line.startswith("with scaling,"))
+    assert row.endswith(","), row  # mean p(1 - p) over no trial: an empty cell
+    # The stepper under the causal mask: -inf only where a pair is blocked.
+    page.click("#stepper-steps li:nth-child(4) button")  # "Mask added"
+    page.wait_for_selector("#figure-attention-stepper[data-step='masked']")
+    out = _exports(page, "figure-attention-stepper")
+    masked = [line for line in out["csv"].splitlines() if "-inf" in line]
+    assert masked and all(line.startswith("query 1,") for line in masked), masked
+    # Every figure's LaTeX, and the stepper's at a blocked step and a backward step.
+    texs = [out["tex"]]
+    for figure in SHOWN:
+        texs.append(_exports(page, figure)["tex"])
+    page.click("#stepper-steps li:last-child button")
+    texs.append(_exports(page, "figure-attention-stepper")["tex"])
+    assert "$-\\infty$" in texs[0] and "\\surd" in texs[0]
+    for n, tex in enumerate(texs):
+        where = tmp_path / str(n)
+        where.mkdir()
+        _compile(tex, where)
+    # Images sized to their text: no two column headers of the histogram overlap, and the
+    # multi-head's "figure only" image is the chart alone.
+    overlaps = page.evaluate(
+        """async () => { const m = await import('/static/js/export.js');
+        const fig = document.querySelector('#figure-sqrt-dk-histogram');
+        const svg = await m.toSvg(fig.exportData(), []);
+        const box = document.createElement('div'); box.innerHTML = svg; document.body.append(box);
+        const texts = [...box.querySelectorAll('text')].map(t => t.getBBox());
+        const bad = [];
+        texts.forEach((a, i) => texts.slice(i + 1).forEach((b) => {
+          if (Math.abs(a.y - b.y) < 4 && a.x < b.x + b.width && b.x < a.x + a.width) bad.push([a.x, b.x]);
+        }));
+        const right = Math.max(...texts.map(t => t.x + t.width));
+        const width = +box.querySelector('svg').getAttribute('width');
+        box.remove(); return {bad, fits: right <= width}; }"""
+    )
+    assert overlaps == {"bad": [], "fits": True}
+    sizes = page.evaluate(
+        """async () => { const m = await import('/static/js/export.js');
+        const fig = document.querySelector('#figure-multi-head');
+        const plots = [document.querySelector('#mh-tensor')];
+        const size = (s) => [+s.match(/width="(\\d+)"/)[1], +s.match(/height="(\\d+)"/)[1]];
+        return [size(await m.toSvg(fig.exportData(), plots)),
+                size(await m.toSvg(fig.exportData(), plots, {figureOnly: true}))]; }"""
+    )
+    whole, only = sizes
+    assert only[1] < whole[1] / 2 and only[1] <= 700, sizes
+    assert page.locator("#figure-multi-head .figure-only").count() == 1
