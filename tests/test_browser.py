@@ -276,7 +276,7 @@ def test_picking_it_sends_the_pronoun_head_to_animal(page):
         "() => document.querySelector('#figure-multi-head').dataset.query === '7'"
     )
     pronoun = page.locator("#mh-heads article.head").nth(1)
-    assert "pronoun" in pronoun.locator("h4").inner_text()
+    assert "pronoun" in pronoun.locator("h3").inner_text()
     assert pronoun.locator(".top-word").inner_text() == "“animal”"
     top = pronoun.locator("li.top")
     assert top.locator(".word").inner_text() == "animal"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -233,3 +234,61 @@ def test_exports_paste_into_a_spreadsheet_and_compile(opened, tmp_path):
     whole, only = sizes
     assert only[1] < whole[1] / 2 and only[1] <= 700, sizes
     assert page.locator("#figure-multi-head .figure-only").count() == 1
+
+
+def test_predict_cards_hide_the_answer_and_forget_with_the_session(opened, browser, server):  # noqa: F811
+    page = opened(1280, 900)
+    page.locator("#why-predict-fold > summary").click()
+    card = page.locator("[data-prompt='multihead-it']")
+    assert card.locator(".why-answer").is_hidden()
+    card.locator("button.why-check").click()  # no guess yet: the answer stays hidden
+    assert card.locator(".why-answer").is_hidden()
+    assert "first" in card.locator(".why-verdict").inner_text()
+    card.locator("input[value='0']").check()
+    card.locator("button.why-check").click()
+    assert card.locator(".why-answer").is_visible()
+    stored = page.evaluate(
+        "[sessionStorage.getItem('attnlab.predict.multihead-it'), localStorage.length]"
+    )
+    assert stored == ["0", 0]
+    # A reload is the same session: the guess and its answer come back.
+    page.reload()
+    page.wait_for_selector("[data-prompt='multihead-it'][data-result]", state="attached")
+    # The card's reset: no guess, no verdict, the answer hidden again, nothing stored.
+    page.locator("#why-predict-fold > summary").click()
+    card.locator("button.why-reset").click()
+    assert card.locator(".why-answer").is_hidden() and card.get_attribute("data-result") is None
+    assert page.evaluate("sessionStorage.getItem('attnlab.predict.multihead-it')") is None
+    # The page's reset clears every card.
+    ratio = page.locator("[data-prompt='stepper-ratio']")
+    ratio.locator("input").fill("5")
+    ratio.locator("button.why-check").click()
+    card.locator("input[value='1']").check()
+    card.locator("button.why-check").click()
+    page.locator("#why-predict-reset").click()
+    assert page.locator("#why-predict .why-answer:visible").count() == 0
+    assert page.evaluate("sessionStorage.length") == 0
+    # A new browser session (another context) starts blank.
+    ratio.locator("input").fill("5")
+    ratio.locator("button.why-check").click()
+    other = opened(1280, 900)
+    assert other.locator("[data-prompt='stepper-ratio'][data-result]").count() == 0
+
+
+AXE = Path(__file__).resolve().parent / "vendor" / "axe.min.js"
+
+
+@pytest.mark.parametrize("width", [375, 1280])
+def test_axe_finds_no_critical_serious_or_moderate_violation(opened, width):
+    page = opened(width, 900)
+    page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
+    page.wait_for_timeout(200)
+    page.add_script_tag(path=str(AXE))
+    found = page.evaluate(
+        """async () => (await axe.run(document, {rules: {'target-size': {enabled: true}},
+          resultTypes: ['violations']})).violations.map(v => ({id: v.id, impact: v.impact,
+          nodes: v.nodes.slice(0, 3).map(n => n.target.join(' '))}))"""
+    )
+    bad = [v for v in found if v["impact"] in ("critical", "serious", "moderate")]
+    assert bad == [], bad
+    (ARTIFACTS / f"axe-{width}.txt").write_text("\n".join(map(str, found)) + "\n")

@@ -29,7 +29,7 @@ export async function init() {
   symbols = Object.fromEntries(fig.symbols.map((s) => [s.id, s]));
   root.querySelectorAll(".sym").forEach((button) => {
     const s = symbols[button.dataset.symbol];
-    if (s) button.setAttribute("aria-label", `${s.text}: ${s.name}`);
+    if (s) button.setAttribute("aria-label", `${button.textContent.trim()}: ${s.name}`); // starts with what it shows
     for (const event of ["focus", "mouseenter", "click"]) button.addEventListener(event, () => show(button.dataset.symbol));
   });
   roving(root.querySelector(".equation"));

@@ -30,7 +30,7 @@ function headCards(fig) {
       el("span", { class: "star" }, tops.includes(j) ? el("span", { title: "largest weight", text: "★" }) : null,
         tops.includes(j) ? el("span", { class: "sr-only", text: " largest" }) : null)));
     return el("article", { class: h === shownHead ? "head shown" : "head", "data-head": h },
-      el("h4", {}, `Head ${h + 1}: ${head.name}`),
+      el("h3", {}, `Head ${h + 1}: ${head.name}`),
       el("p", { class: "describes", text: head.describes }),
       el("p", { class: "top-line" }, `“${p.word}” puts its largest weight on `,
         el("strong", { class: "top-word", text: named }), tops.length > 1 ? ` (${fmt(p.top_weight[h])} each, a tie).` : ` (${fmt(p.top_weight[h])}).`),

@@ -93,7 +93,7 @@ function card(p) {
     : el("fieldset", { class: "why-choices" }, el("legend", { text: "Your prediction" }),
         p.choices.map((c, i) => el("label", {}, el("input", { type: "radio", name: id, value: i }), ` ${c}`)));
   const node = el("article", { class: "why-card predict", id, "data-prompt": p.id, "data-figure": p.figure },
-    el("h4", {}, "Predict, then look: ", el("a", { href: `#${p.figure}`, text: p.figure_title })),
+    el("h3", {}, "Predict, then look: ", el("a", { href: `#${p.figure}`, text: p.figure_title })),
     el("p", { class: "why-question", text: p.question }),
     el("form", { class: "why-predict-form" }, input, el("button", { type: "submit", class: "why-check" }, "Check my prediction")),
     el("p", { class: "why-verdict", role: "status", "aria-live": "polite" }),
