@@ -292,3 +292,39 @@ def test_axe_finds_no_critical_serious_or_moderate_violation(opened, width):
     bad = [v for v in found if v["impact"] in ("critical", "serious", "moderate")]
     assert bad == [], bad
     (ARTIFACTS / f"axe-{width}.txt").write_text("\n".join(map(str, found)) + "\n")
+
+
+def test_refused_inputs_say_what_to_change(opened, server):  # noqa: F811
+    page = opened(1280, 900)
+    limits = page.request.get(server + "/api/config").json()["permutation"]
+    error = page.locator("#perm-error")
+    asked = []
+    page.on("request", lambda r: "/api/permutation" in r.url and asked.append(r.url))
+    for typed, said in [
+        ("", f"Type {limits['min_words']} to {limits['max_words']} words first"),
+        ("hello, world!", "“hello,”, has “,”, which is not a letter"),
+        ("one", "has 1"),
+    ]:
+        page.locator("#perm-words").fill(typed)
+        page.locator("#perm-words").press("Enter")
+        assert error.is_visible() and said in error.inner_text(), (typed, error.inner_text())
+        assert page.locator("#perm-words").get_attribute("aria-invalid") == "true"
+    assert asked == []  # refused in the page, nothing sent
+    # Words the chapter never gave a vector are flagged as made up; its own words are not.
+    page.locator("#perm-words").fill("the dog chased a cat")
+    page.locator("#perm-words").press("Enter")
+    page.wait_for_selector("#figure-permutation-demo[data-made-up='chased a cat']")
+    assert error.is_hidden()
+    sentence = page.locator("#perm-sentence").inner_text()
+    assert "Made-up vectors: “chased”, “a”, “cat”" in sentence and "“dog”," not in sentence
+    # The proof's width: 0, 5000 and 1.5 are refused in words, and nothing is measured.
+    page.locator("#why-proof-fold > summary").click()
+    page.wait_for_selector("#why-proof-box[data-dk]")
+    before = page.locator("#why-proof-box").get_attribute("data-dk")
+    proof_error = page.locator("#why-proof-error")
+    for typed in ["0", "5000", "1.5", ""]:
+        page.locator("#why-proof-dk").fill(typed)
+        page.locator("#why-proof-run").click()
+        assert proof_error.is_visible() and "whole number from" in proof_error.inner_text()
+        assert (typed or "nothing") in proof_error.inner_text()
+    assert page.locator("#why-proof-box").get_attribute("data-dk") == before
