@@ -18,6 +18,8 @@ from test_browser import ARTIFACTS, Offline, browser, server, sync_api  # noqa: 
 
 pytestmark = pytest.mark.browser
 
+STEPS = ["inputs", "scores", "scaled", "masked", "weights", "output", "grad_v",
+         "grad_weights", "grad_scores", "grad_q", "grad_k"]  # fmt: skip
 # Each figure, and the part of it that is "the figure itself" when presenting.
 SHOWN = {
     "figure-attention-stepper": "#stepper-tables",
@@ -78,17 +80,14 @@ def test_each_figure_presented_fits_the_first_screen(opened):
                 )
                 assert len(tops) >= 11 and max(tops) - min(tops) < 8, tops  # one line
                 _inside(page, "#stepper-steps li:last-child button", width, height)
-                page.keyboard.press("ArrowRight")
-                page.wait_for_function(
-                    "() => document.querySelector('#figure-attention-stepper')"
-                    ".dataset.step === 'scores'"
-                )
-                _inside(page, shown, width, height)
-                page.keyboard.press("ArrowLeft")  # back to the first step
-                page.wait_for_function(
-                    "() => document.querySelector('#figure-attention-stepper')"
-                    ".dataset.step !== 'scores'"
-                )
+                # Every step, forward and backward, fits: the arrow keys walk them all.
+                for step in STEPS[1:]:
+                    page.keyboard.press("ArrowRight")
+                    page.wait_for_selector(f"#figure-attention-stepper[data-step='{step}']")
+                    _inside(page, shown, width, height)
+                    if step == "output":
+                        page.screenshot(path=str(ARTIFACTS / f"{figure}-output-{width}.png"))
+                page.click("#stepper-steps li:first-child button")  # back to the first step
             if figure == "figure-multi-head":
                 assert page.locator("#mh-heads .head:visible").count() == 1
                 page.keyboard.press("3")
@@ -101,6 +100,7 @@ def test_each_figure_presented_fits_the_first_screen(opened):
             page.wait_for_selector(".presenting", state="detached")
     # The phone layout, one screenshot a figure and the page's top.
     page.set_viewport_size({"width": 375, "height": 800})
+    page.evaluate("window.scrollTo(0, 0)")
     page.wait_for_timeout(300)
     page.screenshot(path=str(ARTIFACTS / "phone-375-top.png"))
     for figure in SHOWN:
