@@ -146,7 +146,7 @@ def test_page_loads_with_the_network_blocked(page):
     assert page.locator("#mh-heads article.head").count() == 4
     assert page.locator("#mh-tensor .main-svg").count() > 0
     assert page.locator("#exercise-list article").count() == 7
-    for words in page.locator("details.in-words p").all_inner_texts()[:5]:
+    for words in page.locator("details.in-words p").all_text_contents()[:5]:
         assert len(words) > 100
     assert page.evaluate("typeof window.Plotly") == "object"
 

@@ -127,9 +127,9 @@ export function wordsProblem(text, { min_words: min, max_words: max, max_word_le
   for (const [n, word] of words.entries()) {
     if (!WORD.test(word)) {
       const odd = [...word].find((c) => !/[\p{L}'’-]/u.test(c)) ?? word[0];
-      return `Word ${n + 1}, “${word.slice(0, 30)}”, has “${odd}”, which is not a letter: use letters only (an apostrophe or hyphen inside a word is fine), separated by spaces.`;
+      return `Letters only, please: word ${n + 1}, “${word.slice(0, 30)}”, has “${odd}”, which is not a letter (an apostrophe or hyphen inside a word is fine; words are separated by spaces).`;
     }
-    if ([...word].length > longest) return `Word ${n + 1}, “${word.slice(0, 30)}…”, has ${[...word].length} letters; the most is ${longest}.`;
+    if ([...word].length > longest) return `Too long: word ${n + 1}, “${word.slice(0, 30)}…”, has ${[...word].length} letters; the most is ${longest}.`;
   }
   return null;
 }
