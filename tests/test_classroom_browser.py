@@ -74,6 +74,11 @@ def test_each_figure_presented_fits_the_first_screen(opened):
             for hidden in (".hint", "details", "[data-export]"):
                 assert page.locator(f"#{figure} {hidden}:visible").count() == 0, (figure, hidden)
             _inside(page, shown, width, height)
+            # Nothing of the presented figure lies below the screen.
+            below = page.evaluate(
+                f"(e => e.scrollHeight - e.clientHeight)(document.getElementById('{figure}'))"
+            )
+            assert below <= 1, (figure, below)
             if figure == "figure-attention-stepper":
                 tops = page.locator("#stepper-steps button").evaluate_all(
                     "bs => bs.map(b => Math.round(b.getBoundingClientRect().top))"
@@ -93,6 +98,12 @@ def test_each_figure_presented_fits_the_first_screen(opened):
                 page.keyboard.press("3")
                 assert page.locator("#mh-heads .head:visible").get_attribute("data-head") == "2"
                 _inside(page, shown, width, height)
+                # Its heatmap beside it, one head too, the one the key picked.
+                page.wait_for_function(
+                    "() => document.querySelector('#mh-tensor').data.length === 1"
+                    " && document.querySelector('#mh-tensor').layout.annotations[0].text.startsWith('Head 3')"
+                )
+                _inside(page, "#mh-tensor", width, height)
                 page.keyboard.press("1")
                 assert page.locator("#mh-heads .head:visible").get_attribute("data-head") == "0"
             page.screenshot(path=str(ARTIFACTS / f"{figure}-present-{width}x{height}.png"))
