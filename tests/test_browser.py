@@ -146,7 +146,7 @@ def test_page_loads_with_the_network_blocked(page):
     assert page.locator("#mh-heads article.head").count() == 4
     assert page.locator("#mh-tensor .main-svg").count() > 0
     assert page.locator("#exercise-list article").count() == 7
-    for words in page.locator("details.in-words p").all_inner_texts()[:5]:
+    for words in page.locator("details.in-words p").all_text_contents()[:5]:
         assert len(words) > 100
     assert page.evaluate("typeof window.Plotly") == "object"
 
@@ -276,7 +276,7 @@ def test_picking_it_sends_the_pronoun_head_to_animal(page):
         "() => document.querySelector('#figure-multi-head').dataset.query === '7'"
     )
     pronoun = page.locator("#mh-heads article.head").nth(1)
-    assert "pronoun" in pronoun.locator("h4").inner_text()
+    assert "pronoun" in pronoun.locator("h3").inner_text()
     assert pronoun.locator(".top-word").inner_text() == "“animal”"
     top = pronoun.locator("li.top")
     assert top.locator(".word").inner_text() == "animal"

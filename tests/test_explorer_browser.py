@@ -117,7 +117,7 @@ def test_state_lives_in_the_url_and_survives_back_reload_and_links(opened, serve
         assert p.locator("#mh-words input[value='7']").is_checked()
 
     # Defect 1: follow the API reference link, press Back: controls and figures agree.
-    page.click("nav a[href='/docs']")
+    page.click("footer a[href='/docs']")
     page.wait_for_url("**/docs")
     page.go_back()
     same_state(page)

@@ -21,7 +21,7 @@ def test_learned_heads_page(browser, server, width):  # noqa: F811
     problems: list[str] = []
     page.on("pageerror", lambda err: problems.append(str(err)))
     page.goto(server + "/")
-    page.click("nav a[href='/learned']")  # the explorer links here
+    page.click("footer a[href='/learned']")  # the explorer links here
     page.wait_for_url("**/learned")
     page.wait_for_selector("body[data-ready='true']")
     assert page.locator(".learned-head canvas").count() == 8

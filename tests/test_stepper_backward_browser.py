@@ -182,6 +182,7 @@ def test_backward_step_screenshots(opened, step, width):  # noqa: F811
 
 def test_predict_first_prompt_opens_the_backward_softmax_step(opened):  # noqa: F811
     page = opened("/?stepper.causal=0")
+    page.evaluate("document.querySelectorAll('details.why-fold').forEach(d => d.open = true)")
     card = page.locator("[data-prompt='stepper-gradient']")
     card.locator("input[value='1']").check()
     card.locator("button.why-check").click()

@@ -34,6 +34,7 @@ def open_page(browser, server):  # noqa: F811
         page.goto(server + "/")
         page.wait_for_selector("body[data-ready='true']")
         page.wait_for_selector("#why-proof-steps li", state="attached")
+        page.evaluate("document.querySelectorAll('details.why-fold').forEach(d => d.open = true)")
         contexts.append(context)
         offlines.append(offline)
         return page
@@ -126,6 +127,7 @@ def test_predict_cards_check_right_and_wrong(open_page, server):  # noqa: F811
     assert head.get_attribute("data-result") == "right"
     # The guess stays in this browser: a reload shows it checked again.
     page.reload()
+    page.evaluate("document.querySelectorAll('details.why-fold').forEach(d => d.open = true)")
     page.wait_for_selector("[data-prompt='multihead-it'][data-result='right']")
     # "Show me" sets the figure up: the causal mask goes off for the stepper's question.
     mask = page.locator("[data-prompt='stepper-mask']")

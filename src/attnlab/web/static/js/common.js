@@ -156,21 +156,23 @@ export function plot(node, data, layout, config = {}) {
     return Promise.resolve();
   }
   const big = Boolean(node.closest(".presenting"));
-  const title = layout.title ? { x: 0.01, xanchor: "left", ...layout.title, font: { size: big ? 24 : 14 } } : undefined;
-  // Presenting: room for the larger tick labels and axis titles, and a plot tall enough to read
-  // from the back of a room; the width follows the (wider) column once the layout has settled.
-  const sized = big && layout.height ? { height: Math.round(layout.height * 1.6) } : {};
+  // Presenting: type and plot height follow the screen's height (20 px type and a 62% high plot
+  // at 1080 px), so the chart sits on the first screen of a 720 px projector too.
+  const size = big ? Math.max(14, Math.round(window.innerHeight / 54)) : 13;
+  const title = layout.title ? { x: 0.01, xanchor: "left", ...layout.title, font: { size: big ? size + 4 : 14 } } : undefined;
+  const sized = big && layout.height ? { height: Math.round(Math.min(layout.height * 1.6, window.innerHeight * 0.62)) } : {};
   const drawn = window.Plotly.react(node, data, {
-    margin: big ? { t: 60, r: 20, b: 80, l: 110 } : { t: 40, r: 10, b: 45, l: 55 },
-    font: { family: "system-ui, sans-serif", size: big ? 20 : 13 },
+    margin: big ? { t: 3 * size, r: 20, b: 4 * size, l: 5 * size } : { t: 40, r: 10, b: 45, l: 55 },
+    font: { family: "system-ui, sans-serif", size },
     paper_bgcolor: "rgba(0,0,0,0)",
     plot_bgcolor: "rgba(0,0,0,0)",
     ...layout,
     ...sized,
     title,
   }, { ...PLOT_CONFIG, ...config });
-  // (relayout, not Plots.resize: a resize would also shrink the height back to the container's)
-  if (big) drawn.then(() => requestAnimationFrame(() => window.Plotly.relayout(node, { width: node.clientWidth })));
+  // (relayout, not Plots.resize: a resize would also shrink the height back to the container's;
+  // a chart hidden while presenting keeps its width)
+  if (big) drawn.then(() => requestAnimationFrame(() => node.clientWidth && window.Plotly.relayout(node, { width: node.clientWidth })));
   return drawn;
 }
 

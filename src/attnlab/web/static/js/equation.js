@@ -29,8 +29,28 @@ export async function init() {
   symbols = Object.fromEntries(fig.symbols.map((s) => [s.id, s]));
   root.querySelectorAll(".sym").forEach((button) => {
     const s = symbols[button.dataset.symbol];
-    if (s) button.setAttribute("aria-label", `${s.text}: ${s.name}`);
+    if (s) button.setAttribute("aria-label", `${button.textContent.trim()}: ${s.name}`); // starts with what it shows
     for (const event of ["focus", "mouseenter", "click"]) button.addEventListener(event, () => show(button.dataset.symbol));
   });
+  roving(root.querySelector(".equation"));
   show("attention");
+}
+
+// The equation is one tab stop (a toolbar): the arrow keys, Home and End move between its
+// symbols, so a keyboard reader reaches the figures after it in a few presses.
+function roving(bar) {
+  const buttons = [...bar.querySelectorAll(".sym")];
+  const focusOn = (n) => {
+    buttons.forEach((b, k) => { b.tabIndex = k === n ? 0 : -1; });
+    buttons[n].focus();
+  };
+  buttons.forEach((b, k) => { b.tabIndex = k ? -1 : 0; });
+  bar.addEventListener("keydown", (event) => {
+    const n = buttons.indexOf(document.activeElement);
+    if (n < 0) return;
+    const to = { ArrowRight: n + 1, ArrowDown: n + 1, ArrowLeft: n - 1, ArrowUp: n - 1, Home: 0, End: buttons.length - 1 }[event.key];
+    if (to === undefined) return;
+    event.preventDefault();
+    focusOn((to + buttons.length) % buttons.length);
+  });
 }

@@ -53,11 +53,12 @@ function show(card, eq, id) {
   card.dataset.shown = id;
 }
 
+// The accessible name starts with the text the button shows (as rendered, subscripts and all),
+// so a voice-control user can say what they see.
 function symbolButton(eq, s) {
-  return el("button", {
-    type: "button", class: "why-sym", "data-symbol": s.id, "aria-pressed": "false",
-    "aria-label": `${plain(s.text)}: show what it means`,
-  }, markup(s.text));
+  const button = el("button", { type: "button", class: "why-sym", "data-symbol": s.id, "aria-pressed": "false" }, markup(s.text));
+  button.setAttribute("aria-label", `${button.textContent.trim()}: show what it means`);
+  return button;
 }
 
 function explainer(eq) {
@@ -67,7 +68,7 @@ function explainer(eq) {
     p.sym ? symbolButton(eq, byId[p.sym]) : el("span", { class: "why-op", text: ` ${p.op} ` })));
   const rest = eq.symbols.filter((s) => !used.has(s.id));
   const card = el("article", { class: "why-card explainer", "data-equation": eq.id, "aria-labelledby": `why-eq-${eq.id}` },
-    el("h4", { id: `why-eq-${eq.id}` }, eq.title, el("span", { class: "why-section-ref", text: ` ${eq.section}` })),
+    el("h3", { id: `why-eq-${eq.id}` }, eq.title, el("span", { class: "why-section-ref", text: ` ${eq.section}` })),
     line,
     rest.length ? el("p", { class: "why-where" }, "where ", rest.map((s) => symbolButton(eq, s))) : null,
     el("p", { class: "why-words", text: eq.words }),

@@ -33,50 +33,87 @@ export function toMarkdown({ caption, tables }) {
   return `${out.join("\n")}\n`;
 }
 
-const tex = (s) => String(s).replace(/[\\&%$#_{}~^]/g, (c) => `\\${c}`).replace("−∞", "$-\\infty$").replace("−", "-");
+// LaTeX that compiles with a plain pdflatex (no unicode package): TeX's special characters
+// escaped, and every symbol the page writes in unicode (the minus, √, ·, ×, ᵀ, ᴼ, quotes) mapped to
+// the macro that draws it; anything else outside ASCII would stop pdflatex, so it is spelled out.
+const TEX = {
+  "\\": "\\textbackslash{}", "&": "\\&", "%": "\\%", $: "\\$", "#": "\\#", _: "\\_", "{": "\\{", "}": "\\}",
+  "~": "\\textasciitilde{}", "^": "\\textasciicircum{}", "<": "\\ensuremath{<}", ">": "\\ensuremath{>}", "|": "\\ensuremath{|}",
+  "−": "\\ensuremath{-}", "∞": "\\ensuremath{\\infty}", "√": "\\ensuremath{\\surd}", "·": "\\ensuremath{\\cdot}",
+  "×": "\\ensuremath{\\times}", "÷": "\\ensuremath{\\div}", "ᵀ": "\\ensuremath{^{\\top}}", "⊤": "\\ensuremath{^{\\top}}",
+  "ᴼ": "\\ensuremath{^{O}}", "≈": "\\ensuremath{\\approx}", "≤": "\\ensuremath{\\le}", "≥": "\\ensuremath{\\ge}",
+  "±": "\\ensuremath{\\pm}", "→": "\\ensuremath{\\to}", "∑": "\\ensuremath{\\sum}", "α": "\\ensuremath{\\alpha}",
+  "“": "``", "”": "''", "‘": "`", "’": "'", "–": "--", "—": "---", "…": "\\ldots{}", "▸": "", "★": "*",
+};
+export const tex = (s) => String(s).replace(/[\\&%$#_{}~^<>|]|[^\x20-\x7e]/gu, (c) =>
+  TEX[c] ?? (/\p{L}/u.test(c) ? c.normalize("NFKD").replace(/[^\x20-\x7e]/g, "") || "?" : "?"));
+// A table entry: a number in math mode (so its minus is a minus), -inf for a blocked pair, a
+// dash where there is no value.
+const texNumber = (x) => ({ "-inf": "$-\\infty$", "—": "---" })[fmt(x)] ?? `$${fmt(x)}$`;
+
+// A whole document, so the file compiles as it is; the tables between \begin{document} and
+// \end{document} paste into any other.
 export function toLatex({ caption, tables }) {
-  const out = [`% ${caption}`];
+  const out = ["\\documentclass{article}", "\\usepackage[T1]{fontenc}", "\\begin{document}", `% ${tex(caption)}`];
   for (const t of tables) {
-    const num = (x) => ({ "-inf": "$-\\infty$", "—": "---" })[fmt(x)] ?? fmt(x);
     out.push("\\begin{table}[h]", "\\centering", `\\caption{${tex(t.title)}. ${tex(caption)}}`,
       `\\begin{tabular}{l${"r".repeat(t.cols.length)}}`, "\\hline",
       ` & ${t.cols.map(tex).join(" & ")} \\\\`, "\\hline");
-    t.values.forEach((row, i) => out.push(`${tex(t.rows[i])} & ${row.map(num).join(" & ")} \\\\`));
+    t.values.forEach((row, i) => out.push(`${tex(t.rows[i])} & ${row.map(texNumber).join(" & ")} \\\\`));
     out.push("\\hline", "\\end{tabular}", "\\end{table}", "");
   }
+  out.push("\\end{document}");
   return `${out.join("\n")}\n`;
 }
 
 // -- images ------------------------------------------------------------------------------------
 const esc = (s) => String(s).replace(/[<>&"]/g, (c) => ({ "<": "&lt;", ">": "&gt;", "&": "&amp;", '"': "&quot;" })[c]);
 
-function tableSvg(t, y0) {
-  const cw = 86;
-  const rh = 24;
-  const base = rh - 8; // text baseline within a row
-  const lw = Math.max(70, 8 * Math.max(...t.rows.map((r) => String(r).length)));
-  const parts = [`<text x="10" y="${y0 + base}" font-weight="bold">${esc(t.title)}</text>`];
-  let y = y0 + 24;
-  t.cols.forEach((c, j) => parts.push(`<text x="${10 + lw + cw * (j + 1) - 6}" y="${y + base}" text-anchor="end" fill="#555">${esc(c)}</text>`));
-  t.values.forEach((row, i) => {
-    y += rh;
-    parts.push(`<line x1="10" x2="${10 + lw + cw * t.cols.length}" y1="${y}" y2="${y}" stroke="#ccc"/>`);
-    parts.push(`<text x="10" y="${y + base}" fill="#555">${esc(t.rows[i])}</text>`);
-    row.forEach((x, j) => parts.push(`<text x="${10 + lw + cw * (j + 1) - 6}" y="${y + base}" text-anchor="end">${esc(fmt(x))}</text>`));
-  });
-  return { svg: parts.join(""), height: y + rh + base - y0, width: 20 + lw + cw * t.cols.length };
+// Columns as wide as their widest text (a header or a number), measured at the image's 13 px type,
+// so no two headers run into each other.
+const GAP = 14;
+function textWidth(text, bold = false) {
+  textWidth.ctx ??= document.createElement("canvas").getContext("2d");
+  textWidth.ctx.font = `${bold ? "bold " : ""}13px "DejaVu Sans", sans-serif`;
+  return Math.ceil(textWidth.ctx.measureText(String(text)).width);
 }
 
-export async function toSvg(data, plots = []) {
-  const width0 = 900;
+function tableSvg(t, y0) {
+  const rh = 24;
+  const base = rh - 8; // text baseline within a row
+  const lw = Math.max(40, ...t.rows.map((r) => textWidth(r))) + GAP;
+  const widths = t.cols.map((c, j) => GAP + Math.max(textWidth(c), ...t.values.map((row) => textWidth(fmt(row[j])))));
+  const rights = widths.map((_, j) => 10 + lw + widths.slice(0, j + 1).reduce((a, b) => a + b, 0) - 6);
+  const full = 10 + lw + widths.reduce((a, b) => a + b, 0);
+  const parts = [`<text x="10" y="${y0 + base}" font-weight="bold">${esc(t.title)}</text>`];
+  let y = y0 + 24;
+  t.cols.forEach((c, j) => parts.push(`<text x="${rights[j]}" y="${y + base}" text-anchor="end" fill="#555">${esc(c)}</text>`));
+  t.values.forEach((row, i) => {
+    y += rh;
+    parts.push(`<line x1="10" x2="${full}" y1="${y}" y2="${y}" stroke="#ccc"/>`);
+    parts.push(`<text x="10" y="${y + base}" fill="#555">${esc(t.rows[i])}</text>`);
+    row.forEach((x, j) => parts.push(`<text x="${rights[j]}" y="${y + base}" text-anchor="end">${esc(fmt(x))}</text>`));
+  });
+  return { svg: parts.join(""), height: y + rh + base - y0, width: Math.max(full, 20 + textWidth(t.title, true)) + 10 };
+}
+
+// The image is as wide as what it holds (the caption wraps to that width, at least 480 px).
+// figureOnly: the chart alone (or, for a figure with no chart, its tables), with no caption.
+export async function toSvg(data, plots = [], { figureOnly = false } = {}) {
   const parts = [];
   let y = 10;
-  let width = width0;
-  const lines = data.caption.match(/.{1,110}(\s|$)/g) || [data.caption];
-  lines.forEach((line) => { y += 20; parts.push(`<text x="10" y="${y}" font-size="15">${esc(line.trim())}</text>`); });
-  y += 12;
-  for (const node of plots) {
-    if (!window.Plotly || !node.querySelector(".main-svg")) continue;
+  const charts = plots.filter((node) => window.Plotly && node.querySelector(".main-svg"));
+  const tables = figureOnly && charts.length ? [] : data.tables;
+  let width = 480;
+  charts.forEach((node) => { width = Math.max(width, Math.max(node.clientWidth, 400)); });
+  for (const t of tables) width = Math.max(width, tableSvg(t, 0).width);
+  if (!figureOnly) {
+    const perLine = Math.max(40, Math.floor((width - 20) / 8.2)); // 15 px type, about 8 px a character
+    const lines = data.caption.match(new RegExp(`.{1,${perLine}}(\\s|$)`, "g")) || [data.caption];
+    lines.forEach((line) => { y += 20; parts.push(`<text x="10" y="${y}" font-size="15">${esc(line.trim())}</text>`); });
+    y += 12;
+  }
+  for (const node of charts) {
     const w = Math.max(node.clientWidth, 400);
     const h = Math.max(node.clientHeight, 300);
     const url = await window.Plotly.toImage(node, { format: "svg", width: w, height: h });
@@ -84,11 +121,10 @@ export async function toSvg(data, plots = []) {
     y += h + 10;
     width = Math.max(width, w);
   }
-  for (const t of data.tables) {
+  for (const t of tables) {
     const drawn = tableSvg(t, y);
     parts.push(drawn.svg);
     y += drawn.height;
-    width = Math.max(width, drawn.width);
   }
   return `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${y + 10}" font-family="DejaVu Sans, sans-serif" font-size="13">`
     + `<rect width="100%" height="100%" fill="#fff"/>${parts.join("")}</svg>`;
@@ -140,16 +176,21 @@ export function figureTools(root, { name, data, plots = () => [] }) {
     }
   } }, "Copy link");
   const present = el("button", { type: "button", class: "present-button", "aria-pressed": "false", onclick: () => togglePresentation(root) }, "Present");
+  const only = el("input", { type: "checkbox", class: "figure-only" });
   const image = (format) => el("button", { type: "button", "data-export": format, onclick: async () => {
-    const svg = await toSvg(data(), plots());
+    const svg = await toSvg(data(), plots(), { figureOnly: only.checked });
     if (format === "svg") download(`${name}.svg`, svg, "image/svg+xml");
     else download(`${name}.png`, await toPng(svg), "image/png");
   } }, format.toUpperCase());
   const tables = Object.entries(FORMATS).map(([ext, [label, make, type]]) =>
     el("button", { type: "button", "data-export": ext, onclick: () => download(`${name}.${ext}`, make(data()), type) }, label));
   const bar = el("div", { class: "figure-tools", role: "group", "aria-label": "Link, present and export" },
-    copy, present, el("span", { class: "tools-label", text: "Export:" }), image("png"), image("svg"), ...tables, status, linkBox);
-  root.querySelector("h2").after(bar);
+    copy, present, el("span", { class: "tools-label", text: "Export:" }), image("png"), image("svg"),
+    el("label", { class: "figure-only-label" }, only, " figure only"), ...tables, status, linkBox);
+  // After the figure, before its folded text: the figure's own controls come first by Tab.
+  const folded = root.querySelector(":scope > details");
+  if (folded) folded.before(bar);
+  else root.append(bar);
   root.exportData = data; // for the tests and the console: the figure's numbers as exported
   return bar;
 }

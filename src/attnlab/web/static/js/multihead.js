@@ -1,11 +1,20 @@
 // Figure multi-head: four hand-set heads on one sentence (GET /api/multihead?query=i).
 import { api, clearError, el, fmt, matrixTable, narrow, plot, showError } from "./common.js";
 import { figureTools } from "./export.js";
+import { isPresenting } from "./present.js";
 import { onUrlChange, readUrl, writeUrl } from "./state.js";
 
 const root = document.getElementById("figure-multi-head");
 const $ = (sel) => root.querySelector(sel);
 let current = null;
+let shownHead = 0; // the one head a presentation shows (keys 1-4, or the arrow keys)
+
+function showHead(h) {
+  shownHead = (h + current.heads.length) % current.heads.length;
+  root.querySelectorAll(".head").forEach((card) => card.classList.toggle("shown", +card.dataset.head === shownHead));
+  root.dataset.head = String(shownHead);
+  if (isPresenting(root)) tensorPlot(current); // the heatmap beside it follows
+}
 
 function headCards(fig) {
   const p = fig.picked;
@@ -21,8 +30,8 @@ function headCards(fig) {
       el("span", { class: "num", text: fmt(weights[j]) }),
       el("span", { class: "star" }, tops.includes(j) ? el("span", { title: "largest weight", text: "★" }) : null,
         tops.includes(j) ? el("span", { class: "sr-only", text: " largest" }) : null)));
-    return el("article", { class: "head", "data-head": h },
-      el("h4", {}, `Head ${h + 1}: ${head.name}`),
+    return el("article", { class: h === shownHead ? "head shown" : "head", "data-head": h },
+      el("h3", {}, `Head ${h + 1}: ${head.name}`),
       el("p", { class: "describes", text: head.describes }),
       el("p", { class: "top-line" }, `“${p.word}” puts its largest weight on `,
         el("strong", { class: "top-word", text: named }), tops.length > 1 ? ` (${fmt(p.top_weight[h])} each, a tie).` : ` (${fmt(p.top_weight[h])}).`),
@@ -35,7 +44,10 @@ function tensorPlot(fig) {
   const big = Boolean(root.closest(".presenting")) || root.classList.contains("presenting");
   const small = narrow() && !big;
   const ticks = { tickvals: [...Array(n).keys()], ticktext: fig.tokens, tickfont: { size: big ? 18 : small ? 10 : 12 } };
-  const data = fig.heads.map((head, h) => ({
+  // Presenting: one head's heatmap (the one keys 1-4 picked), beside its bars.
+  const heads = big ? [fig.heads[shownHead]] : fig.heads;
+  const first = big ? shownHead : 0;
+  const data = heads.map((head, h) => ({
     type: "heatmap",
     z: head.weights,
     x: [...Array(n).keys()],
@@ -48,17 +60,17 @@ function tensorPlot(fig) {
     xaxis: h ? `x${h + 1}` : "x",
     yaxis: h ? `y${h + 1}` : "y",
     customdata: head.weights.map((row, i) => row.map((_, j) => [fig.tokens[i], fig.tokens[j]])),
-    hovertemplate: `head ${h + 1}<br>%{customdata[0]} → %{customdata[1]}: %{z:.3f}<extra></extra>`,
+    hovertemplate: `head ${first + h + 1}<br>%{customdata[0]} → %{customdata[1]}: %{z:.3f}<extra></extra>`,
   }));
   const layout = {
     // On a phone the heads stack (one a row), so no label runs into the next heatmap.
-    grid: small ? { rows: 4, columns: 1, pattern: "independent", ygap: 0.22 } : { rows: 2, columns: 2, pattern: "independent", xgap: 0.2, ygap: 0.3 },
+    grid: big ? undefined : small ? { rows: 4, columns: 1, pattern: "independent", ygap: 0.22 } : { rows: 2, columns: 2, pattern: "independent", xgap: 0.2, ygap: 0.3 },
     height: small ? 1400 : big ? 900 : 640,
     margin: { t: 40, r: 10, b: big ? 110 : 70, l: big ? 110 : 70 },
     shapes: [],
     annotations: [],
   };
-  fig.heads.forEach((head, h) => {
+  heads.forEach((head, h) => {
     const sx = h ? `${h + 1}` : "";
     layout[`xaxis${sx}`] = { ...ticks, tickangle: -45 };
     layout[`yaxis${sx}`] = { ...ticks, autorange: "reversed" };
@@ -68,7 +80,7 @@ function tensorPlot(fig) {
       line: { color: "#d9480f", width: 2, dash: "dot" },
     });
     layout.annotations.push({
-      text: `Head ${h + 1}: ${head.name}`, xref: `x${sx} domain`, yref: `y${sx} domain`,
+      text: `Head ${first + h + 1}: ${head.name}`, xref: `x${sx} domain`, yref: `y${sx} domain`,
       x: 0.5, y: 1.02, yanchor: "bottom", showarrow: false, font: { size: big ? 20 : 13 },
     });
   });
@@ -79,8 +91,9 @@ function tensorPlot(fig) {
       node.on("plotly_click", (event) => { const pt = event.points?.[0]; if (pt) pick(pt.y); });
     }
   });
-  $("#mh-tensor").setAttribute("aria-label",
-    `Four heatmaps, one per head, forming a tensor of shape (${fig.shape.join(", ")}); the row of “${fig.picked.word}” is outlined with a dotted line.`);
+  $("#mh-tensor").setAttribute("aria-label", big
+    ? `Head ${first + 1}'s heatmap (${fig.heads[first].name}); the row of “${fig.picked.word}” is outlined with a dotted line.`
+    : `Four heatmaps, one per head, forming a tensor of shape (${fig.shape.join(", ")}); the row of “${fig.picked.word}” is outlined with a dotted line.`);
 }
 
 function mixing(fig) {
@@ -144,6 +157,16 @@ export async function init() {
     el("span", { text: word }))));
   current = fig;
   root.addEventListener("presentchange", () => current && render(current));
+  document.addEventListener("keydown", (event) => {
+    if (!isPresenting(root) || !current || event.target.closest("input[type='text'], textarea")) return;
+    const key = Number(event.key);
+    if (Number.isInteger(key) && key >= 1 && key <= current.heads.length) showHead(key - 1);
+    else if (event.key === "ArrowRight" || event.key === "ArrowLeft") {
+      if (event.target.closest("#mh-words")) return; // the radio group's own arrows pick a word
+      showHead(shownHead + (event.key === "ArrowRight" ? 1 : -1));
+    } else return;
+    event.preventDefault();
+  });
   figureTools(root, { name: "multi-head", data: tableData, plots: () => [$("#mh-tensor")] });
   onUrlChange(restore);
   if (readUrl("mh.word")) await restore();

@@ -74,7 +74,11 @@ function render(before) {
     el("caption", {}, `Self-attention outputs, ${fig.positions ? "with" : "without"} position vectors`),
     el("thead", {}, head),
     el("tbody", {}, rows));
-  $("#perm-sentence").textContent = `Now reading: “${fig.tokens.map((t) => t.text).join(" ")}”.`;
+  const invented = madeUp(fig);
+  $("#perm-sentence").textContent = `Now reading: “${fig.tokens.map((t) => t.text).join(" ")}”.${invented.length
+    ? ` Made-up vectors: ${invented.map((w) => `“${w}”`).join(", ")} ${invented.length === 1 ? "is not one of the chapter's words, so its vector is" : "are not the chapter's words, so their vectors are"} made up from the spelling (the same every time), not learned.`
+    : ""}`;
+  root.dataset.madeUp = invented.join(" ");
   const changed = fig.tokens.filter((t) => !shownSame(t)).length;
   $("#perm-summary").textContent = changed
     ? `${changed} of ${n} tokens have different output values from the sentence as written: with position vectors, where a token sits matters.`
@@ -113,10 +117,41 @@ async function refresh(change = {}, { push = true } = {}) {
   }
 }
 
+// The server checks the words too (and names a bad one); checked here first, the refusal says
+// in the reader's terms what to change, with nothing sent.
+const WORD = /^\p{L}+(?:['’-]\p{L}+)*$/u;
+export function wordsProblem(text, { min_words: min, max_words: max, max_word_length: longest }) {
+  const words = text.trim().split(/\s+/).filter(Boolean);
+  if (!words.length) return `Type ${min} to ${max} words first, separated by spaces (for example: the cat saw a bird).`;
+  if (words.length < min || words.length > max) return `Use ${min} to ${max} words: “${text.trim().slice(0, 60)}” has ${words.length}.`;
+  for (const [n, word] of words.entries()) {
+    if (!WORD.test(word)) {
+      const odd = [...word].find((c) => !/[\p{L}'’-]/u.test(c)) ?? word[0];
+      return `Letters only, please: word ${n + 1}, “${word.slice(0, 30)}”, has “${odd}”, which is not a letter (an apostrophe or hyphen inside a word is fine; words are separated by spaces).`;
+    }
+    if ([...word].length > longest) return `Too long: word ${n + 1}, “${word.slice(0, 30)}…”, has ${[...word].length} letters; the most is ${longest}.`;
+  }
+  return null;
+}
+
 function ownWords(event) {
   event.preventDefault();
-  const words = $("#perm-words").value.trim().split(/\s+/).filter(Boolean);
-  refresh({ words: words.length ? words : null, order: null }); // the server checks and names a bad word
+  const text = $("#perm-words").value;
+  const problem = wordsProblem(text, cfg);
+  if (problem) {
+    showError($("#perm-error"), problem);
+    $("#perm-words").setAttribute("aria-invalid", "true");
+    return;
+  }
+  $("#perm-words").removeAttribute("aria-invalid");
+  refresh({ words: text.trim().split(/\s+/), order: null });
+}
+
+// Only the chapter's words have vectors set by hand; any other word's is made up from its
+// spelling (the same every time), and the page says so.
+function madeUp(fig) {
+  const known = new Set(cfg.sentence.map((w) => w.toLowerCase()));
+  return [...new Set(fig.tokens.map((t) => t.text).filter((w) => !known.has(w.toLowerCase())))];
 }
 
 function restore() {

@@ -1,17 +1,33 @@
 // Predict first (GET /api/predict): each figure's question is answered before the figure shows
 // it. A guess is checked in the browser against the server's answer (a number within its
-// tolerance, or the right choice) and kept only in this browser's localStorage.
+// tolerance, or the right choice) and kept in sessionStorage: a reload keeps it, a new browser
+// session starts blank, so a teacher who rehearsed does not show the class every answer. Each
+// card has its own reset, and the page one for all of them.
 import { api, el } from "./common.js";
 import * as stepper from "./stepper.js";
 
 const STORE = "attnlab.predict.";
 
 function remember(id, guess) {
-  try { localStorage.setItem(STORE + id, JSON.stringify(guess)); } catch { /* storage off: fine */ }
+  try { sessionStorage.setItem(STORE + id, JSON.stringify(guess)); } catch { /* storage off: fine */ }
 }
 
 function recall(id) {
-  try { return JSON.parse(localStorage.getItem(STORE + id)); } catch { return null; }
+  try { return JSON.parse(sessionStorage.getItem(STORE + id)); } catch { return null; }
+}
+
+function forget(id) {
+  try { sessionStorage.removeItem(STORE + id); } catch { /* storage off: nothing kept */ }
+}
+
+// Back to the question: no guess, no verdict, the answer hidden again.
+function reset(card, p) {
+  forget(p.id);
+  card.querySelector("form").reset();
+  delete card.dataset.result;
+  card.querySelector(".why-verdict").textContent = "";
+  card.querySelector(".why-answer").hidden = true;
+  card.querySelector(".why-reset").hidden = true;
 }
 
 function guessOf(card, p) {
@@ -55,6 +71,7 @@ function verdict(card, p, guess) {
   card.querySelector(".why-verdict").replaceChildren(
     el("strong", { text: right ? "Right. " : "Not quite. " }), `You predicted ${said}.`);
   card.querySelector(".why-answer").hidden = false;
+  card.querySelector(".why-reset").hidden = false;
 }
 
 function check(card, p) {
@@ -76,13 +93,14 @@ function card(p) {
     : el("fieldset", { class: "why-choices" }, el("legend", { text: "Your prediction" }),
         p.choices.map((c, i) => el("label", {}, el("input", { type: "radio", name: id, value: i }), ` ${c}`)));
   const node = el("article", { class: "why-card predict", id, "data-prompt": p.id, "data-figure": p.figure },
-    el("h4", {}, "Predict, then look: ", el("a", { href: `#${p.figure}`, text: p.figure_title })),
+    el("h3", {}, "Predict, then look: ", el("a", { href: `#${p.figure}`, text: p.figure_title })),
     el("p", { class: "why-question", text: p.question }),
     el("form", { class: "why-predict-form" }, input, el("button", { type: "submit", class: "why-check" }, "Check my prediction")),
     el("p", { class: "why-verdict", role: "status", "aria-live": "polite" }),
     el("div", { class: "why-answer", hidden: true },
       el("p", { text: p.answer_text }),
       el("a", { href: `#${p.figure}`, class: "why-link", onclick: () => showInFigure(p) }, "Show me in the figure →")),
+    el("button", { type: "button", class: "why-reset", hidden: true, onclick: () => reset(node, p) }, "Reset this card"),
   );
   node.querySelector("form").addEventListener("submit", (event) => {
     event.preventDefault();
@@ -99,5 +117,9 @@ function card(p) {
 
 export async function render(root) {
   const { prompts } = await api("/api/predict");
-  root.replaceChildren(...prompts.map(card));
+  const cards = prompts.map(card);
+  root.replaceChildren(...cards);
+  document.getElementById("why-predict-reset")?.addEventListener("click", () => {
+    cards.forEach((node, n) => reset(node, prompts[n]));
+  });
 }

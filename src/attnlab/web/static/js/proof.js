@@ -40,6 +40,16 @@ function reveal(root, n) {
 async function measure(root, lab) {
   const error = root.querySelector("#why-proof-error");
   const input = root.querySelector("#why-proof-dk");
+  const dk = param(lab, "d_k");
+  const value = Number(input.value);
+  // Checked here, in words, rather than by the browser's silent form validation.
+  if (input.value.trim() === "" || !Number.isInteger(value) || value < dk.min || value > dk.max) {
+    const got = input.value.trim() === "" ? "nothing" : `“${input.value.trim().slice(0, 20)}”`;
+    showError(error, `d_k must be a whole number from ${dk.min} to ${dk.max}; got ${got}. Nothing was measured.`);
+    input.setAttribute("aria-invalid", "true");
+    return;
+  }
+  input.removeAttribute("aria-invalid");
   const query = new URLSearchParams({ d_k: input.value, draws: String(param(lab, "draws").default), seed: String(param(lab, "seed").default) });
   root.querySelector("#why-proof-status").textContent = "Measuring…";
   try {
@@ -63,9 +73,9 @@ export async function render(root) {
   const dk = param(lab, "d_k");
   root.replaceChildren(
     el("p", { class: "why-intro", text: "Give q and k independent random entries with mean 0 and variance 1, as at the start of training. The argument below predicts seven numbers about their dot product; the lab draws many pairs and measures each one, with a standard error (SE). Reveal the steps in order." }),
-    el("form", { id: "why-proof-form", class: "why-controls" },
+    el("form", { id: "why-proof-form", class: "why-controls", novalidate: true },
       el("label", { for: "why-proof-dk" }, "Key width d", el("sub", { text: "k" }), " ",
-        el("input", { id: "why-proof-dk", type: "number", min: dk.min, max: dk.max, step: "1", value: dk.default, required: true })),
+        el("input", { id: "why-proof-dk", type: "number", min: dk.min, max: dk.max, step: "1", value: dk.default, required: true, "aria-describedby": "why-proof-error" })),
       el("span", { class: "why-hint", text: `from ${dk.min} to ${dk.max}` }),
       el("button", { type: "submit", id: "why-proof-run" }, "Measure")),
     el("p", { id: "why-proof-summary", class: "why-hint" }),

@@ -216,7 +216,7 @@ function render(focusGrid = false) {
     state.sel.j = Math.min(state.sel.j, t.cols.length - 1);
   }
   $("#stepper-steps").replaceChildren(...steps.map((s, n) => el("li", { "data-phase": s.phase, class: s.phase !== steps[n - 1]?.phase && n ? "phase-start" : null },
-    el("button", { type: "button", "aria-current": n === state.step ? "step" : false, onclick: () => go(n, true) }, `${n + 1}. ${s.title}`))));
+    el("button", { type: "button", "aria-current": n === state.step ? "step" : false, onclick: () => go(n, true) }, `${n + 1}.`, el("span", { class: "step-name", text: ` ${s.title}` })))));
   $("#stepper-title").textContent = `Step ${state.step + 1} of ${steps.length}: ${step.title}`;
   $("#stepper-formula").textContent = step.formula;
   $("#stepper-explain").textContent = step.explain;
