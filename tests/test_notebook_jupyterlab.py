@@ -12,6 +12,7 @@ show a message in the widget's error line. Screenshots land in test-artifacts/.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import re
 import signal
@@ -25,6 +26,7 @@ from urllib.parse import urlparse
 
 import pytest
 
+from attnlab.core.numbers import format_number
 from conftest import require_or_skip
 
 pytestmark = pytest.mark.browser
@@ -225,7 +227,9 @@ def test_the_widgets_render_and_respond_both_ways_in_jupyterlab(notebook):
     heading.get_by_text("Step 5 of 11: Softmax").wait_for()
     page.wait_for_function("el => !el.checked", arg=causal.element_handle())
     assert box.input_value() == "5"
-    assert "2.97e-6" in stepper.inner_text()  # e^-12.728 / (1 + e^-12.728): key 1, no mask
+    # e^s / (1 + e^s), s = -18/√2 = -12.728: key 1, no mask, written by the one number rule.
+    weight = math.exp(-18 / math.sqrt(2)) / (1 + math.exp(-18 / math.sqrt(2)))
+    assert format_number(weight) in stepper.inner_text()
 
     # A click in the view changes the trait a cell reads.
     stepper.get_by_role("button", name="next step").click()
