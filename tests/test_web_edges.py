@@ -1,4 +1,4 @@
-"""Edges of the web API (issues 8.6 and 9.9): what becomes 422, what is a 500, and odd bodies.
+"""Edges of the web API: what becomes 422, what is a 500, and odd bodies.
 
 Only AttnlabError (FieldError included) and request validation become 422; any other exception
 is a bug and answers 500 with its traceback in the log. Bodies Python's JSON parser cannot read
