@@ -164,18 +164,18 @@ def test_ctrl_c_is_one_line_and_exit_130(monkeypatch):
 def test_sigint_stops_a_real_long_run_cleanly():
     # "ready" once the imports are done: a SIGINT during them would be a traceback, and on a
     # busy machine they can take longer than any fixed sleep.
-    code = "import sys; from attnlab.cli import main; print('ready', file=sys.stderr, flush=True); main()"
+    # The child restores SIGINT's default action itself, whatever this process inherited: run
+    # in the background or under nohup, SIGINT is ignored, and a child that kept that would run
+    # its 10^8 draws to the end. (Not preexec_fn: forking a process that has loaded JAX warns.)
+    # The CLI itself keeps the shell's choice.
+    code = (
+        "import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+        "from attnlab.cli import main; print('ready', file=sys.stderr, flush=True); main()"
+    )
     command = [sys.executable, "-c", code]
     args = ["lab", "variance", "--draws", str(10**8), "--yes"]  # minutes of work
-    # The child starts with SIGINT's default action, whatever this process inherited: run
-    # in the background or under nohup, SIGINT is ignored, and a child that inherited that
-    # would run its 10^8 draws to the end. The CLI itself keeps the shell's choice.
     with subprocess.Popen(
-        [*command, *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        [*command, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     ) as run:
         try:
             assert select.select([run.stderr], [], [], 120)[0], "the child never got ready"

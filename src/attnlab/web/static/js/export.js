@@ -71,7 +71,6 @@ const esc = (s) => String(s).replace(/[<>&"]/g, (c) => ({ "<": "&lt;", ">": "&gt
 
 // Columns as wide as their widest text (a header or a number), measured at the image's 13 px type,
 // so no two headers run into each other.
-const GAP = 14;
 function textWidth(text, bold = false) {
   textWidth.ctx ??= document.createElement("canvas").getContext("2d");
   textWidth.ctx.font = `${bold ? "bold " : ""}13px "DejaVu Sans", sans-serif`;
@@ -80,9 +79,10 @@ function textWidth(text, bold = false) {
 
 function tableSvg(t, y0) {
   const rh = 24;
+  const gap = 14; // between a column's widest text and the next column
   const base = rh - 8; // text baseline within a row
-  const lw = Math.max(40, ...t.rows.map((r) => textWidth(r))) + GAP;
-  const widths = t.cols.map((c, j) => GAP + Math.max(textWidth(c), ...t.values.map((row) => textWidth(fmt(row[j])))));
+  const lw = Math.max(40, ...t.rows.map((r) => textWidth(r))) + gap;
+  const widths = t.cols.map((c, j) => gap + Math.max(textWidth(c), ...t.values.map((row) => textWidth(fmt(row[j])))));
   const rights = widths.map((_, j) => 10 + lw + widths.slice(0, j + 1).reduce((a, b) => a + b, 0) - 6);
   const full = 10 + lw + widths.reduce((a, b) => a + b, 0);
   const parts = [`<text x="10" y="${y0 + base}" font-weight="bold">${esc(t.title)}</text>`];
