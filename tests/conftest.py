@@ -93,3 +93,33 @@ def pytest_terminal_summary(terminalreporter):
     line = torch_skip_summary(reasons)
     if line:
         terminalreporter.write_line(line, yellow=True, bold=True)
+
+
+# The training labs at sizes that run in well under a second: the one table the lab tests share.
+TRAINING_SMALL = {
+    "train-induction": {
+        "steps": 3,
+        "batch": 4,
+        "context": 8,
+        "d_model": 8,
+        "heads": 2,
+        "vocab_size": 8,
+        "fresh": 8,
+    },
+    "train-scaling": {
+        "widths": (8,),
+        "steps": 3,
+        "batch": 4,
+        "runs": 1,
+        "context": 8,
+        "vocab_size": 8,
+    },
+    "train-positions": {
+        "steps": 3,
+        "batch": 4,
+        "context": 4,
+        "d_model": 8,
+        "vocab_size": 8,
+        "fresh": 8,
+    },
+}

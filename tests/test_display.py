@@ -20,6 +20,7 @@ import pytest
 
 from attnlab import cost, exercises
 from attnlab.labs import LABS, reset_display
+from conftest import TRAINING_SMALL
 
 SMALL = {
     "variance": {"widths": (8, 16), "draws": 2_000},
@@ -29,31 +30,7 @@ SMALL = {
     "cost": {"d_model": 16, "lengths": (8, 16), "heads": 2, "repeats": 1},
     "proof": {"d_k": 16, "draws": 2_000},
     "gradient": {"widths": (8, 32), "keys": 8, "trials": 20, "d_v": 4},
-    "train-induction": {
-        "steps": 3,
-        "batch": 4,
-        "context": 8,
-        "d_model": 8,
-        "heads": 2,
-        "vocab_size": 8,
-        "fresh": 8,
-    },
-    "train-scaling": {
-        "widths": (8,),
-        "steps": 3,
-        "batch": 4,
-        "runs": 1,
-        "context": 8,
-        "vocab_size": 8,
-    },
-    "train-positions": {
-        "steps": 3,
-        "batch": 4,
-        "context": 4,
-        "d_model": 8,
-        "vocab_size": 8,
-        "fresh": 8,
-    },
+    **TRAINING_SMALL,
 }
 SCRIPT_SRC = re.compile(r"<script[^>]*\bsrc\s*=", re.IGNORECASE)
 

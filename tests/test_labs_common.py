@@ -15,6 +15,7 @@ from attnlab.errors import AttnlabError
 from attnlab.labs import LABS, timing
 from attnlab.labs._common import jsonable
 from attnlab.labs._plotly import lab_figure
+from conftest import TRAINING_SMALL
 
 # Small, fast arguments for each lab.
 SMALL = {
@@ -25,31 +26,7 @@ SMALL = {
     "cost": {"d_model": 16, "lengths": (8, 16), "heads": 2, "repeats": 1},
     "proof": {"d_k": 16, "draws": 2000},
     "gradient": {"widths": (8, 32), "trials": 20},
-    "train-induction": {
-        "steps": 3,
-        "batch": 4,
-        "context": 8,
-        "d_model": 8,
-        "heads": 2,
-        "vocab_size": 8,
-        "fresh": 8,
-    },
-    "train-scaling": {
-        "widths": (8,),
-        "steps": 3,
-        "batch": 4,
-        "runs": 1,
-        "context": 8,
-        "vocab_size": 8,
-    },
-    "train-positions": {
-        "steps": 3,
-        "batch": 4,
-        "context": 4,
-        "d_model": 8,
-        "vocab_size": 8,
-        "fresh": 8,
-    },
+    **TRAINING_SMALL,
 }
 
 
