@@ -19,6 +19,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from attnlab._atomic import move_into_place
 from attnlab.cli._app import clip, fail
 
 __all__ = ["check_target", "write_target"]
@@ -52,10 +53,7 @@ def write_target(option: str, path, text: str, force: bool = False) -> None:
             out.flush()
             os.fsync(out.fileno())
         os.chmod(temp, 0o666 & ~_umask())  # mkstemp makes 0600; a user's file is 0666 - umask
-        if force:
-            os.replace(temp, path)
-        else:
-            os.link(temp, path)  # fails, rather than replace, if the file appeared meanwhile
+        move_into_place(temp, path, force=force)
     except FileExistsError:
         raise fail(
             f"{option}: expected a new file, but {clip(str(path))} appeared while the command "

@@ -7,6 +7,7 @@ Counts are multiply-adds unless ``count="flops"``, which counts a multiply and a
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from html import escape
 
@@ -56,19 +57,9 @@ class CostBreakdown:
         return self.quadratic / self.total
 
     def as_dict(self) -> dict:
-        return {
-            "n": self.n,
-            "d_model": self.d_model,
-            "count": self.count,
-            "projections": self.projections,
-            "scores": self.scores,
-            "weighted_sum": self.weighted_sum,
-            "output_projection": self.output_projection,
-            "linear": self.linear,
-            "quadratic": self.quadratic,
-            "total": self.total,
-            "quadratic_share": self.quadratic_share,
-        }
+        """Every field, then the four totals derived from them."""
+        derived = ("linear", "quadratic", "total", "quadratic_share")
+        return dataclasses.asdict(self) | {name: getattr(self, name) for name in derived}
 
     def summary(self) -> list[str]:
         """Two sentences: where the count goes, and which side of the crossover N is on."""

@@ -71,6 +71,16 @@ def read_additive(name: str, arr: np.ndarray) -> np.ndarray | None:
     return ~blocked
 
 
+def _float_mask(name: str, arr: np.ndarray, wanted: str, hint: str) -> np.ndarray | None:
+    """A mask that is not bool: refused when it holds integers (whose 1 could mean either
+    "attend" or "block"), else ``read_additive``'s table (None when it carries biases)."""
+    if arr.dtype.kind in "iu":
+        raise AttnlabError(
+            f"expected {name} of dtype {wanted}, but got {arr.dtype} instead; {hint}"
+        )
+    return read_additive(name, arr)
+
+
 def _table_ndim(name: str, arr: np.ndarray, ndims: tuple[int, ...], layout: str) -> None:
     if arr.ndim not in ndims:
         raise ShapeError(
@@ -120,14 +130,13 @@ def from_torch(attn_mask) -> Mask | None:
             f"expected attn_mask of shape (..., N, M) with at least 2 axes, but got shape "
             f"{arr.shape} instead"
         )
-    if arr.dtype.kind in "iu":
-        raise AttnlabError(
-            f"expected attn_mask of dtype bool (True = may attend) or float (added to the "
-            f"scores), as SDPA requires, but got {arr.dtype} instead; use attn_mask.bool() if "
-            "1 means 'may attend'"
+    if arr.dtype.kind != "b":
+        allowed = _float_mask(
+            "attn_mask",
+            arr,
+            "bool (True = may attend) or float (added to the scores), as SDPA requires",
+            "use attn_mask.bool() if 1 means 'may attend'",
         )
-    if arr.dtype.kind == "f":
-        allowed = read_additive("attn_mask", arr)
         if allowed is None:
             return Dense(arr)
         arr = allowed
@@ -222,18 +231,17 @@ def from_key_padding_mask(key_padding_mask, *, lead_ndim: int = 2) -> Mask:
     arr = as_numpy("key_padding_mask", key_padding_mask)
     _table_ndim("key_padding_mask", arr, (1, 2), "(B, M) or (M,)")
     lead_ndim = positive_int("lead_ndim", lead_ndim)
-    if arr.dtype.kind in "iu":
-        raise AttnlabError(
-            f"expected key_padding_mask of dtype bool (True = ignore this key) or float, but "
-            f"got {arr.dtype} instead; for a Hugging Face 1/0 attention_mask (1 = real token) "
-            "use from_hf"
-        )
-    if arr.dtype.kind == "f":
-        allowed = read_additive("key_padding_mask", arr)
-        if allowed is None:  # it adds biases: keep them
-            return _placed(arr, lead_ndim)
-        return _key_mask(allowed, lead_ndim)
-    return _key_mask(~arr, lead_ndim)
+    if arr.dtype.kind == "b":
+        return _key_mask(~arr, lead_ndim)
+    allowed = _float_mask(
+        "key_padding_mask",
+        arr,
+        "bool (True = ignore this key) or float",
+        "for a Hugging Face 1/0 attention_mask (1 = real token) use from_hf",
+    )
+    if allowed is None:  # it adds biases: keep them
+        return _placed(arr, lead_ndim)
+    return _key_mask(allowed, lead_ndim)
 
 
 def from_hf(attention_mask, *, lead_ndim: int = 2) -> Mask:

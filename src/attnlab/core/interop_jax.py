@@ -118,13 +118,13 @@ def from_jax(
     parts: list[Mask] = []
     table_n = table_m = None
     if mask is not None:
-        arr = as_numpy("mask", mask)
-        if arr.dtype.kind != "b" or not 2 <= arr.ndim <= 4:
-            raise AttnlabError(
-                f"expected mask to be a bool array (True = take part) of 2 to 4 axes, as JAX "
-                f"requires (additive masks go to bias), but got dtype {arr.dtype} and shape "
-                f"{arr.shape} instead"
-            )
+        arr = _table(
+            "mask",
+            mask,
+            "b",
+            "a bool array (True = take part) of 2 to 4 axes, as JAX requires (additive masks "
+            "go to bias)",
+        )
         table_n, table_m = (s if s > 1 else None for s in arr.shape[-2:])
         arr = arr.reshape((1,) * (4 - arr.ndim) + arr.shape)  # (B|1, N|1, T|1, S|1)
         parts += spec_of(arr, batch_first=True).parts()
@@ -146,14 +146,20 @@ def from_jax(
         rows = np.arange(_size("n", n, table_n))[None, :] < q_len[:, None]  # (B, T)
         parts.append(Dense(rows[:, None, :, None]))  # (B, 1, T, 1)
     if bias is not None:
-        b = as_numpy("bias", bias)
-        if b.dtype.kind != "f" or not 2 <= b.ndim <= 4:
-            raise AttnlabError(
-                f"expected bias to be a float array of 2 to 4 axes, but got dtype {b.dtype} "
-                f"and shape {b.shape} instead"
-            )
-        parts.append(Dense(b))
+        parts.append(Dense(_table("bias", bias, "f", "a float array of 2 to 4 axes")))
     return functools.reduce(operator.add, parts) if parts else None
+
+
+def _table(name: str, value, kind: str, wanted: str) -> np.ndarray:
+    """``value`` as a numpy array of dtype kind ``kind`` and 2 to 4 axes, JAX's (B, N, T, S)
+    with leading axes optional; else an error that says it should be ``wanted``."""
+    arr = as_numpy(name, value)
+    if arr.dtype.kind != kind or not 2 <= arr.ndim <= 4:
+        raise AttnlabError(
+            f"expected {name} to be {wanted}, but got dtype {arr.dtype} and shape "
+            f"{arr.shape} instead"
+        )
+    return arr
 
 
 def _jax_band(part: Mask, n: int, m: int) -> tuple[int, int]:

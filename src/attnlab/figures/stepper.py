@@ -130,12 +130,7 @@ def _mask(causal: bool, blocked: Sequence[Sequence[int]], n: int, m: int) -> Mas
                 )
             allowed[pair[0], pair[1]] = False
         parts.append(Dense(allowed))
-    if not parts:
-        return None
-    mask = parts[0]
-    for part in parts[1:]:
-        mask = mask + part
-    return mask
+    return sum(parts[1:], parts[0]) if parts else None
 
 
 def _culprit(i: int, m: int, causal: bool, blocked: Sequence[Sequence[int]]) -> str:

@@ -41,6 +41,14 @@ def _stepper_figure(state: dict) -> dict:
     ).as_dict()  # fmt: skip
 
 
+def _start(widget: Figure, controls: list[dict], traits) -> None:
+    """Publish ``widget``'s controls, recompute its view whenever one of ``traits`` changes,
+    and compute the first view."""
+    widget.set_trait("controls", controls)
+    widget.observe(widget._refresh, names=list(traits))
+    widget._refresh()
+
+
 class StepperWidget(Figure):
     """Figure attention-stepper: attention on a small case, one table-producing step at a time.
 
@@ -63,14 +71,10 @@ class StepperWidget(Figure):
             {"name": "causal", "label": "causal mask", "type": "bool"},
             {"name": "scaled", "label": "scale by 1/√d_k", "type": "bool"},
         ]
-        self.set_trait("controls", controls)
-        self.observe(self._refresh, names=list(_FIGURE_TRAITS))
         self.observe(self._show, names=["step"])
-        self._refresh()
+        _start(self, controls, _FIGURE_TRAITS)
 
-    @t.validate("step", *_FIGURE_TRAITS)
-    def _check(self, proposal):
-        return self._checked(proposal)
+    _check = t.validate("step", *_FIGURE_TRAITS)(Figure._checked)
 
     def _clean(self, name: str, value):
         if name == "step":
@@ -108,13 +112,9 @@ class HistogramWidget(Figure):
              "max": _hist.D_K_MAX, "step": _hist.D_K_STEP},
             {"name": "scaled", "label": "scale by 1/√d_k", "type": "bool"},
         ]  # fmt: skip
-        self.set_trait("controls", controls)
-        self.observe(self._refresh, names=["d_k", "scaled", "seed"])
-        self._refresh()
+        _start(self, controls, ["d_k", "scaled", "seed"])
 
-    @t.validate("d_k", "scaled", "seed")
-    def _check(self, proposal):
-        return self._checked(proposal)
+    _check = t.validate("d_k", "scaled", "seed")(Figure._checked)
 
     def _clean(self, name: str, value):
         if name == "d_k":
@@ -176,13 +176,9 @@ class PermutationWidget(Figure):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         controls = [{"name": "positions", "label": "add position vectors", "type": "bool"}]
-        self.set_trait("controls", controls)
-        self.observe(self._refresh, names=["order", "positions", "words"])
-        self._refresh()
+        _start(self, controls, ["order", "positions", "words"])
 
-    @t.validate("order", "positions", "words")
-    def _check(self, proposal):
-        return self._checked(proposal)
+    _check = t.validate("order", "positions", "words")(Figure._checked)
 
     def _clean(self, name: str, value):
         if name == "positions":
@@ -236,13 +232,9 @@ class MultiHeadWidget(Figure):
         super().__init__(**kwargs)
         words = [[i, f"{i}: {w}"] for i, w in enumerate(_mh.SENTENCE)]
         controls = [{"name": "query", "label": "query word", "type": "choice", "options": words}]
-        self.set_trait("controls", controls)
-        self.observe(self._refresh, names=["query"])
-        self._refresh()
+        _start(self, controls, ["query"])
 
-    @t.validate("query")
-    def _check(self, proposal):
-        return self._checked(proposal)
+    _check = t.validate("query")(Figure._checked)
 
     def _clean(self, name: str, value):
         return whole_number("query", value, 0, len(_mh.SENTENCE) - 1)

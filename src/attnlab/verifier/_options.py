@@ -68,12 +68,7 @@ class Options:
             parts.append(band)
         if self.alibi_slopes is not None:
             parts.append(masks.ALiBi(self.alibi_slopes[b].reshape(heads), align="bottom_right"))
-        if not parts:
-            return None
-        total = parts[0]
-        for p in parts[1:]:
-            total = total + p
-        return total
+        return sum(parts[1:], parts[0]) if parts else None
 
     def kernel_kwargs(self, heads: tuple[int, int]) -> dict:
         """The keyword arguments ``attention`` and ``attention_backward`` take for this case,

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from attnlab._atomic import move_into_place
 from attnlab.errors import AttnlabError
 
 __all__ = ["DEFAULT_TILE", "MAX_COLUMNS", "figure", "write_plot"]
@@ -164,10 +165,7 @@ def write_plot(report, path, *, force: bool = False, tile: int = DEFAULT_TILE) -
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         plotly.io.write_html(figure(report, tile), str(tmp), include_plotlyjs=True, full_html=True)
-        if force:
-            os.replace(tmp, path)
-        else:
-            os.link(tmp, path)  # fails, rather than overwrite, if the file appeared meanwhile
+        move_into_place(tmp, path, force=force)
     except FileExistsError:
         raise AttnlabError(
             f"plot: {str(path)!r} already exists; pass force=True (--force) to overwrite it"
