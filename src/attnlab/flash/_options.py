@@ -82,19 +82,13 @@ class Options:
 
 
 def read_options(
-    dropout_p=0.0,
-    softmax_scale=None,
-    causal=False,
-    window_size=(-1, -1),
-    softcap=0.0,
-    alibi_slopes=None,
-    deterministic=False,
-    rng=None,
+    dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, rng
 ) -> Options:
     """Check FlashAttention's common options; raise AttnlabError naming the first bad one.
 
     The parameters come in FlashAttention's own order, so each public function passes its
-    options positionally, in the order of its signature.
+    options positionally, in the order of its signature. They have no defaults here: the
+    defaults are the contract's, written once in the public signatures.
     """
     _check_bool("causal", causal)
     _check_bool("deterministic", deterministic)  # attnlab is always deterministic
@@ -148,7 +142,7 @@ def read_backward_options(
             f"expected dropout_p=0 (attnlab has no dropout backward), but got {dropout_p!r}"
         )
     return read_options(
-        0.0, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic
+        0.0, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, None
     )
 
 

@@ -69,8 +69,8 @@ def flash_attn_with_kvcache(
     Returns:
         out (B, N, h, d_v), or (out, softmax_lse (B, h, N)).
     """
-    # FlashAttention's kv-cache call has no dropout (0.0) and no deterministic flag.
-    opts = read_options(0.0, softmax_scale, causal, window_size, softcap, alibi_slopes)
+    # FlashAttention's kv-cache call has no dropout (0.0, no rng) and no deterministic flag.
+    opts = read_options(0.0, softmax_scale, causal, window_size, softcap, alibi_slopes, False, None)
     if (
         isinstance(num_splits, bool)
         or not isinstance(num_splits, int | np.integer)
