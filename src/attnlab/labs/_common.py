@@ -19,7 +19,7 @@ import numpy as np
 
 from attnlab.errors import AttnlabError
 
-__all__ = ["LabResult", "Progress", "jsonable", "rng_at", "rng_for"]
+__all__ = ["LabResult", "Progress", "column_keys", "jsonable", "rng_at", "rng_for", "row_table"]
 
 #: progress(done, total): called as a lab advances, so a front end can draw a progress bar.
 Progress = Callable[[int, int], None]
@@ -147,6 +147,17 @@ class LabResult:
         from attnlab.labs._display import result_html
 
         return result_html(self)
+
+
+def column_keys(columns: tuple[tuple[str, str], ...]) -> list[str]:
+    """The keys of a lab's (key, title) columns, in order: its table's header."""
+    return [key for key, _title in columns]
+
+
+def row_table(rows, columns: tuple[tuple[str, str], ...]) -> tuple[list[str], list[list]]:
+    """``table()`` for rows that carry every column as an attribute of the column's key."""
+    keys = column_keys(columns)
+    return keys, [[getattr(row, key) for key in keys] for row in rows]
 
 
 def mean_or_none(values: np.ndarray) -> float | None:

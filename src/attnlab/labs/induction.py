@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnlab.labs._common import LabResult, Progress, rng_for
+from attnlab.labs._common import LabResult, Progress, rng_for, row_table
 from attnlab.labs._spec import SEED, Estimate, LabPlot, LabSpec, Param, Series
 from attnlab.labs._training import FRESH, INDUCTION, TRAIN, checked, fit, one_thread, smoothed
 from attnlab.transformer import TinyTransformer
@@ -137,8 +137,7 @@ class InductionResult(LabResult):
     lab = "train-induction"
 
     def table(self) -> tuple[list[str], list[list]]:
-        columns = ["layer", "head", "previous_token", "induction_score", "pattern"]
-        return columns, [[getattr(r, c) for c in columns] for r in self.head_rows]
+        return row_table(self.head_rows, SPEC.columns)
 
     def found(self, pattern: str, layer: int) -> bool:
         return any(r.pattern == pattern and r.layer == layer for r in self.head_rows)

@@ -27,12 +27,7 @@ import numpy as np
 from attnlab import MultiHeadAttention, attention
 from attnlab.cost import breakdown, crossover_length, score_memory_bytes
 from attnlab.errors import AttnlabError
-from attnlab.labs._common import (
-    COST,
-    LabResult,
-    Progress,
-    rng_for,
-)
+from attnlab.labs._common import COST, LabResult, Progress, rng_for, row_table
 from attnlab.labs._spec import SEED, Estimate, LabPlot, LabSpec, Param, Series
 
 __all__ = ["SPEC", "CostRow", "CostTimingResult", "cost_timing"]
@@ -77,11 +72,8 @@ class CostTimingResult(LabResult):
     lab = "cost"
 
     def table(self) -> tuple[list[str], list[list]]:
-        columns = ["n", "projection_s", "core_s", "matmul_s", "total_s"]
-        columns += ["measured_share", "matmul_share", "model_share"]
         # h heads against one (the one head's own seconds are in the JSON, as_dict()).
-        columns += ["heads_core_ratio", "heads_matmul_ratio", "heads_madds", "one_head_madds"]
-        return columns, [[getattr(r, c) for c in columns] for r in self.rows]
+        return row_table(self.rows, SPEC.columns)
 
     def summary(self) -> list[str]:
         return [

@@ -46,6 +46,7 @@ from attnlab.labs._common import (
     Progress,
     rng_at,
     rng_for,
+    row_table,
 )
 from attnlab.labs._spec import SEED, Estimate, LabPlot, LabSpec, Param, Series
 
@@ -86,9 +87,7 @@ class GradientResult(LabResult):
     lab = "gradient"
 
     def table(self) -> tuple[list[str], list[list]]:
-        columns = ["width", "unscaled_share", "scaled_share", "ds_unscaled", "ds_scaled"]
-        columns += ["ds_ratio", "dq_unscaled", "dq_scaled", "dq_ratio"]
-        return columns, [[getattr(r, c) for c in columns] for r in self.rows]
+        return row_table(self.rows, SPEC.columns)
 
     def summary(self) -> list[str]:
         first, last = self.rows[0], self.rows[-1]

@@ -27,6 +27,7 @@ from attnlab.labs._common import (
     SATURATION,
     LabResult,
     Progress,
+    column_keys,
     rng_at,
     rng_for,
 )
@@ -73,8 +74,7 @@ class SaturationResult(LabResult):
     lab = "saturation"
 
     def table(self) -> tuple[list[str], list[list]]:
-        columns = ["case", "trials", "saturated", "share", "share_se"]
-        columns += ["mean_p_max", "gradient_term", "gradient_term_se", "jacobian_fro"]
+        columns = column_keys(SPEC.columns)
         hot = self.unscaled_saturated
         rows = [
             ["unscaled"] + self._counts(self.unscaled_saturated, self.unscaled_share_se)

@@ -43,6 +43,7 @@ from attnlab.labs._common import (
     LabResult,
     Progress,
     rng_for,
+    row_table,
 )
 from attnlab.labs._scores import default_workers
 from attnlab.labs._spec import SEED, Estimate, LabPlot, LabSpec, Param, Series
@@ -73,8 +74,7 @@ class ProofResult(LabResult):
     lab = "proof"
 
     def table(self) -> tuple[list[str], list[list]]:
-        columns = ["step", "claim", "predicted", "measured", "stderr"]
-        return columns, [[getattr(r, c) for c in columns] for r in self.rows]
+        return row_table(self.rows, SPEC.columns)
 
     def deviations(self) -> list[float]:
         """|measured − predicted| in standard errors, per step."""

@@ -23,6 +23,7 @@ from attnlab.labs._common import (
     check_int,
     check_positive,
     check_seed,
+    column_keys,
 )
 from attnlab.labs._scores import BLOCK, CHUNK_DRAWS, chunk_count, default_workers, score_partials
 from attnlab.labs._spec import SEED, Estimate, LabPlot, LabSpec, Param, Series
@@ -162,8 +163,7 @@ class SweepResult(LabResult):
     lab = "sweep"
 
     def table(self) -> tuple[list[str], list[list]]:
-        columns = ["width", "sqrt_width", "unscaled_std", "scaled_std"]
-        columns += ["unscaled_share", "scaled_share", "gradient_term"]
+        columns = column_keys(SPEC.columns)  # width, sqrt_width, then the rows' own attributes
         rows = [[r.width, math.sqrt(r.width)] + [getattr(r, c) for c in columns[2:]]
                 for r in self.rows]  # fmt: skip
         return columns, rows

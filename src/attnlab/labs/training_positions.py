@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnlab.labs._common import LabResult, Progress, rng_for
+from attnlab.labs._common import LabResult, Progress, column_keys, rng_for
 from attnlab.labs._spec import SEED, Estimate, LabPlot, LabSpec, Param, Series
 from attnlab.labs._training import FRESH, POSITIONS, TRAIN, checked, fit, one_thread, smoothed
 from attnlab.transformer import TinyTransformer
@@ -76,7 +76,7 @@ class PositionsResult(LabResult):
     lab = "train-positions"
 
     def table(self) -> tuple[list[str], list[list]]:
-        columns = ["model", "accuracy", "order_ceiling", "final_loss"]
+        columns = column_keys(SPEC.columns)
         w, wo = self.with_positions, self.without_positions
         return columns, [["learned positions", w["accuracy"], None, w["final_loss"]],
                          ["no positions", wo["accuracy"], wo["ceiling"], wo["final_loss"]]]  # fmt: skip

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnlab import trace_attention
-from attnlab.labs._common import LabResult, Progress, rng_for
+from attnlab.labs._common import LabResult, Progress, rng_for, row_table
 from attnlab.labs._spec import SEED, Estimate, LabPlot, LabSpec, Param, Series
 from attnlab.labs._training import SCALING, TRAIN, checked, fit, smoothed
 from attnlab.labs.induction import induction_batch, induction_sequences
@@ -72,9 +72,7 @@ class ScalingResult(LabResult):
     lab = "train-scaling"
 
     def table(self) -> tuple[list[str], list[list]]:
-        columns = ["width", "scaling", "steps_to_target", "final_loss", "saturated_rows",
-                   "median_ds"]  # fmt: skip
-        return columns, [[getattr(r, c) for c in columns] for r in self.rows]
+        return row_table(self.rows, SPEC.columns)
 
     def summary(self) -> list[str]:
         s, u = self.scaled, self.unscaled

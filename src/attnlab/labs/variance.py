@@ -15,12 +15,7 @@ from functools import partial
 import numpy as np
 
 from attnlab.labs._chunks import CLIENT, check_client, cluster_threads, combine, reporting
-from attnlab.labs._common import (
-    MAX_WIDTH,
-    VARIANCE,
-    LabResult,
-    Progress,
-)
+from attnlab.labs._common import MAX_WIDTH, VARIANCE, LabResult, Progress, row_table
 from attnlab.labs._scores import BLOCK, CHUNK_DRAWS, chunk_count, default_workers, score_partials
 from attnlab.labs._spec import SEED, Estimate, LabPlot, LabSpec, Param, Series
 
@@ -50,9 +45,7 @@ class VarianceResult(LabResult):
     lab = "variance"
 
     def table(self) -> tuple[list[str], list[list]]:
-        columns = ["width", "raw_var", "var_ratio", "var_ratio_se", "scaled_var", "scaled_var_se"]
-        rows = [[getattr(r, c) for c in columns] for r in self.rows]
-        return columns, rows
+        return row_table(self.rows, SPEC.columns)
 
     def summary(self) -> list[str]:
         worst = max(self.rows, key=lambda r: abs(r.var_ratio - 1.0))

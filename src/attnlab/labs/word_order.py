@@ -17,7 +17,7 @@ import numpy as np
 
 from attnlab import attention
 from attnlab.errors import AttnlabError
-from attnlab.labs._common import PERMUTATION, LabResult, rng_for
+from attnlab.labs._common import PERMUTATION, LabResult, column_keys, rng_for
 from attnlab.labs._spec import SEED, Estimate, LabPlot, LabSpec, Param, Series
 from attnlab.positions import sinusoidal
 
@@ -55,8 +55,7 @@ class PermutationResult(LabResult):
     lab = "permutation"
 
     def table(self) -> tuple[list[str], list[list]]:
-        columns = ["token", "position", "shuffled_position"]
-        columns += ["change_without_positions", "change_with_positions"]
+        columns = column_keys(SPEC.columns)
         plain = _row_changes(self.shuffled_outputs, self.outputs, self.order)
         rows = [
             [tok, self.order[i] + 1, i + 1, plain[i], self.token_changes[i]]
