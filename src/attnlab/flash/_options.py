@@ -26,6 +26,7 @@ from attnlab.errors import AttnlabError, ShapeError
 __all__ = [
     "Options",
     "array_of_shape",
+    "backward_arrays",
     "check_heads",
     "read_backward_options",
     "read_options",
@@ -191,6 +192,14 @@ def array_of_shape(name: str, x, want: tuple[int, ...], what: str = "shape") -> 
             f"expected {name} of {what} {want}, but got {name}.shape={arr.shape} instead"
         )
     return arr
+
+
+def backward_arrays(dout, softmax_lse, out_shape: tuple, lse_shape: tuple):
+    """A backward call's ``dout`` (of out's shape) and ``softmax_lse`` (None: recomputed), checked."""
+    dout = array_of_shape("dout", dout, out_shape, "out's shape")
+    if softmax_lse is None:
+        return dout, None
+    return dout, array_of_shape("softmax_lse", softmax_lse, lse_shape)
 
 
 def unstack(name: str, x, count: int, layout: str, legend: str) -> tuple[np.ndarray, ...]:

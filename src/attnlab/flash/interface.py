@@ -17,7 +17,7 @@ import numpy as np
 from attnlab.errors import ShapeError
 from attnlab.flash import _attend
 from attnlab.flash._options import (
-    array_of_shape,
+    backward_arrays,
     check_heads,
     read_backward_options,
     read_options,
@@ -147,10 +147,8 @@ def flash_attn_backward(
         dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic
     )
     q, k, v = _fixed_arrays(q, k, v, opts)
-    dout = array_of_shape("dout", dout, q.shape[:3] + (v.shape[-1],), "out's shape")
-    lse = None
-    if softmax_lse is not None:
-        lse = array_of_shape("softmax_lse", softmax_lse, (q.shape[0], q.shape[2], q.shape[1]))
+    b, n, h = q.shape[:3]
+    dout, lse = backward_arrays(dout, softmax_lse, (b, n, h, v.shape[-1]), (b, h, n))
     grads = _attend.backward(
         _heads_first(q), _heads_first(k), _heads_first(v), _heads_first(dout), opts, lse=lse
     )

@@ -19,7 +19,7 @@ import numpy as np
 from attnlab.errors import AttnlabError, ShapeError
 from attnlab.flash import _attend, _paged
 from attnlab.flash._options import (
-    array_of_shape,
+    backward_arrays,
     check_heads,
     read_backward_options,
     read_options,
@@ -163,10 +163,8 @@ def flash_attn_varlen_backward(
     seqs = _Sequences.read(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, None, opts
     )
-    dout = array_of_shape("dout", dout, seqs.q.shape[:2] + (seqs.v.shape[-1],), "out's shape")
-    lse = None
-    if softmax_lse is not None:
-        lse = array_of_shape("softmax_lse", softmax_lse, (dout.shape[1], dout.shape[0]))
+    t_q, h = seqs.q.shape[:2]
+    dout, lse = backward_arrays(dout, softmax_lse, (t_q, h, seqs.v.shape[-1]), (h, t_q))
     dtype = np.result_type(seqs.q, seqs.k, seqs.v, dout, np.float32)
     grads = [np.zeros(a.shape, dtype) for a in (seqs.q, seqs.k, seqs.v)]
     for b in range(seqs.batch):
