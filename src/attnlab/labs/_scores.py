@@ -27,10 +27,12 @@ import numpy as np
 
 from attnlab.labs._chunks import in_order
 from attnlab.labs._common import rng_for
+from attnlab.labs._spec import Param
 
 __all__ = [
     "BLOCK",
     "CHUNK_DRAWS",
+    "WORKERS",
     "chunk_count",
     "default_workers",
     "score_chunks",
@@ -39,6 +41,11 @@ __all__ = [
 
 CHUNK_DRAWS = 1 << 14  # pairs per chunk
 BLOCK = 16  # coordinates per block: one block of q and k is 2 x 16,384 x 16 float64 = 4 MiB
+
+
+#: Declared by every lab that draws its scores in threads (``workers``): a CLI-only option.
+WORKERS = Param("workers", "Threads for the draws (default: the usable cores, at most 8).",
+                low=1, high=64, web=False, kind=int)  # fmt: skip
 
 
 def default_workers() -> int:

@@ -45,7 +45,7 @@ from attnlab.labs._common import (
     rng_for,
     row_table,
 )
-from attnlab.labs._scores import default_workers
+from attnlab.labs._scores import WORKERS, default_workers
 from attnlab.labs._spec import SEED, Estimate, LabPlot, LabSpec, Param, Series
 
 __all__ = ["SPEC", "STEPS", "ProofResult", "ProofRow", "proof"]
@@ -251,8 +251,7 @@ SPEC = LabSpec(
         Param("d_k", "Query/key width.", low=1, high=MAX_WIDTH, web_high=4096),
         Param("draws", "Pairs (q, k).", low=2, web_high=1_000_000),
         SEED,
-        Param("workers", "Threads for the draws (default: the usable cores, at most 8).",
-              low=1, high=64, web=False, kind=int),
+        WORKERS,
         CLIENT,
     ),
     columns=(("step", "step"), ("claim", "why"), ("predicted", "predicted"),

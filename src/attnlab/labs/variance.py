@@ -16,7 +16,14 @@ import numpy as np
 
 from attnlab.labs._chunks import CLIENT, check_client, cluster_threads, combine, reporting
 from attnlab.labs._common import MAX_WIDTH, VARIANCE, LabResult, Progress, row_table
-from attnlab.labs._scores import BLOCK, CHUNK_DRAWS, chunk_count, default_workers, score_partials
+from attnlab.labs._scores import (
+    BLOCK,
+    CHUNK_DRAWS,
+    WORKERS,
+    chunk_count,
+    default_workers,
+    score_partials,
+)
 from attnlab.labs._spec import SEED, Estimate, LabPlot, LabSpec, Param, Series
 
 __all__ = ["SPEC", "VarianceResult", "VarianceRow", "variance_scaling"]
@@ -198,8 +205,7 @@ SPEC = LabSpec(
               flag="--width"),
         Param("draws", "Pairs (q, k) per width.", low=2, web_high=1_000_000),
         SEED,
-        Param("workers", "Threads for the draws (default: the usable cores, at most 8).",
-              low=1, high=64, web=False, kind=int),
+        WORKERS,
         CLIENT,
     ),
     columns=(("width", "d_k"), ("raw_var", "Var(q·k)"), ("var_ratio", "Var(q·k)/d_k"),
