@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from attnlab.figures._data import as_dict
 from attnlab.figures.explainers import Explainer, Link, Term, parts
+from attnlab.figures.explainers_example import example_explainers
 from attnlab.figures.explainers_mha import multihead_explainers
 from attnlab.figures.explainers_why import reasoning_explainers
 
@@ -162,6 +163,11 @@ def build_equations() -> list[Explainer]:
     """Every equation of the chapter, each symbol with its shape, meaning and a live link.
 
     >>> [e.id for e in build_equations()][:3]
-    ['attention', 'score', 'mean']
+    ['attention', 'projections', 'copy']
     """
-    return [_main_explainer(), *reasoning_explainers(), *multihead_explainers()]
+    return [
+        _main_explainer(),
+        *example_explainers(),
+        *reasoning_explainers(),
+        *multihead_explainers(),
+    ]
