@@ -20,7 +20,8 @@ with warnings.catch_warnings():
 
 # The chapter's equations, by the explainer that covers each (§6.2 to §6.6).
 CHAPTER = {
-    "attention", "score", "mean", "product", "score-variance", "sigma", "scaled", "gap-ratio",
+    "attention", "projections", "copy", "score", "mean", "product", "score-variance", "sigma",
+    "scaled", "gap-ratio",
     "saturation-gradient", "causal", "permutation", "head", "multihead", "cost", "crossover",
 }  # fmt: skip
 ANCHORS = {

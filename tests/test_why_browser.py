@@ -33,8 +33,9 @@ def open_page(browser, server):  # noqa: F811
         )
         page.goto(server + "/")
         page.wait_for_selector("body[data-ready='true']")
-        page.wait_for_selector("#why-proof-steps li", state="attached")
+        # The proof measures only once its fold is opened.
         page.evaluate("document.querySelectorAll('details.why-fold').forEach(d => d.open = true)")
+        page.wait_for_selector("#why-proof-steps li", state="attached")
         contexts.append(context)
         offlines.append(offline)
         return page
@@ -68,11 +69,10 @@ def test_every_symbol_of_every_explainer_opens_its_panel(open_page, server):  # 
     card.locator(".why-sym[data-symbol='flops']").click()
     card.locator(".why-panel a.why-link").click()
     assert page.locator("#lab-tabs [data-lab='cost']").get_attribute("aria-selected") == "true"
-    # Symbols are buttons: reachable and pressed with the keyboard.
+    # Symbols are buttons: one tab stop per equation, the arrow keys move between them.
     card = page.locator("[data-equation='gap-ratio']")
     card.locator(".why-sym[data-symbol='ratio']").focus()
-    page.keyboard.press("Tab")
-    page.keyboard.press("Enter")
+    page.keyboard.press("ArrowRight")
     assert card.get_attribute("data-shown") == "exp"
 
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from attnlab.figures._data import as_dict
-from attnlab.figures.explainers import Explainer, Link, Term, parts
+from attnlab.figures.explainers import FIGURE_OF, Explainer, Link, Term, parts
+from attnlab.figures.explainers_example import example_explainers
 from attnlab.figures.explainers_mha import multihead_explainers
 from attnlab.figures.explainers_why import reasoning_explainers
 
@@ -155,6 +156,7 @@ def _main_explainer() -> Explainer:
         "Score every query against every key, scale, mask, turn each row into weights, and "
         "average the values with them.",
         list(_NOTES),
+        FIGURE_OF["§6.2"],
     )
 
 
@@ -162,6 +164,11 @@ def build_equations() -> list[Explainer]:
     """Every equation of the chapter, each symbol with its shape, meaning and a live link.
 
     >>> [e.id for e in build_equations()][:3]
-    ['attention', 'score', 'mean']
+    ['attention', 'projections', 'copy']
     """
-    return [_main_explainer(), *reasoning_explainers(), *multihead_explainers()]
+    return [
+        _main_explainer(),
+        *example_explainers(),
+        *reasoning_explainers(),
+        *multihead_explainers(),
+    ]

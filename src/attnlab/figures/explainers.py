@@ -17,7 +17,17 @@ import attnlab
 from attnlab.core.example import EXAMPLE_K, EXAMPLE_Q, EXAMPLE_V
 from attnlab.figures._data import as_dict
 
-__all__ = ["Explainer", "Link", "Term", "example_gap", "explainers", "lab", "parts", "term"]
+__all__ = [
+    "FIGURE_OF",
+    "Explainer",
+    "Link",
+    "Term",
+    "example_gap",
+    "explainers",
+    "lab",
+    "parts",
+    "term",
+]
 
 
 @dataclass(frozen=True)
@@ -46,6 +56,7 @@ class Explainer:
     symbols: list[Term]
     words: str  # the equation said in a sentence
     notes: list[str] = field(default_factory=list)
+    figure: str = ""  # the anchor of the figure it is shown beside (``FIGURE_OF`` its section)
 
     def as_dict(self) -> dict:
         return as_dict(self)
@@ -78,7 +89,9 @@ def explainers(equations, link_to, words: dict[str, str] | None = None) -> list[
         terms = [term(s, text, shape, words.get(meaning, meaning), link_to(to))
                  for s, text, shape, meaning, to in symbols]  # fmt: skip
         said = [words.get(n, n) for n in (notes[0] if notes else [])]
-        out.append(Explainer(id, title, section, _parts(spec), terms, sentence, said))
+        out.append(
+            Explainer(id, title, section, _parts(spec), terms, sentence, said, FIGURE_OF[section])
+        )
     return out
 
 
@@ -87,6 +100,15 @@ HISTOGRAM = "#figure-sqrt-dk-histogram"
 MULTI = "#figure-multi-head"
 PERMUTATION = "#figure-permutation-demo"
 PROOF = "#why-proof"
+# Each section's equations sit beside the figure that shows them working; the masks (§6.4) are
+# toggled in the stepper.
+FIGURE_OF = {
+    "§6.2": STEPPER,
+    "§6.3": HISTOGRAM,
+    "§6.4": STEPPER,
+    "§6.5": PERMUTATION,
+    "§6.6": MULTI,
+}
 
 
 def lab(name: str, label: str) -> Link:

@@ -9,12 +9,20 @@ explainers are built (the meanings in braces).
 
 from __future__ import annotations
 
+import numpy as np
+
 import attnlab
+from attnlab.core.softmax import softmax
 from attnlab.figures.explainers import MULTI, STEPPER, Link, explainers, lab
+from attnlab.figures.multihead import D_MODEL as FIGURE_D_MODEL
+from attnlab.figures.multihead import D_V as FIGURE_D_V
+from attnlab.figures.multihead import HEADS as FIGURE_HEADS
+from attnlab.figures.multihead import SENTENCE
 
 __all__ = ["multihead_explainers"]
 
 D_MODEL, HEADS = 512, 8  # the original Transformer's width and heads, quoted in the notes
+_STRONG = 4.0  # a link's score, as strong as the multi-head figure's hand-set ones
 
 _LINKS = {
     "multi": Link(MULTI, "See four heads at work in the multi-head figure"),
@@ -47,7 +55,7 @@ _EQUATIONS = (
         ("w_v", "W_{i}^{V}", "d_model × d_v",
          "Head i's value projection: which part of each token this head can copy.", "multi"),
      ), [f"Usually d_k = d_v = d_model / h: with h = {HEADS} and d_model = {D_MODEL}, each head "
-         f"is {D_MODEL // HEADS} wide."]),
+         f"is {D_MODEL // HEADS} wide.", "{several}"]),
     ("multihead", "Joining the heads", "§6.6", "multihead == concat w_o =,_with h =heads",
      "Concatenate what every head found, then let one learned matrix blend it.", (
         ("multihead", "MultiHead(Q, K, V)", "N × d_model",
@@ -61,7 +69,7 @@ _EQUATIONS = (
         ("w_o", "W^{O}", "(h·d_v) × d_model",
          "The output projection: each output feature reads every head's block, so the heads' "
          "findings are mixed and written back at model width.", "multi"),
-     ), ["[ ; ] means joining along the feature axis, not adding."]),
+     ), ["[ ; ] means joining along the feature axis, not adding.", "{anywhere}", "{shape}"]),
     ("cost", "The cost of multi-head attention", "§6.6", "flops == linear =+ quadratic",
      "A part that grows with the length and a part that grows with its square.", (
         ("flops", "FLOPs_{MHA}", "one count",
@@ -98,6 +106,29 @@ def _cost_words() -> dict[str, str]:
     }
 
 
+def _head_words() -> dict[str, str]:
+    """Why several heads, and W^O's second reason, with the multi-head figure's own sizes."""
+    it = SENTENCE.index("it")
+    row = np.zeros(len(SENTENCE))  # (N,) one head asked to do two heads' jobs for "it"
+    row[[SENTENCE.index("animal"), SENTENCE.index("because")]] = _STRONG
+    both = softmax(row)  # (N,)
+    h, d_v = len(FIGURE_HEADS), FIGURE_D_V
+    return {
+        "{several}": "Why several heads: one softmax gives each query one set of weights. "
+        f"Asked to link “it” both to the word before it and to the noun it stands for, one head "
+        f"can only split: scores of {_STRONG:g} on “because” and on “animal” give each "
+        f"{both[SENTENCE.index('animal')]:.2f} of the weight, and “{SENTENCE[it]}” receives one "
+        "blurred average of the two values, neither relation intact. Separate heads keep "
+        "each relation sharp.",
+        "{anywhere}": "W^O's second reason: every layer adds its output to the token's vector "
+        "(the residual stream), and W^O lets each head write in any direction of that "
+        "d_model-wide vector, not only into its own d_v columns.",
+        "{shape}": f"It also fixes the width when h·d_v ≠ d_model: the figure's {h} heads of "
+        f"d_v = {d_v} join into {h * d_v} columns, and its W^O "
+        f"({h * d_v} × {FIGURE_D_MODEL}) brings them back to d_model = {FIGURE_D_MODEL}.",
+    }
+
+
 def multihead_explainers() -> list:
     """§6.6's equations: a head, the concatenation with W^O, the cost and its crossover."""
-    return explainers(_EQUATIONS, _LINKS.__getitem__, _cost_words())
+    return explainers(_EQUATIONS, _LINKS.__getitem__, _cost_words() | _head_words())

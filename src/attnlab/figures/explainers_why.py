@@ -156,7 +156,13 @@ _EQUATIONS = (
          "stepper:masked"),
         ("inf", "−∞", "an entry",
          "Above the diagonal: a future key; e^−∞ = 0, so it gets no weight.", "stepper:masked"),
-    )),
+    ), ["Why causal: a model that writes text learns by guessing token i + 1 from tokens 1 … i. "
+        "If row i could see token i + 1, the answer would sit in its own input and the model "
+        "would learn to copy it instead of predicting it; when it writes, there is no future "
+        "token to look at anyway.",
+        "Why encoders use no mask: an encoder reads a finished text and predicts nothing after "
+        "it, so every token may use the words on both sides (“bank” reads differently before "
+        "“of the river” and before “account”)."]),
     ("permutation", "Attention ignores word order", "§6.5", "lhs == p rhs",
      "Shuffle the inputs and the outputs shuffle the same way, unchanged.", (
         ("lhs", "Attention(PX, PX, PX)", "N × d",

@@ -15,6 +15,7 @@ import numpy as np
 
 import attnlab
 from attnlab.core.example import EXAMPLE_K, EXAMPLE_Q, EXAMPLE_V
+from attnlab.figures import histogram
 from attnlab.figures._data import as_dict
 from attnlab.figures.multihead import HEADS, SENTENCE, build_multihead
 from attnlab.figures.permutation import build_permutation
@@ -24,6 +25,7 @@ __all__ = ["Action", "Prompt", "build_prompts"]
 SATURATION_D_K = 128  # §6.3's measured case: d_k = 128, 64 keys, 500 trials
 RATIO_TOLERANCE = 0.1  # a guess of e^gap within 10% counts as right
 SHARE_TOLERANCE = 10.0  # percentage points, about five of the lab's standard errors
+SPREAD_TOLERANCE = 0.5  # a guess of how many times wider within half a time counts as right
 
 
 @dataclass(frozen=True)
@@ -171,7 +173,34 @@ def _histogram() -> list[Prompt]:
         "scores have variance 1 at any width, so the gaps stay small.",
         [Action("#hist-dk", "value", str(SATURATION_D_K)), Action("#hist-scaled", "check")],
     )
-    return [unscaled, scaled]
+    return [_spread(), unscaled, scaled]
+
+
+def _spread() -> Prompt:
+    """§6.3's try: how much wider the raw scores get from the narrowest slider width to the
+    widest, measured on the figure's own draws (the proof says √(256/16) = 4)."""
+    low, high = histogram.D_K_MIN, histogram.D_K_MAX
+    narrow, wide = (
+        attnlab.labs.score_histogram(d_k, scaled=False, draws=histogram.DRAWS).std
+        for d_k in (low, high)
+    )
+    ratio = wide / narrow
+    return Prompt(
+        "histogram-spread",
+        "figure-sqrt-dk-histogram",
+        "Why divide by √d_k",
+        f"Scaling off, move d_k from {low} to {high}. How many times wider does the histogram "
+        "of raw scores get?",
+        "number",
+        [],
+        ratio,
+        SPREAD_TOLERANCE,
+        "times",
+        f"About {ratio:.1f} times: the measured spread goes from {narrow:.2f} to {wide:.2f}. "
+        f"Width grows like √d_k, so {high / low:g} times the width gives √{high / low:g} = "
+        f"{math.sqrt(high / low):g} times the spread, not {high / low:g}.",
+        [Action("#hist-scaled", "uncheck"), Action("#hist-dk", "value", str(high))],
+    )
 
 
 def _permutation() -> list[Prompt]:

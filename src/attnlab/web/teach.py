@@ -1,7 +1,8 @@
 """Routes for the chapter's reasoning: every equation explained, and predict-first prompts.
 
     GET /api/equations         {"equations": [explainer, ...]}: every equation of the chapter,
-                               each {id, title, section, parts, symbols, words, notes}; a symbol
+                               each {id, title, section, parts, symbols, words, notes, figure};
+                               figure is the anchor it is shown beside; a symbol
                                is {id, text, shape, meaning, link: {href, label, step, lab}}
     GET /api/equations/{id}    one explainer; an unknown id is a 422 naming "id"
     GET /api/predict           {"prompts": [prompt, ...]}: per figure, a question, how to check a

@@ -149,19 +149,39 @@ export const PLOT_CONFIG = {
   toImageButtonOptions: { format: "png", scale: 2 },
 };
 
-// Plotly is a classic script loaded before the modules; draw only if it arrived.
-export function plot(node, data, layout, config = {}) {
-  if (!window.Plotly) {
-    node.textContent = "The plotting library did not load; the numbers beside the chart still hold.";
-    return Promise.resolve();
+// plotly.js (4.8 MB) loads async, beside the modules and the data: only a chart waits for it.
+// Once the window has loaded, the script has run or failed, so a missing Plotly is final.
+const plotlyLoaded = new Promise((resolve) => {
+  const settle = () => resolve(window.Plotly ?? null);
+  if (window.Plotly || document.readyState === "complete") settle();
+  else {
+    document.getElementById("plotly-js")?.addEventListener("load", settle);
+    window.addEventListener("load", settle);
   }
+});
+const drawing = new Set();
+
+// Every chart asked for so far, drawn (the page's ready signal waits for them).
+export const chartsDrawn = () => Promise.allSettled([...drawing]);
+
+// Draw when Plotly has arrived; without it, say so and keep the numbers.
+export function plot(node, data, layout, config = {}) {
+  const drawn = plotlyLoaded.then((Plotly) => (Plotly ? draw(Plotly, node, data, layout, config)
+    : (node.textContent = "The plotting library did not load; the numbers beside the chart still hold.")));
+  drawing.add(drawn);
+  const forget = () => drawing.delete(drawn);
+  drawn.then(forget, forget);
+  return drawn;
+}
+
+function draw(Plotly, node, data, layout, config) {
   const big = Boolean(node.closest(".presenting"));
   // Presenting: type and plot height follow the screen's height (20 px type and a 62% high plot
   // at 1080 px), so the chart sits on the first screen of a 720 px projector too.
   const size = big ? Math.max(14, Math.round(window.innerHeight / 54)) : 13;
   const title = layout.title ? { x: 0.01, xanchor: "left", ...layout.title, font: { size: big ? size + 4 : 14 } } : undefined;
   const sized = big && layout.height ? { height: Math.round(Math.min(layout.height * 1.6, window.innerHeight * 0.62)) } : {};
-  const drawn = window.Plotly.react(node, data, {
+  const drawn = Plotly.react(node, data, {
     margin: big ? { t: 3 * size, r: 20, b: 4 * size, l: 5 * size } : { t: 40, r: 10, b: 45, l: 55 },
     font: { family: "system-ui, sans-serif", size },
     paper_bgcolor: "rgba(0,0,0,0)",
@@ -172,7 +192,7 @@ export function plot(node, data, layout, config = {}) {
   }, { ...PLOT_CONFIG, ...config });
   // (relayout, not Plots.resize: a resize would also shrink the height back to the container's;
   // a chart hidden while presenting keeps its width)
-  if (big) drawn.then(() => requestAnimationFrame(() => node.clientWidth && window.Plotly.relayout(node, { width: node.clientWidth })));
+  if (big) drawn.then(() => requestAnimationFrame(() => node.clientWidth && Plotly.relayout(node, { width: node.clientWidth })));
   return drawn;
 }
 

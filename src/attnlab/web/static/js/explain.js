@@ -44,6 +44,7 @@ function linkTo(link) {
 function show(card, eq, id) {
   const s = eq.symbols.find((x) => x.id === id);
   card.querySelectorAll(".why-sym").forEach((b) => b.setAttribute("aria-pressed", String(b.dataset.symbol === id)));
+  rove(card, card.querySelector(`.why-sym[data-symbol="${id}"]`));
   card.querySelector(".why-panel").replaceChildren(
     el("h4", {}, el("span", { class: "why-sym-text" }, markup(s.text))),
     el("p", { class: "why-meaning", text: s.meaning }),
@@ -61,14 +62,38 @@ function symbolButton(eq, s) {
   return button;
 }
 
-function explainer(eq) {
+// One Tab stop per equation (a roving tabindex): the shown symbol is the card's one stop, and
+// the arrow keys, Home and End move between its symbols, showing each, in reading order.
+function rove(card, to) {
+  card.querySelectorAll(".why-sym").forEach((b) => { b.tabIndex = b === to ? 0 : -1; });
+}
+
+const MOVES = { ArrowRight: 1, ArrowDown: 1, ArrowLeft: -1, ArrowUp: -1 };
+
+function onKey(card, eq, event) {
+  const from = event.target.closest(".why-sym");
+  if (!from) return;
+  const all = [...card.querySelectorAll(".why-sym")];
+  const at = all.indexOf(from);
+  const to = event.key === "Home" ? 0 : event.key === "End" ? all.length - 1
+    : event.key in MOVES ? (at + MOVES[event.key] + all.length) % all.length : null;
+  if (to === null) return;
+  event.preventDefault();
+  show(card, eq, all[to].dataset.symbol);
+  all[to].focus();
+}
+
+// A card shown beside its figure repeats one in "The why": its ids carry a prefix and it is
+// marked data-beside, so each equation keeps one data-equation card on the page.
+function explainer(eq, prefix = "") {
   const byId = Object.fromEntries(eq.symbols.map((s) => [s.id, s]));
   const used = new Set(eq.parts.filter((p) => p.sym).map((p) => p.sym));
-  const line = el("p", { class: "why-eq" }, eq.parts.map((p) =>
+  const line = el("p", { class: "why-eq", role: "group", "aria-label": `${eq.title}: the arrow keys move between its symbols` }, eq.parts.map((p) =>
     p.sym ? symbolButton(eq, byId[p.sym]) : el("span", { class: "why-op", text: ` ${p.op} ` })));
   const rest = eq.symbols.filter((s) => !used.has(s.id));
-  const card = el("article", { class: "why-card explainer", "data-equation": eq.id, "aria-labelledby": `why-eq-${eq.id}` },
-    el("h3", { id: `why-eq-${eq.id}` }, eq.title, el("span", { class: "why-section-ref", text: ` ${eq.section}` })),
+  const head = `${prefix}why-eq-${eq.id}`;
+  const card = el("article", { class: "why-card explainer", [prefix ? "data-beside" : "data-equation"]: eq.id, "aria-labelledby": head },
+    el("h3", { id: head }, eq.title, el("span", { class: "why-section-ref", text: ` ${eq.section}` })),
     line,
     rest.length ? el("p", { class: "why-where" }, "where ", rest.map((s) => symbolButton(eq, s))) : null,
     el("p", { class: "why-words", text: eq.words }),
@@ -79,11 +104,38 @@ function explainer(eq) {
     const button = event.target.closest(".why-sym");
     if (button) show(card, eq, button.dataset.symbol);
   });
+  card.addEventListener("keydown", (event) => onKey(card, eq, event));
   show(card, eq, eq.symbols[0].id);
   return card;
 }
 
+let loaded = null;
+const equations = () => { loaded ??= api("/api/equations").then((r) => r.equations); return loaded; };
+
 export async function render(root) {
-  const { equations } = await api("/api/equations");
-  root.replaceChildren(...equations.map(explainer));
+  root.replaceChildren(...(await equations()).map((eq) => explainer(eq)));
+}
+
+// Beside each figure, after its own words: a folded "why" holding that figure's equations
+// (each explainer names its figure), filled the first time a reader opens it.
+const FIGURES = ["figure-attention-stepper", "figure-sqrt-dk-histogram", "figure-permutation-demo", "figure-multi-head"];
+
+export function besides(report) {
+  for (const id of FIGURES) {
+    const section = document.getElementById(id);
+    if (!section) continue;
+    const grid = el("div", { class: "why-grid" });
+    const fold = el("details", { class: "why-beside", "data-figure": id },
+      el("summary", {}, "The why behind this figure"), grid);
+    section.append(fold);
+    fold.addEventListener("toggle", async () => {
+      if (!fold.open || grid.childElementCount) return;
+      try {
+        const mine = (await equations()).filter((eq) => eq.figure === `#${id}`);
+        grid.replaceChildren(...mine.map((eq) => explainer(eq, `${id}-`)));
+      } catch (err) {
+        report(err);
+      }
+    });
+  }
 }

@@ -1,5 +1,5 @@
 // Start every section on its own, so one that fails cannot stop the others.
-import { config, fillConfig } from "./common.js";
+import { chartsDrawn, config, fillConfig } from "./common.js";
 import * as equation from "./equation.js";
 import * as exercises from "./exercises.js";
 import * as histogram from "./histogram.js";
@@ -27,4 +27,9 @@ const started = Object.entries({ words, ...sections }).map(async ([name, module]
   }
 });
 
-Promise.allSettled(started).then(() => document.body.setAttribute("data-ready", "true"));
+// Ready: every section started and every chart it asked for drawn. The mark lets a test read
+// the time from navigation start (performance.getEntriesByName("attnlab-ready")).
+Promise.allSettled(started).then(chartsDrawn).then(() => {
+  performance.mark("attnlab-ready");
+  document.body.setAttribute("data-ready", "true");
+});
