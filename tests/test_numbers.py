@@ -15,6 +15,7 @@ import subprocess
 import pytest
 
 from attnlab.core.numbers import MASKED, NO_VALUE, encode_cell, format_number
+from attnlab.errors import AttnlabError
 from attnlab.web.app import STATIC
 
 # (value, how a person writes it to four significant digits): read off by hand, not computed.
@@ -48,6 +49,32 @@ CASES = [
 ]
 
 
+# (value, digits, text): the reader's "more digits", read off by hand.
+MORE = [
+    (0.19557312, 6, "0.195573"),
+    (4.11300001, 8, "4.113"),
+    (1 / 3, 8, "0.33333333"),
+    (-12.727922, 6, "-12.7279"),
+    (2.967e-6, 6, "2.967e-6"),
+    (1.23456789e-7, 6, "1.23457e-7"),
+    (-3.14159265e9, 8, "-3.1415927e+9"),
+    (999999.4, 6, "999999"),
+    (0.0009999996, 6, "1e-3"),
+    (0.00825, 2, "0.0083"),
+]
+
+
+@pytest.mark.parametrize(("value", "digits", "text"), MORE)
+def test_more_digits_when_the_reader_asks(value, digits, text):
+    assert format_number(value, digits=digits) == text
+
+
+@pytest.mark.parametrize("digits", [0, 18, 4.0, True, "6"])
+def test_digits_out_of_range_are_refused_by_name(digits):
+    with pytest.raises(AttnlabError, match="digits"):
+        format_number(1.0, digits=digits)
+
+
 @pytest.mark.parametrize(("value", "text"), CASES)
 def test_format_number_writes_four_significant_digits(value, text):
     assert format_number(value) == text
@@ -77,18 +104,24 @@ def _js_values() -> list:
     return out
 
 
+def _more() -> list:
+    return [[value, digits] for value, digits, _ in MORE]
+
+
 SCRIPT = """
 const values = VALUES.map((v) => (v === "NaN" ? NaN : v === "Infinity" ? Infinity
   : v === "-Infinity" ? -Infinity : v));
 values[1] = -0;  // JSON drops the sign of -0.0
 const out = values.map((v) => formatNumber(v));
+const more = MORE.map(([v, d]) => formatNumber(v, d));
 """
 
 
 def _run_in_node(source: str, values: list) -> list[str]:
     program = (
         f'import {{ formatNumber }} from "{source}";\n'
-        f"const VALUES = {json.dumps(values)};\n{SCRIPT}\nconsole.log(JSON.stringify(out));"
+        f"const VALUES = {json.dumps(values)};\nconst MORE = {json.dumps(_more())};\n"
+        f"{SCRIPT}\nconsole.log(JSON.stringify([out, more]));"
     )
     done = subprocess.run(
         ["node", "--input-type=module", "-e", program],
@@ -111,10 +144,10 @@ def _run_in_chromium(source: str, values: list) -> list[str]:
         page.set_content("<html><body></body></html>")
         url = "data:text/javascript," + js.replace("%", "%25").replace("#", "%23")
         page.evaluate(
-            "async ([url, VALUES]) => { const { formatNumber } = await import(url);"
+            "async ([url, VALUES, MORE]) => { const { formatNumber } = await import(url);"
             + SCRIPT
-            + " window.__out = out; }",
-            [url, values],
+            + " window.__out = [out, more]; }",
+            [url, values, _more()],
         )
         out = page.evaluate("window.__out")
         browser.close()
@@ -125,6 +158,7 @@ def test_the_page_formats_every_case_as_python_does():
     source = str(STATIC / "js" / "common.js")
     values = _js_values()
     run = _run_in_node if shutil.which("node") else _run_in_chromium
-    got = run(source, values)
+    got, more = run(source, values)
     expected = [format_number(v) for v, _ in CASES] + [format_number(MASKED)]
     assert got == expected
+    assert more == [format_number(v, digits=d) for v, d, _ in MORE]

@@ -39,12 +39,15 @@ export function fillConfig(cfg, node = document) {
 }
 
 // Numbers as every printer writes them, the rule of attnlab/core/numbers.py (a test runs both on
-// one table of cases): 4 significant digits, trailing zeros dropped, plain from 0.001 up to a
-// million and 1.235e-4 outside. "-inf" (a blocked pair, as JSON carries it) prints as -inf;
-// null, undefined and NaN are no value and print as an em dash.
+// one table of cases): 4 significant digits unless the reader picks more (the page's "Digits"
+// control, digits= in the URL), trailing zeros dropped, plain from 0.001 up to a million and
+// 1.235e-4 outside. "-inf" (a blocked pair, as JSON carries it) prints as -inf; null, undefined
+// and NaN are no value and print as an em dash.
 export const MASKED = "-inf";
 export const NO_VALUE = "—";
-// 4 significant digits: one before the point and 3 after it, or 3 - decade decimals.
+export const DIGITS = [4, 6, 8]; // the choices the page offers; 4 is the default
+let shown = DIGITS[0];
+// d significant digits: one before the point and d - 1 after it, or d - 1 - decade decimals.
 const DECADES = [1e-3, 1e-2, 1e-1, 1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6];
 
 const trim = (text) => {
@@ -52,18 +55,25 @@ const trim = (text) => {
   return t === "-0" ? "0" : t;
 };
 
-export function formatNumber(x) {
+// The page's digits from now on (one of DIGITS; anything else keeps the default).
+export function setDigits(d) {
+  shown = DIGITS.includes(d) ? d : DIGITS[0];
+  return shown;
+}
+export const digitsShown = () => shown;
+
+export function formatNumber(x, digits = shown) {
   if (x === MASKED || x === -Infinity) return MASKED;
   if (x === null || x === undefined || Number.isNaN(x)) return NO_VALUE;
   if (x === Infinity) return "inf";
   if (x === 0) return "0";
   const size = Math.abs(x);
   if (!(size >= DECADES[0] && size < DECADES[DECADES.length - 1])) {
-    const [mantissa, exponent] = x.toExponential(3).split("e");
+    const [mantissa, exponent] = x.toExponential(digits - 1).split("e");
     return `${trim(mantissa)}e${exponent}`;
   }
   const decade = DECADES.filter((d) => size >= d).length - 4;
-  return trim(x.toFixed(Math.max(0, 3 - decade)));
+  return trim(x.toFixed(Math.max(0, digits - 1 - decade)));
 }
 
 // The page's short name for it.
@@ -150,15 +160,17 @@ export const PLOT_CONFIG = {
 };
 
 // plotly.js (4.8 MB) loads async, beside the modules and the data: only a chart waits for it.
-// Once the window has loaded, the script has run or failed, so a missing Plotly is final.
-const plotlyLoaded = new Promise((resolve) => {
+// Once the window has loaded, the script has run or failed, so a missing Plotly is final. Made on
+// the first chart, so the module also loads where there is no window (node, for the number tests).
+let plotlyLoaded = null;
+const plotlyReady = () => (plotlyLoaded ??= new Promise((resolve) => {
   const settle = () => resolve(window.Plotly ?? null);
   if (window.Plotly || document.readyState === "complete") settle();
   else {
     document.getElementById("plotly-js")?.addEventListener("load", settle);
     window.addEventListener("load", settle);
   }
-});
+}));
 const drawing = new Set();
 
 // Every chart asked for so far, drawn (the page's ready signal waits for them).
@@ -166,7 +178,7 @@ export const chartsDrawn = () => Promise.allSettled([...drawing]);
 
 // Draw when Plotly has arrived; without it, say so and keep the numbers.
 export function plot(node, data, layout, config = {}) {
-  const drawn = plotlyLoaded.then((Plotly) => (Plotly ? draw(Plotly, node, data, layout, config)
+  const drawn = plotlyReady().then((Plotly) => (Plotly ? draw(Plotly, node, data, layout, config)
     : (node.textContent = "The plotting library did not load; the numbers beside the chart still hold.")));
   drawing.add(drawn);
   const forget = () => drawing.delete(drawn);

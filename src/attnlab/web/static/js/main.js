@@ -1,13 +1,25 @@
 // Start every section on its own, so one that fails cannot stop the others.
-import { chartsDrawn, config, fillConfig } from "./common.js";
+import { chartsDrawn, config, fillConfig, setDigits } from "./common.js";
 import * as equation from "./equation.js";
 import * as exercises from "./exercises.js";
 import * as histogram from "./histogram.js";
 import * as labs from "./labs.js";
 import * as multihead from "./multihead.js";
 import * as permutation from "./permutation.js";
+import { onUrlChange, readUrl, redrawAll, writeUrl } from "./state.js";
 import * as stepper from "./stepper.js";
 import * as why from "./why.js";
+
+// The digits every number shows (digits= in the URL, 4 when absent), set before any figure draws.
+const digitsBox = document.querySelector("#digits");
+const readDigits = () => { digitsBox.value = String(setDigits(Number(readUrl("digits")))); };
+readDigits();
+onUrlChange(readDigits);
+digitsBox.addEventListener("change", () => {
+  const d = setDigits(Number(digitsBox.value));
+  writeUrl({ digits: d === 4 ? null : d });
+  redrawAll();
+});
 
 const sections = { stepper, equation, why, histogram, permutation, multihead, labs, exercises };
 

@@ -29,6 +29,12 @@ export function onUrlChange(callback) {
   listeners.push(callback);
 }
 
+// Every figure reads the URL again now (a page-wide setting changed, such as the digits shown).
+export function redrawAll() {
+  seen = location.search;
+  return Promise.allSettled(listeners.map((callback) => callback()));
+}
+
 // A click on an in-page link (#figure-...) also fires popstate: only a changed query is news.
 window.addEventListener("popstate", () => {
   if (location.search === seen) return;
