@@ -161,7 +161,7 @@ async function openInStepper(event) {
 
 // Read the URL again (first start, Back and Forward): fetch only when the sequence changed.
 export async function restore() {
-  const whole = (key) => { const x = Number(readUrl(key)); return Number.isInteger(x) && x >= 0 ? x : null; };
+  const whole = (key) => { const x = Number(readUrl(key) ?? NaN); return Number.isInteger(x) && x >= 0 ? x : null; };
   pick.layer = whole("mh.layer") ?? 1;
   pick.head = whole("mh.head") ?? 0;
   pick.query = whole("mh.query") ?? 0;
