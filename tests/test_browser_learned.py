@@ -53,6 +53,10 @@ def test_learned_mode_opens_a_head_in_the_stepper(browser, server, width):  # no
     assert _param(page, "mh.mode") == "learned"
     assert page.locator("#mh-handset").is_hidden()
     assert page.locator("#mh-learned .learned-head canvas").count() == 8
+    assert page.locator("#mh-heading").inner_text() == "Heads that learned"
+    # It starts on a layer-1 head, where the induction heads are.
+    assert page.locator("#learned-open select[name=layer]").input_value() == "1"
+    assert page.locator(".learned-head.picked").get_attribute("data-layer") == "1"
     captions = page.locator(".learned-head figcaption").all_inner_texts()
     assert any("previous-token (" in c for c in captions[:4])
     assert any("induction (" in c for c in captions[4:])
@@ -87,9 +91,13 @@ def test_learned_mode_opens_a_head_in_the_stepper(browser, server, width):  # no
     page.select_option("#learned-open select[name=layer]", "1")
     page.select_option("#learned-open select[name=head]", str(head))
     page.fill("#learned-open input[name=query]", str(QUERY))
+    page.locator("#learned-open input[name=query]").dispatch_event("change")
+    page.wait_for_function(
+        f"document.getElementById('learned-pick').textContent.includes('position {QUERY} ')"
+    )
+    page.locator("#figure-multi-head").screenshot(path=str(ARTIFACTS / f"learned-{width}.png"))
     page.click("#learned-open button[type=submit]")
     page.wait_for_function("!document.getElementById('stepper-learned')?.hidden")
-    page.locator("#figure-multi-head").screenshot(path=str(ARTIFACTS / f"learned-{width}.png"))
     assert _param(page, "stepper.learned") == f"1,{head},{QUERY}"
     assert _param(page, "stepper.q") is None  # the URL names the head, not its numbers
     expected = model.attention_weights(np.array([TOKENS]))[0, 1, head, QUERY, : QUERY + 1]
