@@ -97,7 +97,7 @@ def test_learned_mode_opens_a_head_in_the_stepper(browser, server, width):  # no
     )
     page.locator("#figure-multi-head").screenshot(path=str(ARTIFACTS / f"learned-{width}.png"))
     page.click("#learned-open button[type=submit]")
-    page.wait_for_function("!document.getElementById('stepper-learned')?.hidden")
+    page.wait_for_function("document.getElementById('stepper-learned')?.hidden === false")
     assert _param(page, "stepper.learned") == f"1,{head},{QUERY}"
     assert _param(page, "stepper.q") is None  # the URL names the head, not its numbers
     expected = model.attention_weights(np.array([TOKENS]))[0, 1, head, QUERY, : QUERY + 1]
@@ -117,7 +117,7 @@ def test_learned_mode_opens_a_head_in_the_stepper(browser, server, width):  # no
     # A reload restores both: the learned mode on this sequence and the head in the stepper.
     page.reload()
     page.wait_for_selector("body[data-ready='true']")
-    page.wait_for_function("!document.getElementById('stepper-learned')?.hidden")
+    page.wait_for_function("document.getElementById('stepper-learned')?.hidden === false")
     assert page.locator("#figure-attention-stepper").get_attribute("data-step") == "weights"
     got = page.locator(cells).evaluate_all("els => els.map(e => Number(e.dataset.value))")
     np.testing.assert_allclose(got, expected, atol=1e-6)
