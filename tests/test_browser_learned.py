@@ -6,6 +6,8 @@ test-artifacts/."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -165,6 +167,13 @@ def test_learned_mode_by_keyboard_alone(browser, server):  # noqa: F811
     page.wait_for_function("document.activeElement.id === 'figure-attention-stepper'")
     assert page.locator("#stepper-learned").is_visible()
     assert _param(page, "stepper.learned") == f"1,{head},{QUERY}"
+    # The figure's export follows the mode: the labels and the picked head's weights.
+    exported = page.evaluate("""async () => { const m = await import('/static/js/export.js');
+        return m.toJson(document.querySelector('#figure-multi-head').exportData()); }""")
+    data = json.loads(exported)
+    assert data["state"]["mode"] == "learned" and data["state"]["head"] == head
+    weights = pretrained("induction").attention_weights(np.array([TOKENS]))[0, 1, head]
+    np.testing.assert_allclose(data["tables"][1]["values"], weights, atol=6e-5)  # 4 places
     # Back to the mode's radio and ArrowLeft: the hand-set heads again.
     page.focus("#mh-mode input[value=learned]")
     page.keyboard.press("ArrowLeft")
