@@ -86,6 +86,12 @@ def test_learned_mode_opens_a_head_in_the_stepper(browser, server, width):  # no
         "document.getElementById('learned-step').textContent.includes('trained')"
     )
     assert _param(page, "mh.checkpoint") is None
+    page.go_forward()
+    page.wait_for_function("document.getElementById('learned-step').textContent === '0'")
+    page.go_back()
+    page.wait_for_function(
+        "document.getElementById('learned-step').textContent.includes('trained')"
+    )
 
     # Open the induction head's query in the stepper: its weights are the model's own.
     model = pretrained("induction")

@@ -106,3 +106,14 @@ def test_out_of_bounds_is_a_422_naming_the_field(client, params, field):
     answer = client.get("/api/learned/head", params=params)
     assert answer.status_code == 422
     assert answer.json()["detail"][0]["field"] == field
+
+
+def test_the_last_query_of_a_full_context_fits_the_stepper(client):
+    params = {"seed": 7, "layer": 1, "head": 3, "query": 31}
+    data = client.get("/api/learned/head", params=params).json()
+    assert len(data["tokens"]) == 32 and np.shape(data["k"]) == (32, 16)
+    body = {"q": data["q"], "k": data["k"], "v": data["v"], "causal": False, "scaled": True}
+    trace = client.post("/api/trace", json=body)
+    assert trace.status_code == 200, trace.text
+    weights = pretrained("induction").attention_weights(np.array([data["tokens"]]))[0, 1, 3, 31]
+    np.testing.assert_allclose(trace.json()["tables"]["weights"]["values"][0], weights, atol=ATOL)
