@@ -81,8 +81,8 @@ def test_stepper_rows_with_no_key_get_a_message():
 @pytest.mark.parametrize(
     ("kwargs", "error", "match"),
     [
-        ({"q": np.ones((9, 2))}, AttnlabError, r"1 to 8 rows"),
-        ({"q": np.ones((1, 9))}, AttnlabError, r"1 to 8 columns"),
+        ({"q": np.ones((33, 2))}, AttnlabError, r"1 to 32 rows"),
+        ({"q": np.ones((1, 17))}, AttnlabError, r"1 to 16 columns"),
         ({"q": [[1, 2], [3]]}, AttnlabError, "rectangular"),
         ({"q": [[2000.0, 0.0]]}, AttnlabError, "within ±1000"),
         ({"q": np.ones((2, 3))}, ShapeError, "d_k"),

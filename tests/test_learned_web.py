@@ -50,9 +50,12 @@ def test_bad_tokens_are_a_422_naming_the_field(client, tokens):
     assert "tokens" in answer.text
 
 
-def test_the_page_is_served(client):
-    page = client.get("/learned")
-    assert page.status_code == 200 and "learned.js" in page.text
+def test_the_old_page_opens_the_explorer_in_learned_mode(client):
+    moved = client.get("/learned", follow_redirects=False)
+    assert moved.status_code in (302, 307)
+    assert moved.headers["location"] == "/?mh.mode=learned#figure-multi-head"
+    page = client.get(moved.headers["location"])
+    assert 'id="mh-learned"' in page.text and 'id="learned-open"' in page.text
 
 
 def test_checkpoints_show_the_induction_head_forming(client):

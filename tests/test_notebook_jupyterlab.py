@@ -246,7 +246,7 @@ def test_the_widgets_render_and_respond_both_ways_in_jupyterlab(notebook):
 
     # A value the kernel refuses: the widget keeps its state and shows the kernel's reason.
     assert "refused" in _run(page, 3, shows="refused")
-    error.get_by_text("1 to 8 rows").wait_for()
+    error.get_by_text("1 to 32 rows").wait_for()
     assert heading.inner_text().startswith("Step 6 of 11")
     _shot(page, stepper, "jupyterlab-stepper-refused-q.png")
     stepper.get_by_role("button", name="previous step").click()  # and it still works

@@ -289,9 +289,9 @@ def test_exercises_list_hides_answers_and_check_grades(client):
 
 # -- refusals: 422 naming the field, never 500 ---------------------------------------------------
 
-TOO_WIDE = [[1.0] * 9]
+TOO_WIDE = [[1.0] * 17]
 REFUSALS = [
-    ("POST", "/api/trace", {"q": [[1.0]] * 9}, "q"),
+    ("POST", "/api/trace", {"q": [[1.0]] * 33}, "q"),
     ("POST", "/api/trace", {"q": TOO_WIDE, "k": TOO_WIDE, "v": TOO_WIDE}, "q[0]"),
     ("POST", "/api/trace", {"q": []}, "q"),
     ("POST", "/api/trace", {"q": [[1, 2], [3]]}, "q"),

@@ -1,7 +1,7 @@
 """Figure ``attention-stepper``: every table of one attention call, step by step (§6.2).
 
-Shape legend: N query rows, M key rows, d_k query/key width, d_v value width (all <= 8 here,
-so the tables stay readable).
+Shape legend: N query rows, M key rows, d_k query/key width, d_v value width (N, M <= 32 and
+d_k, d_v <= 16: one query of any head of the shipped induction model fits, keys and all).
 
 Every number comes from ``trace_attention``. A query row that the mask leaves with no key gets
 an error message instead of weights (attnlab refuses the 0/0 = NaN that softmax would give).
@@ -47,9 +47,10 @@ FIGURE_ID = "attention-stepper"
 # the mask (the scores and the upstream gradient do not depend on the mask).
 _QUERY_ROWS = tuple(s.name for s in FORWARD[2:] + BACKWARD[1:] if s.rows == "query")
 
-MAX_TOKENS = 8  # rows of Q, K and V
-MAX_WIDTH = 8  # d_k and d_v
-MAX_ABS = 1000.0  # keeps every score finite: 8 * 1000 * 1000 is far from overflow
+# Sized for a learned head: pretrained("induction") has context 32 and heads of width 64 / 4.
+MAX_TOKENS = 32  # rows of Q, K and V
+MAX_WIDTH = 16  # d_k and d_v
+MAX_ABS = 1000.0  # keeps every score finite: 16 * 1000 * 1000 is far from overflow
 EXP_LIMIT = 50.0  # e^50 is about 5e21: still printable; past it the working shifts the row
 # The page's "Random" button: this many tokens of this width, whole entries in ±RANDOM_RANGE,
 # small enough to check a dot product by hand.

@@ -1,6 +1,6 @@
 """The learned heads: the shipped induction model's attention on a sequence, head by head.
 
-    GET /learned               the page (static/learned.html): type or generate a sequence
+    GET /learned               opens the explorer's multi-head view in its learned mode
     GET /api/learned           {"config", "tokens", "repeat", "predictions", "heads", "weights"}
         tokens   optional, token ids separated by spaces or commas (at most the model's
                  context, each below its vocabulary); without it, one induction sequence is
@@ -10,6 +10,10 @@
         weights  (layers, heads, N, N) of this sequence, rounded to 4 decimals
         checkpoint   optional index into ``checkpoints`` (the training steps of the snapshots
                  kept while the model trained, the trained model last): the weights then
+    GET /api/learned/head      one head's attention for one query, as the stepper takes it:
+        the same sequence and checkpoint arguments, and ``layer``, ``head``, ``query`` (a
+        position of the sequence); answers q (1, d_k), k and v (query + 1, d_k) (the keys the
+        causal mask allows), the scale and the model's own weights for that query
 
 Everything comes from ``attnlab.transformer.pretrained("induction")`` and the lab module; the
 model is loaded once and only read.
@@ -18,12 +22,11 @@ model is loaded once and only read.
 from __future__ import annotations
 
 from functools import cache
-from pathlib import Path
 from typing import Annotated
 
 import numpy as np
 from fastapi import APIRouter, Query
-from fastapi.responses import FileResponse
+from fastapi.responses import RedirectResponse
 
 from attnlab.labs._common import rng_for
 from attnlab.labs.induction import induction_sequences, measure
@@ -34,6 +37,12 @@ router = APIRouter(tags=["learned heads"])
 
 FRESH = 300  # sequences the head labels are measured on
 _TAG = 201  # the page's own random stream, apart from every lab's
+# Where /learned sends a reader: the explorer's multi-head view, in its learned mode.
+EXPLORER_LEARNED = "/?mh.mode=learned#figure-multi-head"
+
+Tokens = Annotated[str | None, Query(max_length=400)]
+Seed = Annotated[int, Query(ge=0, le=SEED_MAX)]
+Checkpoint = Annotated[int | None, Query(ge=0)]
 
 
 @cache
@@ -72,12 +81,8 @@ def _parse(text: str, context: int, vocab: int) -> list[int]:
     return ids
 
 
-@router.get("/api/learned", summary="The shipped induction model's heads on one sequence")
-def learned(
-    tokens: Annotated[str | None, Query(max_length=400)] = None,
-    seed: Annotated[int, Query(ge=0, le=SEED_MAX)] = 0,
-    checkpoint: Annotated[int | None, Query(ge=0)] = None,
-) -> dict:
+def _sequence(tokens: str | None, seed: int, checkpoint: int | None):
+    """(checkpoint index, its model, token ids, repeat length or None) of one request."""
     count = len(_models())
     if checkpoint is not None and checkpoint >= count:
         raise FieldError("checkpoint", f"expected a checkpoint from 0 to {count - 1}, but got "
@@ -85,17 +90,20 @@ def learned(
     index = count - 1 if checkpoint is None else checkpoint
     model = _model(index)
     cfg = model.config
-    repeat = None
-    if tokens is None:
-        seq, lengths = induction_sequences(rng_for(seed, _TAG, 1), 1, cfg["context"],
-                                           cfg["vocab_size"])  # fmt: skip
-        ids, repeat = seq[0].tolist(), int(lengths[0])
-    else:
-        ids = _parse(tokens, cfg["context"], cfg["vocab_size"])
+    if tokens is not None:
+        return index, model, _parse(tokens, cfg["context"], cfg["vocab_size"]), None
+    seq, lengths = induction_sequences(rng_for(seed, _TAG, 1), 1, cfg["context"],
+                                       cfg["vocab_size"])  # fmt: skip
+    return index, model, seq[0].tolist(), int(lengths[0])
+
+
+@router.get("/api/learned", summary="The shipped induction model's heads on one sequence")
+def learned(tokens: Tokens = None, seed: Seed = 0, checkpoint: Checkpoint = None) -> dict:
+    index, model, ids, repeat = _sequence(tokens, seed, checkpoint)
     batch = np.array([ids])
     weights = model.attention_weights(batch)[0]  # (layers, heads, N, N)
     return {
-        "config": cfg,
+        "config": model.config,
         "tokens": ids,
         "repeat": repeat,
         "predictions": model.predict(batch)[0].tolist(),
@@ -106,6 +114,55 @@ def learned(
     }
 
 
+def _exact(a: np.ndarray) -> list:
+    return a.astype(float).tolist()  # float32 to float64 loses nothing: the model's own numbers
+
+
+def _below(name: str, value: int, limit: int, what: str) -> None:
+    if value >= limit:
+        raise FieldError(name, f"expected {name} from 0 to {limit - 1} ({what}), but got "
+                         f"{value} instead")  # fmt: skip
+
+
+@router.get("/api/learned/head", summary="One learned head's q, k and v for one query")
+def learned_head(
+    layer: Annotated[int, Query(ge=0)],
+    head: Annotated[int, Query(ge=0)],
+    query: Annotated[int, Query(ge=0)],
+    tokens: Tokens = None,
+    seed: Seed = 0,
+    checkpoint: Checkpoint = None,
+) -> dict:
+    index, model, ids, _ = _sequence(tokens, seed, checkpoint)
+    cfg = model.config
+    _below("layer", layer, cfg["layers"], "the model's layers")
+    _below("head", head, cfg["heads"], "the heads of a layer")
+    _below("query", query, len(ids), "a position of the sequence")
+    batch = np.array([ids])  # (1, N)
+    # The targets only steer the gradients, which this route does not read: q, k and v are the
+    # forward pass's, exactly what the layer gave attnlab.attention.
+    _, _, calls = model.attention_calls(batch, np.zeros_like(batch))
+    call = calls[layer]
+    q = call.q[0, head, query : query + 1]  # (1, d_k): the one query row
+    k = call.k[0, head, : query + 1]  # (query + 1, d_k): the keys the causal mask allows
+    v = call.v[0, head, : query + 1]  # (query + 1, d_k)
+    weights = model.attention_weights(batch)[0, layer, head, query, : query + 1]  # (query + 1,)
+    return {
+        "layer": layer,
+        "head": head,
+        "query": query,
+        "tokens": ids,
+        "checkpoint": index,
+        "step": _models()[index][0],
+        "scaled": call.scale is None,  # None: attnlab's 1/√d_k, as the stepper's "scaled"
+        "scale": float(1 / np.sqrt(q.shape[-1])) if call.scale is None else call.scale,
+        "q": _exact(q),
+        "k": _exact(k),
+        "v": _exact(v),
+        "weights": _exact(weights),
+    }
+
+
 @router.get("/learned", include_in_schema=False)
-def page() -> FileResponse:
-    return FileResponse(Path(__file__).parent / "static" / "learned.html", media_type="text/html")
+def page() -> RedirectResponse:
+    return RedirectResponse(EXPLORER_LEARNED)

@@ -1,7 +1,17 @@
-// The learned heads: fetch /api/learned and draw each head's weights on a canvas.
-// Every number (weights, predictions, labels, scores) comes from the server.
+// The multi-head view's learned mode: the shipped induction model's heads on one sequence
+// (GET /api/learned), a slider over its training checkpoints, and any head's query opened in the
+// stepper (GET /api/learned/head). Every number (weights, predictions, labels, scores) comes
+// from the server. URL: mh.tokens (typed ids) or mh.seed (a generated sequence), mh.checkpoint,
+// mh.layer, mh.head, mh.query (a position, counted from 0 as the model counts).
+import { api, clearError, el, fmt, showError } from "./common.js";
+import { readUrl, writeUrl } from "./state.js";
+import { openLearned } from "./stepper.js";
 
-const $ = (id) => document.getElementById(id);
+let root = null;
+const $ = (sel) => root.querySelector(sel);
+let data = null; // the last answer of /api/learned
+let shown = null; // the request it answered, as URL entries
+const pick = { layer: 1, head: 0, query: 0 }; // the head and query the stepper would open
 
 function drawHead(canvas, weights) {
   const n = weights.length;
@@ -19,72 +29,174 @@ function drawHead(canvas, weights) {
   ctx.putImageData(img, 0, 0);
 }
 
-function sequence(data) {
+function sequence() {
   const n = data.tokens.length;
   const start = data.repeat ? n - data.repeat : n;
   const parts = data.tokens.map((t, i) => {
     const next = i + 1 < n ? data.tokens[i + 1] : null;
     const hit = next !== null && data.predictions[i] === next;
-    const cls = [i >= start ? "copy" : "", hit && i >= start ? "hit" : ""].join(" ").trim();
-    return `<span class="${cls}" title="predicts ${data.predictions[i]}">${t}</span>`;
+    const cls = [i >= start ? "copy" : "", hit && i >= start ? "hit" : "", i === pick.query ? "query" : ""].join(" ").trim();
+    return el("span", { class: cls || null, title: `position ${i}, predicts ${data.predictions[i]}`, text: String(t) });
   });
   const note = data.repeat ? ` (the last ${data.repeat} tokens repeat the ${data.repeat} before them; ` +
-    "green: the next token predicted right)" : "";
-  $("learned-seq").innerHTML = `Tokens: ${parts.join(" ")}${note}`;
+    "green: the next token predicted right; outlined: the query)" : " (outlined: the query)";
+  $("#learned-seq").replaceChildren("Tokens: ", ...parts.flatMap((p) => [p, " "]), note);
 }
 
-function layers(data) {
-  const root = $("learned-layers");
-  root.replaceChildren();
-  data.weights.forEach((layer, l) => {
-    const h3 = document.createElement("h2");
-    h3.textContent = `Layer ${l}`;
-    const grid = document.createElement("div");
-    grid.className = "learned-layer";
-    layer.forEach((w, h) => {
-      const info = data.heads.find((x) => x.layer === l && x.head === h);
-      const fig = document.createElement("figure");
-      fig.className = "learned-head";
-      fig.dataset.pattern = info.pattern;
-      const canvas = document.createElement("canvas");
-      canvas.setAttribute("aria-label", `layer ${l} head ${h} attention weights`);
-      drawHead(canvas, w);
-      const cap = document.createElement("figcaption");
-      cap.textContent = `head ${h}: ${info.pattern} (previous-token ${info.previous_token}, ` +
-        `induction ${info.induction_score})`;
-      fig.append(canvas, cap);
-      grid.append(fig);
-    });
-    root.append(h3, grid);
+function headFigure(l, h, weights) {
+  const info = data.heads.find((x) => x.layer === l && x.head === h);
+  const n = weights.length;
+  const canvas = el("canvas", { "aria-label": `layer ${l} head ${h} attention weights` });
+  drawHead(canvas, weights);
+  // A click on a row picks this head and that query (the row's position).
+  canvas.addEventListener("click", (event) => {
+    const box = canvas.getBoundingClientRect();
+    choose({ layer: l, head: h, query: Math.min(n - 1, Math.floor(((event.clientY - box.top) / box.height) * n)) });
   });
+  const picked = pick.layer === l && pick.head === h;
+  const row = el("div", { class: "learned-row", style: `top:${(100 * pick.query) / n}%;height:${100 / n}%`, "aria-hidden": "true" });
+  return el("figure", { class: picked ? "learned-head picked" : "learned-head", "data-pattern": info.pattern, "data-layer": l, "data-head": h },
+    el("div", { class: "learned-canvas" }, canvas, picked ? row : null),
+    el("figcaption", { text: `head ${h}: ${info.pattern} (previous-token ${info.previous_token}, induction ${info.induction_score})` }));
 }
 
-async function show(event) {
-  if (event) event.preventDefault();
-  const form = new FormData($("learned-form"));
-  const params = new URLSearchParams({ seed: form.get("seed") || "0" });
-  const tokens = (form.get("tokens") || "").trim();
-  if (tokens) params.set("tokens", tokens);
-  if (document.body.dataset.ready) params.set("checkpoint", form.get("checkpoint"));
-  const response = await fetch(`/api/learned?${params}`);
-  const data = await response.json();
-  if (!response.ok) {
-    const detail = Array.isArray(data.detail) ? data.detail[0]?.msg : data.detail;
-    $("learned-error").textContent = detail || "the server refused the request";
-    return;
-  }
-  $("learned-error").textContent = "";
-  const slider = $("learned-form").elements.checkpoint;
+function layers() {
+  $("#learned-layers").replaceChildren(...data.weights.flatMap((layer, l) => [
+    el("h4", { text: `Layer ${l}` }),
+    el("div", { class: "learned-layer" }, layer.map((w, h) => headFigure(l, h, w))),
+  ]));
+}
+
+// The picked head's row for the query, in words: where its largest weight goes.
+function summary() {
+  const row = data.weights[pick.layer][pick.head][pick.query];
+  const top = row.indexOf(Math.max(...row));
+  $("#learned-pick").textContent = `Layer ${pick.layer}, head ${pick.head}, query at position ${pick.query} (token ${data.tokens[pick.query]}): ` +
+    `its largest weight, ${fmt(row[top])}, is on position ${top} (token ${data.tokens[top]}).`;
+}
+
+function controls() {
+  const form = $("#learned-open").elements;
+  const { layers: nl, heads: nh } = data.config;
+  form.layer.replaceChildren(...[...Array(nl).keys()].map((l) => el("option", { value: l, text: `layer ${l}` })));
+  form.head.replaceChildren(...[...Array(nh).keys()].map((h) => el("option", { value: h, text: `head ${h}` })));
+  form.query.max = String(data.tokens.length - 1);
+  form.layer.value = String(pick.layer);
+  form.head.value = String(pick.head);
+  form.query.value = String(pick.query);
+  const slider = $("#learned-form").elements.checkpoint;
   slider.max = String(data.checkpoints.length - 1);
   slider.value = String(data.checkpoint);
   const step = data.checkpoints[data.checkpoint];
-  $("learned-step").textContent = data.checkpoint === data.checkpoints.length - 1
-    ? `${step ?? ""} (trained)` : String(step);
-  sequence(data);
-  layers(data);
-  document.body.dataset.ready = "true";
+  $("#learned-step").textContent = data.checkpoint === data.checkpoints.length - 1 ? `${step ?? ""} (trained)` : String(step);
 }
 
-$("learned-form").addEventListener("submit", show);
-$("learned-form").elements.checkpoint.addEventListener("input", () => show());
-show();
+function render() {
+  pick.layer = Math.min(pick.layer, data.config.layers - 1);
+  pick.head = Math.min(pick.head, data.config.heads - 1);
+  pick.query = Math.min(pick.query, data.tokens.length - 1);
+  controls();
+  sequence();
+  layers();
+  summary();
+  root.dataset.learned = "ready";
+}
+
+// entries: the request's URL entries { "mh.tokens", "mh.seed", "mh.checkpoint" }.
+async function load(entries) {
+  const params = new URLSearchParams();
+  if (entries["mh.tokens"]) params.set("tokens", entries["mh.tokens"].replaceAll(",", " "));
+  else params.set("seed", entries["mh.seed"] ?? "0");
+  if (entries["mh.checkpoint"] !== null) params.set("checkpoint", entries["mh.checkpoint"]);
+  try {
+    data = await api(`/api/learned?${params}`);
+  } catch (err) {
+    showError($("#learned-error"), err);
+    return false;
+  }
+  clearError($("#learned-error"));
+  shown = entries;
+  render();
+  return true;
+}
+
+const pickEntries = () => ({ "mh.layer": pick.layer, "mh.head": pick.head, "mh.query": pick.query });
+
+function choose(next, { push = true } = {}) {
+  Object.assign(pick, next);
+  render();
+  writeUrl(pickEntries(), { push });
+}
+
+async function show(event) {
+  event.preventDefault();
+  const form = new FormData($("#learned-form"));
+  const tokens = String(form.get("tokens") || "").trim().split(/[\s,]+/).filter(Boolean).join(",");
+  const entries = { "mh.tokens": tokens || null, "mh.seed": tokens ? null : String(form.get("seed") || "0"), "mh.checkpoint": null };
+  if (await load(entries)) writeUrl({ ...entries, ...pickEntries() });
+}
+
+async function slide(commit) {
+  const index = Number($("#learned-form").elements.checkpoint.value);
+  const entries = { ...shown, "mh.checkpoint": index === data.checkpoints.length - 1 ? null : String(index) };
+  if (await load(entries) && commit) writeUrl(entries);
+}
+
+async function openInStepper(event) {
+  event.preventDefault();
+  const form = $("#learned-open").elements;
+  const query = Number(form.query.value);
+  if (!Number.isInteger(query) || query < 0 || query >= data.tokens.length) {
+    showError($("#learned-error"), new Error(`query: expected a position from 0 to ${data.tokens.length - 1}, but got “${form.query.value}”`));
+    return;
+  }
+  choose({ layer: Number(form.layer.value), head: Number(form.head.value), query }, { push: false });
+  const ref = { ...pick, tokens: data.tokens, checkpoint: data.checkpoint === data.checkpoints.length - 1 ? null : data.checkpoint };
+  if (await openLearned(ref)) {
+    const stepper = document.getElementById("figure-attention-stepper");
+    stepper.scrollIntoView({ block: "start" });
+    stepper.focus({ preventScroll: true });
+  }
+}
+
+// Read the URL again (first start, Back and Forward): fetch only when the sequence changed.
+export async function restore() {
+  const whole = (key) => { const x = Number(readUrl(key) ?? NaN); return Number.isInteger(x) && x >= 0 ? x : null; };
+  pick.layer = whole("mh.layer") ?? 1;
+  pick.head = whole("mh.head") ?? 0;
+  pick.query = whole("mh.query") ?? 0;
+  const entries = { "mh.tokens": readUrl("mh.tokens"), "mh.seed": readUrl("mh.tokens") ? null : readUrl("mh.seed") ?? "0", "mh.checkpoint": readUrl("mh.checkpoint") };
+  const form = $("#learned-form").elements;
+  form.tokens.value = (entries["mh.tokens"] || "").replaceAll(",", " ");
+  form.seed.value = entries["mh.seed"] ?? "0";
+  if (!data || JSON.stringify(entries) !== JSON.stringify(shown)) await load(entries);
+  else render();
+}
+
+export function tableData() {
+  const w = data.weights[pick.layer][pick.head];
+  const labels = data.tokens.map((t, i) => `${i}: ${t}`);
+  return {
+    caption: `Learned heads of the shipped induction model on ${data.tokens.length} tokens, checkpoint ${data.checkpoint} (step ${data.checkpoints[data.checkpoint]}): layer ${pick.layer}, head ${pick.head}.`,
+    state: { mode: "learned", tokens: data.tokens.join(" "), checkpoint: data.checkpoint, layer: pick.layer, head: pick.head, query: pick.query },
+    tables: [
+      { title: "Each head's label and scores", rows: data.heads.map((x) => `layer ${x.layer} head ${x.head} (${x.pattern})`), cols: ["previous-token", "induction"], values: data.heads.map((x) => [x.previous_token, x.induction_score]) },
+      { title: `Layer ${pick.layer}, head ${pick.head} weights (rounded to 4 places)`, rows: labels, cols: labels, values: w },
+    ],
+  };
+}
+
+export function init(section) {
+  root = section;
+  $("#learned-form").addEventListener("submit", show);
+  const slider = $("#learned-form").elements.checkpoint;
+  slider.addEventListener("input", () => slide(false)); // dragging: redraw only
+  slider.addEventListener("change", () => slide(true)); // let go (or an arrow key): a history entry
+  $("#learned-open").addEventListener("submit", openInStepper);
+  for (const name of ["layer", "head", "query"]) {
+    $("#learned-open").elements[name].addEventListener("change", (event) => {
+      const x = Number(event.target.value);
+      if (Number.isInteger(x) && x >= 0 && (name !== "query" || x < data.tokens.length)) choose({ [name]: x });
+    });
+  }
+}

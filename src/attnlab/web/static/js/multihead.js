@@ -1,6 +1,8 @@
-// Figure multi-head: four hand-set heads on one sentence (GET /api/multihead?query=i).
+// Figure multi-head: four hand-set heads on one sentence (GET /api/multihead?query=i), or, in its
+// learned mode (mh.mode=learned, js/learned.js), the heads a trained model formed by itself.
 import { api, clearError, el, fmt, matrixTable, narrow, plot, showError } from "./common.js";
 import { figureTools } from "./export.js";
+import * as learned from "./learned.js";
 import { isPresenting } from "./present.js";
 import { onUrlChange, readUrl, writeUrl } from "./state.js";
 
@@ -131,6 +133,7 @@ async function pick(query, { push = true } = {}) {
 }
 
 function tableData() {
+  if (isLearned()) return learned.tableData();
   const fig = current;
   const p = fig.picked;
   return {
@@ -144,7 +147,28 @@ function tableData() {
   };
 }
 
-function restore() {
+// -- the mode: the hand-set heads, or the learned ones ------------------------------------------
+const isLearned = () => root.dataset.mode === "learned";
+
+function showMode(mode) {
+  root.dataset.mode = mode;
+  $("#mh-heading").textContent = $("#mh-heading").dataset[mode];
+  $("#mh-handset").hidden = mode === "learned";
+  $("#mh-learned").hidden = mode !== "learned";
+  root.querySelectorAll("#mh-mode input").forEach((input) => { input.checked = input.value === mode; });
+}
+
+async function setMode(mode) {
+  showMode(mode);
+  writeUrl({ "mh.mode": mode === "learned" ? "learned" : null });
+  if (mode === "learned") await learned.restore();
+  else if (current) render(current); // drawn while hidden, Plotly sized it to nothing
+}
+
+async function restore() {
+  const mode = readUrl("mh.mode") === "learned" ? "learned" : "handset";
+  showMode(mode);
+  if (mode === "learned") await learned.restore();
   const word = Number(readUrl("mh.word"));
   return pick(Number.isInteger(word) && word >= 1 ? word - 1 : 3, { push: null });
 }
@@ -156,9 +180,11 @@ export async function init() {
     el("input", { type: "radio", name: "mh-query", value: i, autocomplete: "off", checked: i === fig.picked.query, onchange: () => pick(i) }),
     el("span", { text: word }))));
   current = fig;
+  root.querySelectorAll("#mh-mode input").forEach((input) => input.addEventListener("change", () => setMode(input.value)));
+  learned.init(root);
   root.addEventListener("presentchange", () => current && render(current));
   document.addEventListener("keydown", (event) => {
-    if (!isPresenting(root) || !current || event.target.closest("input[type='text'], textarea")) return;
+    if (!isPresenting(root) || !current || isLearned() || event.target.closest("input[type='text'], textarea")) return;
     const key = Number(event.key);
     if (Number.isInteger(key) && key >= 1 && key <= current.heads.length) showHead(key - 1);
     else if (event.key === "ArrowRight" || event.key === "ArrowLeft") {
@@ -167,8 +193,8 @@ export async function init() {
     } else return;
     event.preventDefault();
   });
-  figureTools(root, { name: "multi-head", data: tableData, plots: () => [$("#mh-tensor")] });
+  figureTools(root, { name: "multi-head", data: tableData, plots: () => (isLearned() ? [] : [$("#mh-tensor")]) });
   onUrlChange(restore);
-  if (readUrl("mh.word")) await restore();
+  if (readUrl("mh.word") || readUrl("mh.mode")) await restore();
   else render(fig);
 }

@@ -5,7 +5,7 @@
 import { api, clearError, config, el, fmt, isMasked, matrixTable, showError } from "./common.js";
 import { figureTools } from "./export.js";
 import { isPresenting } from "./present.js";
-import { matrixFromUrl, matrixToUrl, onUrlChange, readUrl, writeUrl } from "./state.js";
+import { listFromUrl, matrixFromUrl, matrixToUrl, onUrlChange, readUrl, writeUrl } from "./state.js";
 import { checkEntry, makeEditable, parseMatrix, toText } from "./stepper-input.js";
 
 let cfg = null; // the worked example and the limits, from GET /api/config (set in init)
@@ -311,14 +311,16 @@ export function goToStep(id) {
 const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
 function urlEntries() {
   const ex = cfg.example;
+  const ref = fromLearned();
   return {
+    ...learnedUrl(ref),
     "stepper.step": state.step ? state.fig.steps[state.step].id : null,
     "stepper.cell": `${state.sel.i + 1},${state.sel.j + 1}`,
     "stepper.causal": state.causal ? null : 0,
     "stepper.scaled": state.scaled ? null : 0,
-    "stepper.q": same(state.q, ex.q) ? null : matrixToUrl(state.q),
-    "stepper.k": same(state.k, ex.k) ? null : matrixToUrl(state.k),
-    "stepper.v": same(state.v, ex.v) ? null : matrixToUrl(state.v),
+    "stepper.q": ref || same(state.q, ex.q) ? null : matrixToUrl(state.q),
+    "stepper.k": ref || same(state.k, ex.k) ? null : matrixToUrl(state.k),
+    "stepper.v": ref || same(state.v, ex.v) ? null : matrixToUrl(state.v),
     "stepper.blocked": state.blocked.map(([i, j]) => `${i + 1}-${j + 1}`).join(";") || null,
     "stepper.do": state.grad_output ? matrixToUrl(state.grad_output) : null,
   };
@@ -355,6 +357,7 @@ async function submit(request, { push = true } = {}) {
     clearError(error);
     root.classList.remove("stale");
     render();
+    if (learned) learnedNote();
     if (push !== null) writeUrl(urlEntries(), { push });
     return true;
   } catch (err) {
@@ -419,7 +422,9 @@ function randomExample() {
 async function restore() {
   const { request, step, sel } = fromUrl();
   state.sel = sel;
-  if (!state.fig || !same(request, inputs())) {
+  const ref = learnedFromUrl();
+  if (ref && !same(ref, fromLearned())) await openLearned(ref, { push: null });
+  else if (!ref && (!state.fig || !same(request, inputs()))) {
     await submit(request, { push: null });
     fillEditors();
   }
@@ -427,6 +432,64 @@ async function restore() {
   const n = state.fig.steps.findIndex((s) => s.id === step);
   state.step = Math.max(0, n);
   render();
+}
+
+// -- a learned head's query, opened from the multi-head view's learned mode ----------------------
+// Its q (one row), k and v (the keys the causal mask allows, so the stepper's own mask is off)
+// come from GET /api/learned/head. While Q, K and V are still that head's, the URL names the head
+// (stepper.learned=layer,head,query, stepper.tokens, stepper.checkpoint), not its ~1,000 numbers.
+let learned = null; // { ref, q, k, v } of the head last opened
+
+const fromLearned = () => (learned && same([state.q, state.k, state.v], [learned.q, learned.k, learned.v]) ? learned.ref : null);
+
+function learnedUrl(ref) {
+  return {
+    "stepper.learned": ref ? [ref.layer, ref.head, ref.query].join(",") : null,
+    "stepper.tokens": ref ? ref.tokens.join(",") : null,
+    "stepper.checkpoint": ref?.checkpoint ?? null,
+  };
+}
+
+function learnedFromUrl() {
+  const at = listFromUrl(readUrl("stepper.learned"));
+  const tokens = listFromUrl(readUrl("stepper.tokens"));
+  if (!at || at.length !== 3 || !tokens) return null;
+  const checkpoint = listFromUrl(readUrl("stepper.checkpoint"))?.[0] ?? null;
+  return { layer: at[0], head: at[1], query: at[2], tokens, checkpoint };
+}
+
+function learnedNote() {
+  let note = $("#stepper-learned");
+  if (!note) {
+    note = el("p", { id: "stepper-learned", class: "note", "aria-live": "polite" });
+    $("#stepper-tables").before(note);
+  }
+  const ref = fromLearned();
+  note.hidden = !ref;
+  if (ref) {
+    note.textContent = `Learned head: layer ${ref.layer}, head ${ref.head} of the shipped induction model${ref.checkpoint === null ? "" : ` (checkpoint ${ref.checkpoint})`}, ` +
+      `query at position ${ref.query} (token ${ref.tokens[ref.query]}). Q is its one query row; K and V rows 1 to ${ref.query + 1} are positions 0 to ${ref.query}, ` +
+      "the keys the model's causal mask allows, so the stepper's own mask is off. d_k = " + `${learned.q[0].length}.`;
+  }
+}
+
+// ref: { layer, head, query, tokens: [ids], checkpoint (null: the trained model) }.
+export async function openLearned(ref, { push = true } = {}) {
+  const params = new URLSearchParams({ layer: ref.layer, head: ref.head, query: ref.query, tokens: ref.tokens.join(" ") });
+  if (ref.checkpoint !== null && ref.checkpoint !== undefined) params.set("checkpoint", ref.checkpoint);
+  let head;
+  try {
+    head = await api(`/api/learned/head?${params}`);
+  } catch (err) {
+    refused(err);
+    return false;
+  }
+  const opened = { q: head.q, k: head.k, v: head.v, causal: false, scaled: head.scaled, blocked: [], grad_output: null };
+  learned = { ref: { ...ref, checkpoint: ref.checkpoint ?? null }, q: head.q, k: head.k, v: head.v };
+  if (!(await submit(opened, { push }))) return false;
+  fillEditors();
+  learnedNote();
+  return true;
 }
 
 function tableData() {
