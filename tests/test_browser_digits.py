@@ -49,7 +49,9 @@ def _to_weights(page) -> list[str]:
     page.locator("#stepper-next").focus()
     for _ in range(4):  # inputs -> scores -> scaled -> masked -> softmax
         page.keyboard.press("Enter")
-    page.wait_for_function("document.querySelector('#stepper-title').textContent.includes('Softmax')")
+    page.wait_for_function(
+        "document.querySelector('#stepper-title').textContent.includes('Softmax')"
+    )
     return page.locator(WEIGHTS).all_inner_texts()
 
 
@@ -58,9 +60,7 @@ def test_more_digits_rewrite_the_tables_and_stay_in_the_link(page):
     assert _to_weights(page) == [format_number(x) for x in exact]  # 0.1956, as the chapter
     page.select_option("#digits", "6")
     want = format_number(exact[2], digits=6)
-    page.wait_for_function(
-        f"document.querySelectorAll({WEIGHTS!r})[2].textContent === {want!r}"
-    )
+    page.wait_for_function(f"document.querySelectorAll({WEIGHTS!r})[2].textContent === {want!r}")
     six = page.locator(WEIGHTS).all_inner_texts()
     assert six == [format_number(x, digits=6) for x in exact]
     assert six != [format_number(x) for x in exact]
@@ -70,7 +70,9 @@ def test_more_digits_rewrite_the_tables_and_stay_in_the_link(page):
     page.reload()
     page.wait_for_selector("body[data-ready='true']", state="attached")
     assert page.locator("#digits").input_value() == "6"
-    page.wait_for_function("document.querySelector('#stepper-title').textContent.includes('Softmax')")
+    page.wait_for_function(
+        "document.querySelector('#stepper-title').textContent.includes('Softmax')"
+    )
     assert page.locator(WEIGHTS).all_inner_texts() == [format_number(x, digits=6) for x in exact]
 
     # Back returns to the chapter's four digits.
