@@ -73,9 +73,13 @@ def test_numpy_inputs_take_the_direct_road_and_equal_attention(client):
     np.testing.assert_allclose(out, al.attention(q, k, v, Causal()), **BLOCKWISE_F64)
 
 
-def test_lost_chunks_fall_back_to_the_embedded_graph(client, monkeypatch):
+@pytest.mark.parametrize(
+    "error",
+    [CancelledError("a worker holding chunks died"), OSError("a worker left: comm closed")],
+)
+def test_lost_chunks_fall_back_to_the_embedded_graph(client, monkeypatch, error):
     def lost(*args):
-        raise CancelledError("a worker holding chunks died")
+        raise error
 
     monkeypatch.setattr(_placed, "_scatter", lost)
     q, k, v = _qkv()

@@ -73,7 +73,9 @@ def run(x: Inputs, plan: Plan, sources, client) -> list | None:
             futures.append(level[0])
         wait_for_workers(client, futures)
         return client.gather(futures)
-    except (CancelledError, KilledWorker):  # a worker died holding chunks: start over
+    except (CancelledError, KilledWorker, OSError):
+        # A worker died holding chunks, or left before its chunks reached it (a closed
+        # connection is an OSError): the graph that carries the chunks can always be resent.
         return None
     finally:
         client.cancel(futures)  # gathered, or lost: nothing is left held on the workers
