@@ -5,6 +5,12 @@ The fair comparison on one machine: W worker processes of one thread each use W 
 are timed against ``attnlab.attention(method="blockwise", threads=W)``, which uses the same W
 cores as threads of one process (OpenBLAS pinned to one thread per core in both). What is left
 is the cost of going through Dask: moving chunks between processes, scheduling, merging.
+Against a running cluster (``--scheduler``) the baseline is blockwise with as many threads as
+the cluster has worker threads, with the same verdict.
+
+The default N = 16,384 is the smallest size the 25% target is set for: the work grows as N²
+and the chunks moved as N, so at N = 4,096 moving q, k and v weighs four times as much
+against the arithmetic (docs/bench.md).
 """
 
 from __future__ import annotations
@@ -101,7 +107,7 @@ def _check_memory(heads: int, n: int, d: int) -> None:
 @bench_app.command("distributed")
 @friendly_errors
 def distributed_command(
-    n: Annotated[int, typer.Option("--n", min=16, help="Sequence length N (= M).")] = 4096,
+    n: Annotated[int, typer.Option("--n", min=16, help="Sequence length N (= M).")] = 16384,
     heads: Annotated[int, typer.Option(min=1, help="Heads h (a batch axis).")] = 8,
     d: Annotated[int, typer.Option(min=1, help="Head width d_k = d_v.")] = 64,
     repeats: Annotated[int, typer.Option(min=1, max=50, help="Timed runs each (median).")] = 3,
@@ -120,7 +126,8 @@ def distributed_command(
     ] = None,
 ) -> None:
     """Distributed attention on 1 and 2 local worker processes against single-process blockwise
-    (float32; the issue's size is --n 16384, about 2 minutes here; the default N = 4096 about 15 s)."""
+    (float32; the default N = 16,384, the size the 25% target is set for, takes about 2 minutes
+    on an idle 2-core machine; --n 4096 about 15 s)."""
     try:
         import distributed  # noqa: F401  (only to say it is missing before any work)
     except ImportError:
@@ -136,7 +143,7 @@ def distributed_command(
 
             client = stack.enter_context(_scheduler(scheduler))
         rows = _rows(heads, n, d, repeats, counts, q_chunks, kv_chunks, scheduler, client)
-    _report(rows, heads, n, d)
+    _report(rows, heads, n, d, cluster=scheduler is not None)
 
 
 def _rows(heads, n, d, repeats, counts, q_chunks, kv_chunks, scheduler, client) -> list:
@@ -160,8 +167,12 @@ def _rows(heads, n, d, repeats, counts, q_chunks, kv_chunks, scheduler, client) 
     if client is not None:
         nthreads = sum(client.nthreads().values())
         err_console.print(f"[dim]  {scheduler}: {nthreads} worker thread(s)[/]")
-        seconds, _, rss = _run_on(client, q, k, v, repeats, q_chunks, kv_chunks)
-        rows.append((f"cluster {scheduler}", nthreads, seconds, None, None, rss))
+        # The same comparison as the local runs: blockwise on as many threads, here.
+        err_console.print(f"[dim]  blockwise, threads={nthreads} ...[/]")
+        ref_s, ref = _blockwise(q, k, v, nthreads, repeats)
+        seconds, out, rss = _run_on(client, q, k, v, repeats, q_chunks, kv_chunks)
+        err = float(np.abs(out - ref).max())
+        rows.append((f"cluster {scheduler}", nthreads, seconds, ref_s, err, rss))
     else:
         base = {}
         for w in counts:
@@ -194,7 +205,7 @@ def _rows(heads, n, d, repeats, counts, q_chunks, kv_chunks, scheduler, client) 
     return rows
 
 
-def _report(rows: list, heads: int, n: int, d: int) -> None:
+def _report(rows: list, heads: int, n: int, d: int, *, cluster: bool = False) -> None:
     flops = _flops(heads, n, d)
 
     console.print(
@@ -203,7 +214,7 @@ def _report(rows: list, heads: int, n: int, d: int) -> None:
         highlight=False,
         soft_wrap=True,
     )
-    verdict = None
+    verdict, threads = None, 2
     for name, w, seconds, ref_s, err, rss in rows:
         over = "" if ref_s is None else f"{seconds / ref_s - 1:+.1%}"
         ref_text = "" if ref_s is None else f"{ref_s:.2f} s"
@@ -215,13 +226,14 @@ def _report(rows: list, heads: int, n: int, d: int) -> None:
             highlight=False,
             soft_wrap=True,
         )
-        if w == 2 and ref_s is not None:
-            verdict = seconds / ref_s - 1
+        if (w == 2 or cluster) and ref_s is not None:
+            verdict, threads = seconds / ref_s - 1, w
     if verdict is not None:
         ok = verdict <= TARGET
         mark = "[green]PASS[/]" if ok else "[red]FAIL[/]"
         console.print(
-            f"\ntarget: 2 workers at most {TARGET:.0%} over blockwise with threads=2: "
+            f"\ntarget: {'the cluster' if cluster else '2 workers'} at most {TARGET:.0%} over "
+            f"blockwise with threads={threads}: "
             f"{verdict:+.1%}  {mark}",
             highlight=False,
             soft_wrap=True,

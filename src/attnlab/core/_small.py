@@ -26,6 +26,7 @@ beyond the defaults is set.
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -50,48 +51,86 @@ _kept: dict = {}
 #: A quarter of ``_validate.score_limit``: a call near the limit goes to the general path.
 _LIMIT = {c: score_limit(np.dtype(c)) / 4 for c in "fd"}
 _LOWEST = {c: np.finfo(np.dtype(c)).min for c in "fd"}
+#: A result bounded below a quarter of the dtype's largest number is finite without a look.
+_ROOM = {c: float(np.finfo(np.dtype(c)).max) / 4 for c in "fd"}
 _KEEP_AT_MOST = 256
+#: Up to this many elements of q, k, v (and dO) in all, their peaks come from one joined copy.
+_JOINED_PEAKS = 2**14
 
 
-def small_attention(q, k, v, mask, scale, method, return_weights):
-    """``attention(q, k, v, mask, scale=scale, method=method, return_weights=...)`` for a small
-    problem, or None when the general path must answer (see the module docstring)."""
+def small_attention(q, k, v, mask, scale, method, return_weights, return_lse=False):
+    """``attention(q, k, v, mask, scale=scale, method=method, return_weights=...,
+    return_lse=...)`` for a small problem, or None when the general path must answer (see the
+    module docstring)."""
     x = _prepare(q, k, v, mask, scale, method)
     if x is None:
         return None
     with np.errstate(over="ignore", invalid="ignore"):
-        pieces = on_cores(_forward, x, None, return_weights)
+        pieces = on_cores(_forward, x, None, return_weights, return_lse)
     if pieces is None:
         return None
-    if return_weights:
-        out = join([p[0] for p in pieces], x[4]), join([p[1] for p in pieces], x[4])
-    else:
-        out = join(pieces, x[4])
-    # A sum of many large values can overflow though each is finite: the general path rescales.
-    return out if _all_finite(out[0] if return_weights else out) else None
+    out = tuple(join([p[i] for p in pieces], x[4]) for i in range(len(pieces[0])))
+    if return_lse:  # (..., N, 1) -> (..., N), of the output's leading shape
+        lse = out[-1][..., 0]
+        want = out[0].shape[:-1]
+        out = out[:-1] + (lse if lse.shape == want else np.broadcast_to(lse, want).copy(),)
+    # The kernel's unnormalised sum reaches M · max|v|: where that cannot overflow, no check.
+    if x[9][2] * k.shape[-2] >= _ROOM[q.dtype.char] and not _all_finite(out[0]):
+        return None  # a sum of many large values overflowed: the general path rescales
+    return out if len(out) > 1 else out[0]
 
 
-def small_backward(q, k, v, grad_output, mask, scale, method):
-    """``attention_backward(q, k, v, grad_output, mask, scale=scale, method=method)`` for a small
-    problem, or None when the general path must answer."""
-    x = _prepare(q, k, v, mask, scale, method)
+def small_backward(q, k, v, grad_output, mask, scale, method, lse=None):
+    """``attention_backward(q, k, v, grad_output, mask, scale=scale, method=method, lse=lse)``
+    for a small problem, or None when the general path must answer. With the forward's lse
+    (..., N) the weights come from it, exp(s − lse), without the softmax's row max and sum."""
+    x = _prepare(q, k, v, mask, scale, method, grad_output)
     if x is None:
         return None
     g = grad_output
-    if (
-        type(g) is not np.ndarray
-        or g.dtype != q.dtype
-        or g.shape != x[4] + (q.shape[-2], v.shape[-1])
-        or not math.isfinite(_peak(g))
-    ):
-        return None
+    if lse is not None:
+        g = _with_lse(x, g, lse)
+        if g is None:
+            return None
     with np.errstate(over="ignore", invalid="ignore"):
         pieces = on_cores(_backward, x, g)
     if pieces is None:
         return None
     grads = tuple(join([p[i] for p in pieces], a.shape[:-2]) for i, a in enumerate((q, k, v)))
+    if lse is None and _grad_bound(x) < _ROOM[q.dtype.char]:
+        return grads  # no gradient can come near the dtype's range (see _grad_bound)
     # Gradients that overflowed are refused by name on the general path.
     return grads if all(_all_finite(a) for a in grads) else None
+
+
+def _with_lse(x, g, lse):
+    """(dO, lse (..., N, 1)) when the saved lse can stand for the softmax's row statistics:
+    an array of q's dtype and the output's (..., N), finite, and (float32) within ±WIDE as
+    the general path keeps its rows in float32; else None."""
+    q = x[0]
+    if (
+        type(lse) is not np.ndarray
+        or lse.dtype != q.dtype
+        or lse.shape != g.shape[:-1]
+        or x[5] != x[4]  # the scores' lead axes are the output's: lse lines up row for row
+    ):
+        return None
+    top = _peak(lse)  # NaN or inf (a row with no key: -inf) fail both tests
+    if not (top <= WIDE if q.dtype.char == "f" else math.isfinite(top)):
+        return None
+    return g, lse[..., None]  # (..., N, d_v), (..., N, 1)
+
+
+def _grad_bound(x) -> float:
+    """A bound on |dq|, |dk|, |dv| and every table between (dP, D, dS) from the inputs' peaks:
+    the weights lie in [0, 1] and sum to 1 per row, so |dP|, |D| <= d_v·max|dO|·max|v|,
+    |dS| <= twice that, each gradient sums at most N (or M) rows of products, and ``sum_to``
+    at most the batch."""
+    q, k, v, sc, lead = x[:5]
+    top_q, top_k, top_v, _, top_g = x[9]
+    n, m = q.shape[-2], k.shape[-2]
+    ds = 2.0 * v.shape[-1] * top_g * top_v
+    return math.prod(lead) * max(n * top_g, ds, ds * abs(sc) * max(m * top_k, n * top_q))
 
 
 def _all_finite(a: np.ndarray) -> bool:
@@ -100,46 +139,56 @@ def _all_finite(a: np.ndarray) -> bool:
         return math.isfinite(float(_sum(a, axis=None))) or bool(np.isfinite(a).all())
 
 
-def _forward(x, _g, return_weights: bool):
-    """The dense kernel's forward pass on prepared inputs (see ``_prepare``), or None."""
-    s = _exp_scores(x)  # (..., N, M) unnormalised weights and their row sums
+def _forward(x, _g, return_weights: bool, return_lse: bool):
+    """The dense kernel's forward pass on prepared inputs (see ``_prepare``): (output,), then
+    the weights and the lse (..., N, 1) as asked; None where the general path must answer."""
+    s = _exp_scores(x)  # (..., N, M) unnormalised weights, their row sums and row maxima
     if s is None:
         return None
-    e, total = s
+    e, total, top = s
+    lse = (np.log(total) + top,) if return_lse else ()  # (..., N, 1), as dense.py's _Rows.lse
     if return_weights:
         e /= total  # (..., N, M): rows sum to 1
-        return e @ x[2], e  # (..., N, d_v), (..., N, M)
+        return (e @ x[2], e, *lse)  # (..., N, d_v), (..., N, M)
     out = e @ x[2]  # (..., N, d_v): divide the small output, not the table
     out /= total
-    return out
+    return (out, *lse)
 
 
 def _backward(x, g):
     """The dense backward pass, steps 1-6 of ``core/dense_backward.py``'s docstring in its
-    order, on prepared inputs and dO (..., N, d_v); None where a row has no key."""
+    order, on prepared inputs and dO (..., N, d_v) (or (dO, lse (..., N, 1)): the weights
+    from the saved lse); None where a row has no key."""
     q, k, v, sc = x[:4]
-    s = _exp_scores(x)
-    if s is None:
-        return None
-    p, total = s
-    p /= total  # (..., N, M): the weights P
+    if type(g) is tuple:  # the weights straight from the saved lse: no row max, no row sum
+        g, lse = g
+        p = _scores(x)
+        p -= lse
+        np.exp(p, out=p)  # (..., N, M): the weights P
+    else:
+        s = _exp_scores(x)
+        if s is None:
+            return None
+        p, total, _ = s
+        p /= total  # (..., N, M): the weights P
     o = p @ v  # (..., N, d_v)
-    dv = np.swapaxes(p, -1, -2) @ g  # 1) dV = Pᵀ dO (..., M, d_v)
-    ds = g @ np.swapaxes(v, -1, -2)  # 2) dP = dO Vᵀ (..., N, M), made dS in place
-    d = np.sum(g * o, axis=-1, keepdims=True)  # 3) D = rowsum(dO ∘ O) (..., N, 1)
+    dv = p.mT @ g  # 1) dV = Pᵀ dO (..., M, d_v)
+    ds = g @ v.mT  # 2) dP = dO Vᵀ (..., N, M), made dS in place
+    d = _sum(g * o, -1, keepdims=True)  # 3) D = rowsum(dO ∘ O) (..., N, 1)
     ds -= d  # 4) dS = P ∘ (dP − D)
     ds *= p
     scale = q.dtype.type(sc)
     dq = ds @ k  # 5) dQ = dS K · scale (..., N, d_k)
     dq *= scale
-    dk = np.swapaxes(ds, -1, -2) @ q  # 6) dK = dSᵀ Q · scale (..., M, d_k)
+    dk = ds.mT @ q  # 6) dK = dSᵀ Q · scale (..., M, d_k)
     dk *= scale
     return sum_to(dq, q.shape), sum_to(dk, k.shape), sum_to(dv, v.shape)
 
 
-def _prepare(q, k, v, mask, scale, method):
-    """(q, k, v, scale, lead, table lead, blocked, biases) when every check the general path
-    makes would pass and the problem is small; None at any doubt."""
+def _prepare(q, k, v, mask, scale, method, g=None):
+    """(q, k, v, scale, lead, table lead, blocked, biases, sure, peaks) when every check the
+    general path makes would pass (on dO ``g`` too, when given) and the problem is small;
+    None at any doubt. ``peaks``: max|q|, max|k|, max|v|, the bound on the scores, max|g|."""
     if type(q) is not np.ndarray or type(k) is not np.ndarray or type(v) is not np.ndarray:
         return None
     dtype = q.dtype
@@ -152,7 +201,10 @@ def _prepare(q, k, v, mask, scale, method):
         return None
     lead = broadcast(qs[:-2], ks[:-2], vs[:-2])
     n, m, d_k = qs[-2], ks[-2], qs[-1]
-    if lead is None:
+    if lead is None or (
+        g is not None
+        and (type(g) is not np.ndarray or g.dtype != dtype or g.shape != lead + (n, vs[-1]))
+    ):
         return None
     table = math.prod(lead) * n * m * dtype.itemsize  # what method="auto" weighs
     if method == "auto":
@@ -161,12 +213,11 @@ def _prepare(q, k, v, mask, scale, method):
     elif method != "dense":
         return None
     sc = _scale(scale, d_k)
-    if sc is None or not _finite_and_safe(q, k, v, sc, dtype):
-        return None
-    drawn = _mask(mask, n, m, lead, dtype)
+    tops = None if sc is None else _finite_and_safe(sc, dtype, q, k, v, g)
+    drawn = None if tops is None else _mask(mask, n, m, lead, dtype)
     if drawn is None:
         return None
-    shape, blocked, biases = drawn
+    shape, blocked, biases, hollow = drawn
     tlead = broadcast(qs[:-2], ks[:-2], shape[:-2] or qs[:-2])  # the score table's lead axes
     if (
         tlead is None
@@ -174,7 +225,10 @@ def _prepare(q, k, v, mask, scale, method):
         or math.prod(tlead) * n * m * dtype.itemsize > SMALL_BYTES
     ):
         return None
-    return q, k, v, sc, lead, tlead, blocked, biases
+    # Rows need no check (a max of -inf, scores past ±WIDE) when no float part can move a
+    # score, no row is blocked whole, and the scores' bound already keeps them within ±WIDE.
+    sure = not biases and not hollow and (dtype.char == "d" or tops[3] <= WIDE)
+    return q, k, v, sc, lead, tlead, blocked, biases, sure, tops
 
 
 def _scale(scale, d_k: int) -> float | None:
@@ -185,21 +239,26 @@ def _scale(scale, d_k: int) -> float | None:
     return None
 
 
-def _finite_and_safe(q, k, v, scale: float, dtype) -> bool:
-    """Whether q, k, v are finite and no score can come near overflow: max|q| and max|k| are
-    NaN or inf exactly when their array holds one, and bound the scores as
+def _finite_and_safe(scale: float, dtype, q, k, v, g):
+    """(max|q|, max|k|, max|v|, the bound on |scaled score|, max|g| or 0) when q, k, v (and g)
+    are finite and no score can come near overflow, else None: a peak is NaN or inf exactly
+    when its array holds one, and max|q|, max|k| bound the scores as
     ``_validate.may_overflow`` does (see ``_LIMIT``)."""
-    top_q, top_k = _peak(q), _peak(k)
-    if not (math.isfinite(top_q) and math.isfinite(top_k) and math.isfinite(_peak(v))):
-        return False
+    top_q, top_k, top_v, *top_g = _peaks((q, k, v) if g is None else (q, k, v, g))
+    if not all(map(math.isfinite, (top_q, top_k, top_v, *top_g))):
+        return None
     limit = _LIMIT[dtype.char]
     top = top_q * abs(scale)
-    return top < limit and top * top_k * q.shape[-1] < limit
+    bound = top * top_k * q.shape[-1]
+    if not (top < limit and bound < limit):
+        return None
+    return top_q, top_k, top_v, bound, top_g[0] if top_g else 0.0
 
 
 # The ufuncs' reductions called directly: what ndarray.max, .sum and .all run, without the
 # Python layer in between (a microsecond each, on calls of a few dozen).
 _max, _sum, _all = np.maximum.reduce, np.add.reduce, np.logical_and.reduce
+_max_at = np.maximum.reduceat
 
 
 def _peak(a: np.ndarray) -> float:
@@ -207,10 +266,21 @@ def _peak(a: np.ndarray) -> float:
     return float(_max(np.abs(a), axis=None))
 
 
+def _peaks(arrays) -> list[float]:
+    """[max|a| for a in arrays] (of one dtype): in three numpy calls when they are small,
+    where each call, not the arithmetic, is the cost (2.4x faster for the worked example)."""
+    sizes = [a.size for a in arrays]
+    if sum(sizes) > _JOINED_PEAKS:
+        return [_peak(a) for a in arrays]
+    flat = np.concatenate(arrays, axis=None)  # (Σ sizes,)
+    np.abs(flat, out=flat)
+    return _max_at(flat, list(itertools.accumulate(sizes[:-1], initial=0))).tolist()
+
+
 def _mask(mask, n: int, m: int, lead: tuple[int, ...], dtype):
     """(table shape, blocked pairs or None, float biases) of the mask, or None at any doubt."""
     if mask is None:
-        return (n, m), None, ()
+        return (n, m), None, (), False
     if not isinstance(mask, np.ndarray | Mask):
         return None  # lists and other tensors: the general path converts them
     try:
@@ -242,7 +312,8 @@ def _kept_render(mask, n: int, m: int, lead_ndim: int):
 
 def _render(mask, n: int, m: int, lead_ndim: int):
     """The mask as ``dense.apply_mask`` applies it: the union of the pairs its boolean parts
-    block (each set to -inf, so one union does the same), and its float parts, added in order."""
+    block (each set to -inf, so one union does the same), its float parts, added in order,
+    and whether the union blocks some row whole."""
     shape = mask.table_shape(n, m, lead_ndim)
     blocked, biases = None, []
     for part in mask.parts():
@@ -251,59 +322,59 @@ def _render(mask, n: int, m: int, lead_ndim: int):
             blocked = b if blocked is None else blocked | b
         else:
             biases.append(part.bias((0, n), (0, m), n, m, lead_ndim))
-    return tuple(shape), blocked, tuple(biases)
+    hollow = blocked is not None and bool(blocked.all(axis=-1).any())
+    return tuple(shape), blocked, tuple(biases), hollow
 
 
-def _exp_scores(x):
-    """exp(q kᵀ · scale + mask − row max) in place (..., N, M) and its row sums (..., N, 1),
-    or None when a row has no allowed key (the general path raises that error)."""
-    q, k, _, sc, _, tlead, blocked, biases = x
-    s = q @ np.swapaxes(k, -1, -2)  # (..., N, M)
+def _scores(x) -> np.ndarray:
+    """q kᵀ · scale + mask, (..., N, M) with the score table's lead axes (blocked pairs -inf)."""
+    q, k, _, sc, _, tlead, blocked, biases = x[:8]
+    s = q @ k.mT  # (..., N, M)
     if s.shape[:-2] != tlead:  # the mask varies along an axis q and k lack
         s = np.array(np.broadcast_to(s, tlead + s.shape[-2:]))  # (..., N, M)
-    n = s.shape[-2]
-    band = _BAND_BYTES // (s.size // n * s.itemsize) or 1
-    if band >= n:
-        return _softmax_rows(s, sc, blocked, biases)
-    totals = []
-    for a in range(0, n, band):  # cache-sized bands, as the dense kernel's softmax
-        rows = (a, min(n, a + band))
-        part = _softmax_rows(
-            s[..., rows[0] : rows[1], :],
-            sc,
-            _band(blocked, rows),
-            tuple(_band(b, rows) for b in biases),
-        )
-        if part is None:
-            return None
-        totals.append(part[1])
-    return s, np.concatenate(totals, axis=-2)  # (..., N, M), (..., N, 1)
-
-
-def _band(table, rows):
-    if table is None or np.ndim(table) < 2 or np.shape(table)[-2] == 1:
-        return table
-    return table[..., rows[0] : rows[1], :]
-
-
-def _softmax_rows(s, sc: float, blocked, biases):
     s *= s.dtype.type(sc)
     if blocked is not None:
         np.copyto(s, -np.inf, where=blocked)
     for b in biases:
         s += b
-    top = _max(s, axis=-1, keepdims=True)  # (..., rows, 1)
-    if s.dtype == np.float32 and _max(np.abs(top), axis=None) > WIDE:
-        return None  # scores far from 0: the general path computes these in float64
-    # A row with no allowed key has max -inf; raise it to the lowest finite number so that
-    # -inf - max stays -inf (not NaN) and its sum comes out 0, which sends it to the general path.
-    np.maximum(top, _LOWEST[s.dtype.char], out=top)
+    return s
+
+
+def _exp_scores(x):
+    """exp(masked scores − row max) in place (..., N, M), its row sums and row maxima (each
+    (..., N, 1)), or None when a row has no allowed key (the general path raises that error)
+    or float32 scores lie far from 0."""
+    s = _scores(x)
+    n, sure = s.shape[-2], x[8]
+    band = _BAND_BYTES // (s.size // n * s.itemsize) or 1
+    if band >= n:
+        return _softmax_rows(s, sure)
+    parts = []
+    for a in range(0, n, band):  # cache-sized bands, as the dense kernel's softmax
+        part = _softmax_rows(s[..., a : a + band, :], sure)
+        if part is None:
+            return None
+        parts.append(part[1:])
+    totals, tops = zip(*parts, strict=True)
+    return s, np.concatenate(totals, axis=-2), np.concatenate(tops, axis=-2)
+
+
+def _softmax_rows(s, sure: bool):
+    """(exp(s − row max) in place, row sums, row maxima) of masked scores s; None at doubt.
+    ``sure``: ``_prepare`` proved every row keeps a key and the scores lie within ±WIDE."""
+    top = _max(s, -1, keepdims=True)  # (..., rows, 1)
+    if not sure:
+        if s.dtype == np.float32 and _max(np.abs(top), axis=None) > WIDE:
+            return None  # scores far from 0: the general path computes these in float64
+        # A row with no allowed key has max -inf; raise it to the lowest finite number so
+        # that -inf - max stays -inf (not NaN) and its sum is 0: the general path's case.
+        np.maximum(top, _LOWEST[s.dtype.char], out=top)
     s -= top
     np.exp(s, out=s)  # unnormalised weights
-    total = _sum(s, axis=-1, keepdims=True)  # (..., rows, 1)
-    if not _all(total, axis=None):
+    total = _sum(s, -1, keepdims=True)  # (..., rows, 1)
+    if not sure and not _all(total, axis=None):
         return None
-    return s, total
+    return s, total, top
 
 
 def broadcast(*shapes: tuple[int, ...]) -> tuple[int, ...] | None:

@@ -41,8 +41,9 @@ POOL_PREFIX = "attnlab_"  # the names of the shared pool's threads (``_threads._
 def on_cores(fn, x, g, *args) -> list | None:
     """[fn(piece, g's piece, *args) for each piece of the batch], or None if any piece is None.
 
-    ``x`` is ``_small._prepare``'s tuple (q, k, v, scale, lead, table lead, blocked, biases);
-    ``g`` dO (..., N, d_v) or None. The batch is cut only when q, k, v (and g) carry the whole
+    ``x`` is ``_small._prepare``'s tuple (q, k, v, scale, lead, table lead, blocked, biases,
+    sure, peaks); ``g`` dO (..., N, d_v), a tuple of such per-row arrays (dO and the saved
+    lse (..., N, 1)), or None. The batch is cut only when q, k, v (and g) carry the whole
     leading shape; a broadcast input keeps the call in one piece."""
     q, k, v, _, lead = x[:5]
     n, m, d_k, d_v = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
@@ -78,7 +79,7 @@ def join(pieces: list[np.ndarray], lead: tuple[int, ...]) -> np.ndarray:
 
 def _cut(x, g, count: int) -> list:
     """``count`` pieces (x's tuple, g) along the flattened batch axis P."""
-    q, k, v, sc, lead, _, blocked, biases = x
+    q, k, v, sc, lead, _, blocked, biases, *rest = x
     total = math.prod(lead)
 
     def flat(a):  # (..., rows, cols) -> (P, rows, cols)
@@ -93,7 +94,7 @@ def _cut(x, g, count: int) -> list:
         return t if t is None or t.ndim < 3 else t[a:b]
 
     q, k, v = flat(q), flat(k), flat(v)
-    g = None if g is None else flat(g)
+    g = None if g is None else tuple(map(flat, g)) if type(g) is tuple else flat(g)
     blocked, biases = table(blocked), tuple(table(t) for t in biases)
     bounds = [total * i // count for i in range(count + 1)]
     return [
@@ -107,8 +108,9 @@ def _cut(x, g, count: int) -> list:
                 (b - a,),
                 share(blocked, a, b),
                 tuple(share(t, a, b) for t in biases),
+                *rest,
             ),
-            None if g is None else g[a:b],
+            None if g is None else tuple(t[a:b] for t in g) if type(g) is tuple else g[a:b],
         )
         for a, b in itertools.pairwise(bounds)
     ]

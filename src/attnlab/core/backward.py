@@ -65,8 +65,9 @@ def attention_backward(
         softcap, sinks, fully_masked: as for ``attnlab.attention``; "zero" gives a row that
             allows no key gradient 0. The gradient flows through the cap by 1 − tanh².
         lse: the log-sum-exp that ``attention(..., return_lse=True)`` returned for the same
-            call, (..., N): the blockwise kernel takes each row's divisor from it instead of
-            summing it again (the dense kernel checks its shape and recomputes).
+            call, (..., N): the weights come from it, exp(score − lse), with no row max or
+            row sum computed again (the small-problem path and the blockwise kernel; the
+            dense kernel of a large call checks its shape and recomputes).
         wrt: which gradients to return, in this order: any of "q", "k", "v", "bias" (the
             gradient of the float mask, the one additive table among the mask's parts,
             summed back to its shape) and "sinks" (of the sinks' shape).
@@ -96,8 +97,8 @@ def attention_backward(
            [ 1.78, -0.89]])
     """
     options = (block_size, threads, memory_budget, check_finite, softcap, sinks, fully_masked)
-    plain = plain_call(*options, lse=lse, wrt=wrt)
-    fast = _small.small_backward(q, k, v, grad_output, mask, scale, method) if plain else None
+    plain = plain_call(*options, wrt=wrt)  # a saved lse is the fast path's too
+    fast = _small.small_backward(q, k, v, grad_output, mask, scale, method, lse) if plain else None
     if fast is not None:  # a small problem with every check passed (see core/_small.py)
         return fast
     method, block, n_threads, budget = check_options(method, block_size, threads, memory_budget)

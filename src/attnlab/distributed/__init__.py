@@ -101,13 +101,20 @@ def attention(
         if not plan.pairs[i]:  # the mask blocks every key chunk for these rows
             every = [idx + (r,) for idx in np.ndindex(x.table_lead()) for r in range(*rows)]
             _partial.raise_empty(x.mask, x.n, x.m, every)
-    # 2) the graph: a partial per scheduled pair, a tree of merges per query chunk
-    token, roots = _graph.build(x, plan, sources, lazy)
-    if not compute:
-        return _graph.as_array(x, plan, token, roots)
-    # 3) run it, and put the query chunks together
-    graph_bytes = 0 if lazy else sum(a.nbytes for a in sources) + _mask_bytes(x.mask)
-    parts = _graph.compute(roots, client, threads, graph_bytes)
+    # 2) numpy inputs on a cluster: each chunk sent straight to the worker that reads it
+    parts = None
+    if compute and client is not None and not lazy:
+        from attnlab.distributed import _placed
+
+        parts = _placed.run(x, plan, sources, client)  # None: no worker yet, or one died
+    if parts is None:
+        # 3) else the graph: a partial per scheduled pair, a tree of merges per query chunk
+        token, roots = _graph.build(x, plan, sources, lazy)
+        if not compute:
+            return _graph.as_array(x, plan, token, roots)
+        graph_bytes = 0 if lazy else sum(a.nbytes for a in sources) + _mask_bytes(x.mask)
+        parts = _graph.compute(roots, client, threads, graph_bytes)
+    # 4) put the query chunks together
     out = np.empty(x.lead + (x.n, x.v.shape[-1]), x.q.dtype)  # (..., N, d_v)
     empty: list[tuple] = []
     for (lse, o), rows in zip(parts, plan.q_spans, strict=True):

@@ -28,7 +28,9 @@ def chunks(arr, spans, name: str, token: str, dtype) -> list:
 
     A numpy chunk becomes a task of its own that holds the data, not an argument copied into
     every task that reads it; the scheduler keeps it, so a worker that dies loses nothing that
-    cannot be sent again (data scattered to workers would be lost with them).
+    cannot be sent again (data scattered to workers would be lost with them). Numpy inputs
+    on a client take ``_placed.run`` first, which scatters them and comes back here only when
+    a worker holding chunks is lost.
     """
     if isinstance(arr, da.Array):
         sizes = tuple(b - a for a, b in spans)

@@ -1,7 +1,8 @@
 """One layer of the tiny transformer, forward and backward: multi-head attention, then the MLP.
 
 Attention is attnlab's own: one ``attnlab.attention`` call per layer with the heads as a batch
-axis, and one ``attnlab.attention_backward`` call for its gradients, so what the model learns
+axis, and one ``attnlab.attention_backward`` call for its gradients (given the forward's
+log-sum-exp, so a training step computes the softmax's row statistics once), so what the model learns
 with is exactly the function the rest of attnlab shows, computes and checks. Everything around
 it (projections, W^O, residuals, layer norm, MLP) is plain matrix algebra written out here.
 
@@ -54,15 +55,17 @@ def attend(x, p: dict, prefix: str, mask, scale, *, weights: bool = False):
     q = heads_of(a_in, p[prefix + "w_q"])  # (B, h, N, e)
     k = heads_of(a_in, p[prefix + "w_k"])  # (B, h, N, e)
     v = heads_of(a_in, p[prefix + "w_v"])  # (B, h, N, e)
-    # 2) attend: attnlab's attention, the heads a batch axis
+    # 2) attend: attnlab's attention, the heads a batch axis; its log-sum-exp is kept so
+    # that the backward takes the weights from it instead of computing the softmax again
     if weights:
-        o, w = attention(q, k, v, mask, scale=scale, return_weights=True)  # (B, h, N, e)
+        o, w, lse = attention(q, k, v, mask, scale=scale, return_weights=True, return_lse=True)
     else:
-        o, w = attention(q, k, v, mask, scale=scale), None  # (B, h, N, e)
+        (o, lse), w = attention(q, k, v, mask, scale=scale, return_lse=True), None
+    # o (B, h, N, e), lse (B, h, N), w (B, h, N, N)
     # 3) concatenate and mix with W^O, added to the residual stream
     o_cat = _merge(o)  # (B, N, h·e)
     out = x + o_cat @ p[prefix + "w_o"]  # (B, N, D)
-    cache = (a_in, norm_cache, q, k, v, o_cat)
+    cache = (a_in, norm_cache, q, k, v, o_cat, lse)
     return (out, cache, w) if weights else (out, cache)
 
 
@@ -71,13 +74,13 @@ def attend_backward(dx: np.ndarray, p: dict, prefix: str, mask, scale, cache, gr
 
     The layer's parameter gradients go into ``grads``.
     """
-    a_in, norm_cache, q, k, v, o_cat = cache
+    a_in, norm_cache, q, k, v, o_cat, lse = cache
     b, n, d = dx.shape
     h, _, e = p[prefix + "w_q"].shape
     rows = a_in.reshape(b * n, d)  # (R, D)
     grads[prefix + "w_o"] = o_cat.reshape(b * n, h * e).T @ dx.reshape(b * n, d)  # (h·e, D)
     do = (dx @ p[prefix + "w_o"].T).reshape(b, n, h, e).transpose(0, 2, 1, 3)  # (B, h, N, e)
-    dq, dk, dv = attention_backward(q, k, v, do, mask, scale=scale)  # each (B, h, N, e)
+    dq, dk, dv = attention_backward(q, k, v, do, mask, scale=scale, lse=lse)  # (B, h, N, e)
     da = np.zeros_like(a_in)  # (B, N, D)
     for name, g in (("w_q", dq), ("w_k", dk), ("w_v", dv)):
         g_cat = _merge(g)  # (B, N, h·e)

@@ -166,7 +166,7 @@ class TinyTransformer:
         return {name: grads[name].astype(self._dtype, copy=False) for name in p}
 
     def _call(self, cache, grad_output) -> AttentionCall:
-        _, _, q, k, v, _ = cache
+        _, _, q, k, v, *_ = cache
         return AttentionCall(q, k, v, grad_output, self._mask, self._scale)
 
     def loss_and_grads(self, tokens, targets) -> tuple[float, dict[str, np.ndarray]]:
