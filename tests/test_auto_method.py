@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import attnlab as al
-from attnlab.core import _small, attention, blockwise, blockwise_backward
+from attnlab.core import _small, blockwise, blockwise_backward
 from attnlab.core.attention import AUTO_BLOCKWISE_PAIRS, choose_method
 from attnlab.core.masks import Causal, Padding, SlidingWindow
 from attnlab.errors import AttnlabError
@@ -60,6 +60,23 @@ def test_a_mask_whose_tiles_blockwise_skips_crosses_over_sooner(mask):
     assert pick(lead, half, mask=mask) == "blockwise"
     assert pick(lead, half - 1, mask=mask) == "dense"
     assert pick(lead, half, mask=Padding(np.full(64, half))) == "dense"  # skips nothing
+
+
+def test_the_gradients_cross_over_sooner():
+    from attnlab.core.attention import AUTO_BLOCKWISE_PAIRS_BACKWARD
+
+    side = int(np.sqrt(AUTO_BLOCKWISE_PAIRS_BACKWARD))
+    assert side * side == AUTO_BLOCKWISE_PAIRS_BACKWARD < AUTO_BLOCKWISE_PAIRS[F64]
+    for dtype in (F32, F64):
+        assert choose_method("auto", (64,), side, side, dtype, BUDGET, False) == "dense"
+        assert choose_method("auto", (64,), side, side, dtype, BUDGET, False, backward=True) == (
+            "blockwise"
+        )
+        assert (
+            choose_method("auto", (64,), side - 1, side, dtype, BUDGET, False, backward=True)
+            == "dense"
+        )
+    assert choose_method("auto", (1,), side, side, F32, BUDGET, False, backward=True) == "dense"
 
 
 def test_the_memory_budget_still_forces_blockwise_and_weights_still_force_dense():
@@ -127,7 +144,7 @@ def test_return_weights_keeps_auto_dense_past_the_crossover(monkeypatch):
     assert np.array_equal(out, dense_out) and np.array_equal(weights, dense_weights)
 
 
-def test_the_backward_pass_takes_the_same_choice(monkeypatch):
+def test_the_backward_pass_goes_blockwise_past_the_crossover(monkeypatch):
     q, k, v = _inputs((3,), 1024, 4, np.float32)
     g = np.random.default_rng(1).standard_normal(q.shape).astype(np.float32)
     calls = _spy(monkeypatch, blockwise_backward)
@@ -137,4 +154,3 @@ def test_the_backward_pass_takes_the_same_choice(monkeypatch):
     explicit = al.attention_backward(q, k, v, g, method="dense")
     for got, want in zip(grads, explicit, strict=True):
         np.testing.assert_allclose(got, want, rtol=0, atol=2e-5)
-    assert attention.choose_method is choose_method  # one rule for both passes

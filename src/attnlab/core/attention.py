@@ -184,6 +184,9 @@ def check_options(method, block_size, threads, memory_budget):
 #: float32 no mask 0.94 at N = 256, 1.03 at 512, 0.84 at 1024, 0.89 at 2048; float64 no mask
 #: 1.04 at 256, 0.73 at 512, 0.89 at 1024. docs/bench.md has the whole table.
 AUTO_BLOCKWISE_PAIRS = {np.dtype(np.float32): 1024 * 1024, np.dtype(np.float64): 512 * 512}
+#: The gradients (``attention_backward``) cross over far sooner: blockwise / dense measured
+#: 0.09-0.16 at N = 256 and 0.16-0.24 at 512, either dtype, either mask (docs/bench.md).
+AUTO_BLOCKWISE_PAIRS_BACKWARD = 256 * 256
 #: A mask whose blocked tiles blockwise skips crosses over sooner: float32 causal measured 0.76 at
 #: N = 512, 0.61 at 1024 (float64 causal: see docs/bench.md).
 _SKIPPING_MASKS = (Causal, SlidingWindow)
@@ -192,15 +195,17 @@ _SKIPPING_DIVISOR = 4
 
 def choose_method(
     method: str, lead: tuple[int, ...], n: int, m: int, dtype, budget: float, weights: bool,
-    mask=None,
+    mask=None, backward: bool = False,
 ) -> str:  # fmt: skip
     """ "dense" or "blockwise" for a validated call: what method="auto" means (see ``attention``):
     dense for a table within the small-problem path's reach or under the measured crossover
-    (``AUTO_BLOCKWISE_PAIRS``, sooner for a causal or sliding-window ``mask``), blockwise past
-    it or past the memory budget; dense whenever the weights are asked for."""
+    (``AUTO_BLOCKWISE_PAIRS``, sooner for a causal or sliding-window ``mask``, and
+    ``AUTO_BLOCKWISE_PAIRS_BACKWARD`` for the gradients), blockwise past it or past the memory
+    budget; dense whenever the weights are asked for."""
     if method == "auto":
         table = blockwise.dense_table_bytes(lead, n, m, dtype)
-        if table <= budget and (weights or not _past_crossover(table, n, m, dtype, mask)):
+        past = _past_crossover(table, n, m, dtype, mask, backward)
+        if table <= budget and (weights or not past):
             return "dense"
         if weights:
             raise AttnlabError(
@@ -214,9 +219,11 @@ def choose_method(
     return method
 
 
-def _past_crossover(table: int, n: int, m: int, dtype, mask) -> bool:
+def _past_crossover(table: int, n: int, m: int, dtype, mask, backward: bool) -> bool:
     if table <= _small.SMALL_BYTES:
         return False
+    if backward:
+        return n * m >= AUTO_BLOCKWISE_PAIRS_BACKWARD
     pairs = AUTO_BLOCKWISE_PAIRS.get(np.dtype(dtype), AUTO_BLOCKWISE_PAIRS[np.dtype(np.float64)])
     if isinstance(mask, _SKIPPING_MASKS):
         pairs //= _SKIPPING_DIVISOR
