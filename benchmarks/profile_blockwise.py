@@ -12,7 +12,8 @@ at a time, on one thread with OpenBLAS pinned to one thread (as every pool worke
     pv      np.matmul(s, v[tile], out=r)           the second GEMM, (Bq, Bk) x (Bk, d)
     acc     acc += r                               the running sums
     max     s.max(axis=1)                          what the exact pass adds (not the fast one)
-    whole   attnlab's own fast loop (core/_online.py), every phase together
+    whole   attnlab's own fast loop (core/_online.py), every phase together, with the
+            exponential it picks on this CPU (core/_tiles.py, natural_exp)
 
 CPU time (time.thread_time), median of ``--repeats`` sweeps; GFLOP/s for the two GEMMs counts
 2·Bq·Bk·d each; "x GEMM" compares the whole loop's useful rate (4·Bq·M·d) with a plain
@@ -31,7 +32,7 @@ import numpy as np
 
 from attnlab.core._online import _fast
 from attnlab.core._threads import blas_info, one_blas_thread
-from attnlab.core._tiles import Step, buffers
+from attnlab.core._tiles import Step, buffers, natural_exp
 
 
 def _cpu(fn, repeats: int) -> float:
@@ -74,7 +75,8 @@ def profile(bq: int, bk: int, m: int, d: int, repeats: int) -> dict:
     kT1 = np.vstack([kT, np.ones((1, m), np.float32)])  # (d + 1, M): the kernel's layout
     bufs = buffers(np.float32, d, bk)
     steps = [Step(slice(0, bq), c0, c1, *bufs(bq, c1 - c0), None) for c0, c1 in cols]
-    phases["whole"] = lambda: _fast(q, kT1, v, steps, (), np.float32(1.0))
+    natural = natural_exp(np.float32)  # the exponential the kernel uses on this CPU
+    phases["whole"] = lambda: _fast(q, kT1, v, steps, (), np.float32(1.0), None, natural)
     with one_blas_thread():
         out = {name: _cpu(fn, repeats) for name, fn in phases.items()}
         gemm = _gemm_rate(repeats)
@@ -105,7 +107,9 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=9)
     a = p.parse_args()
     print(f"BLAS: {blas_info()}")
+    exp = "exp" if natural_exp(np.float32) else "exp2"
     print(f"M = {a.m}, d = {a.d}, float32, one thread, CPU ms per query block (median)")
+    print(f"whole: the kernel's fast pass, with {exp} (the one numpy vectorises here)")
     head = "  Bq x Bk       qk   exp2    exp rowsum     pv    acc    max  whole  (sum)  qk GF  pv GF  whole GF  x GEMM"
     print(head)
     for tile in a.tiles.split(","):
