@@ -13,13 +13,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from attnlab.bench._measure import Config, Result, gemm_ceiling
-from attnlab.bench._suite import Report, Target, label, machine_info, plan_run
+from attnlab.bench._measure import Config, Result
+from attnlab.bench._suite import Report, Target, label, plan_run, sweep
 
 DEFAULT_NS = (1024, 2048, 4096, 8192)
 QUICK_NS = (512, 1024)
-#: The dense backward holds two N x M tables (P, and dP made dS in place): skipped past 2 GiB.
-DENSE_LIMIT = 2 * 2**30
 MEMORY_N = 16_384  # the memory check: one head, where the dense tables alone are 2 GiB
 MEMORY_LIMIT_MIB = 256.0
 
@@ -61,36 +59,8 @@ def backward(
     ns, repeats, checks, with_torch, run = plan_run(
         ns, (QUICK_NS if quick else DEFAULT_NS), quick, repeats, checks, use_torch, isolate
     )
-    report = Report(
-        machine=machine_info(),
-        settings={
-            "ns": list(ns),
-            "heads": heads,
-            "d": d,
-            "masks": list(masks),
-            "dtype": "float32",
-            "repeats": repeats,
-            "isolated": isolate,
-            "torch": with_torch,
-            "backward": True,
-        },
-        gemm_gflops=gemm_ceiling(),
-    )
-
-    def measured(cfg: Config, into: list[Result]) -> None:
-        result = run(cfg)
-        into.append(result)
-        if progress is not None:
-            progress(result)
-
-    methods = ["dense", "blockwise"] + (["torch"] if with_torch else [])
-    for n in ns:
-        for mask in masks:
-            for method in methods:
-                if method == "dense" and 2 * heads * n * n * 4 > DENSE_LIMIT:
-                    continue  # its two tables alone would not fit a sane budget
-                cfg = Config(method, n, heads, d, mask, repeats=repeats, backward=True)
-                measured(cfg, report.results)
+    settings = {"isolated": isolate, "torch": with_torch, "backward": True}
+    report, measured = sweep(ns, heads, d, masks, repeats, run, progress, settings)
     if checks:
         base = Config("blockwise", MEMORY_N, 1, d, backward=True)
         measured(replace(base, repeats=0), report.checks)  # one call: the peak is what matters

@@ -258,12 +258,21 @@ def measure(cfg: Config) -> Result:
 
 def measure_isolated(cfg: Config, timeout_s: float = 900.0) -> Result:
     """Run cfg in a fresh Python process (this module as ``__main__``) and return its Result."""
+    data, error = run_isolated("attnlab.bench._measure", asdict(cfg), timeout_s)
+    return Result(cfg, error=error) if error else Result.from_dict(data)
+
+
+def run_isolated(
+    module: str, job: dict, timeout_s: float = 900.0
+) -> tuple[dict | None, str | None]:
+    """Run ``python -m module JSON(job)`` in a fresh process, this attnlab first on its path:
+    (the JSON object its last line of output printed, None), or (None, what went wrong)."""
     src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ)
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "attnlab.bench._measure", json.dumps(asdict(cfg))],
+            [sys.executable, "-m", module, json.dumps(job)],
             capture_output=True,
             text=True,
             env=env,
@@ -271,12 +280,12 @@ def measure_isolated(cfg: Config, timeout_s: float = 900.0) -> Result:
             check=False,
         )
     except subprocess.TimeoutExpired:
-        return Result(cfg, error=f"timed out after {timeout_s:.0f} s")
+        return None, f"timed out after {timeout_s:.0f} s"
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return Result(cfg, error=f"exit code {proc.returncode}: {tail}")
-    return Result.from_dict(json.loads(lines[-1]))
+        return None, f"exit code {proc.returncode}: {tail}"
+    return json.loads(lines[-1]), None
 
 
 def gemm_ceiling(dtype: str = "float32", size: int = 2048, repeats: int = 10) -> float:

@@ -23,13 +23,13 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from attnlab.bench._measure import run_isolated
 from attnlab.bench._suite import Target, machine_info, torch_available
 
 #: The table's shapes (B, h, N, d): a tiny transformer's batch, two wider ones, the worked example.
@@ -179,26 +179,9 @@ def _torch_calls(q, k, v, g, threads: int, row: Row) -> dict:
 
 def _isolated(job: dict, timeout_s: float = 900.0) -> Row:
     """measure_shape in a fresh Python process (this module as ``__main__``)."""
-    src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-    shape = tuple(job["shape"])
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "attnlab.bench._small", json.dumps(job)],
-            capture_output=True,
-            text=True,
-            env=env,
-            timeout=timeout_s,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        return Row(shape, error=f"timed out after {timeout_s:.0f} s")
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return Row(shape, error=f"exit code {proc.returncode}: {tail}")
-    data = json.loads(lines[-1])
+    data, error = run_isolated("attnlab.bench._small", job, timeout_s)
+    if error:
+        return Row(tuple(job["shape"]), error=error)
     return Row(**{**data, "shape": tuple(data["shape"])})
 
 

@@ -191,21 +191,24 @@ def attention(
     ns, repeats, checks, with_torch, run = plan_run(
         ns, (QUICK_NS if quick else DEFAULT_NS), quick, repeats, checks, use_torch, isolate
     )
-    report = Report(
-        machine=machine_info(),
-        settings={
-            "ns": list(ns),
-            "heads": heads,
-            "d": d,
-            "masks": list(masks),
-            "window": window,
-            "dtype": "float32",
-            "repeats": repeats,
-            "isolated": isolate,
-            "torch": with_torch,
-        },
-        gemm_gflops=gemm_ceiling(),
-    )
+    settings = {"window": window, "isolated": isolate, "torch": with_torch}
+    report, measured = sweep(ns, heads, d, masks, repeats, run, progress, settings)
+
+    base = Config("blockwise", 0, heads, d, repeats=repeats)
+    _measure_checks(measured, report, base, ns, quick=quick, checks=checks)
+    report.targets = targets(report)
+    return report
+
+
+def sweep(ns, heads: int, d: int, masks, repeats: int, run, progress, settings: dict):
+    """A Report of every (N, mask, method) row, measured with ``run``, and the function that
+    measures one more configuration into a list: the loop both suites share. ``settings``:
+    what the report records beyond the shape; with ``"backward": True`` the rows time the
+    gradients, and dense (two N x M tables then) is skipped where its tables pass 2 GiB."""
+    backward = bool(settings.get("backward"))
+    shape = {"ns": list(ns), "heads": heads, "d": d, "masks": list(masks), "dtype": "float32"}
+    settings = {**shape, "repeats": repeats, **settings}
+    report = Report(machine_info(), settings, gemm_ceiling())
 
     def measured(cfg: Config, into: list[Result]) -> Result:
         result = run(cfg)
@@ -214,19 +217,16 @@ def attention(
             progress(result)
         return result
 
-    methods = ["dense", "blockwise"] + (["torch"] if with_torch else [])
+    methods = ["dense", "blockwise"] + (["torch"] if settings.get("torch") else [])
+    window = settings.get("window")
     for n in ns:
         for mask in masks:
             for method in methods:
-                if method == "dense" and heads * n * n * 4 > DENSE_LIMIT:
-                    continue  # its table alone would not fit a sane budget
+                if method == "dense" and (1 + backward) * heads * n * n * 4 > DENSE_LIMIT:
+                    continue  # its table(s) alone would not fit a sane budget
                 cfg = Config(method, n, heads, d, mask, window if mask == "window" else None)
-                measured(replace(cfg, repeats=repeats), report.results)
-
-    base = Config("blockwise", 0, heads, d, repeats=repeats)
-    _measure_checks(measured, report, base, ns, quick=quick, checks=checks)
-    report.targets = targets(report)
-    return report
+                measured(replace(cfg, repeats=repeats, backward=backward), report.results)
+    return report, measured
 
 
 def targets(report: Report) -> list[Target]:

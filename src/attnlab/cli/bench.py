@@ -89,25 +89,24 @@ def attention_command(
     force: Force = False,
 ) -> None:
     """Time attnlab dense and blockwise attention beside torch SDPA, and check the speed targets of docs/bench.md."""
+    extra = {"masks": ["window"] if window is not None else [], "window": window or 512}
+    _measure("attention", n, (heads, d, causal), quick, repeats, torch, isolate, (json_path, force),
+             **extra)  # fmt: skip
+
+
+def _measure(name, n, shape, quick, repeats, torch, isolate, json_out, masks=(), **options):
+    """Run one benchmark (``bench.attention`` or ``bench.backward``, by ``name``) with the
+    options both commands share, showing each row as it is measured, then the report.
+    ``shape`` is (--heads, --d, --causal), ``json_out`` the (--json path, --force) pair, and
+    ``masks`` any masks timed beyond no mask and causal."""
     from attnlab import bench
 
-    check_target("--json", json_path, force)
-    masks = ["causal"] if causal else ["none", "causal"]
-    if window is not None:
-        masks.append("window")
-
-    options = {"masks": masks, "window": window or 512}
-    _measure(bench.attention, n, heads, d, quick, repeats, torch, isolate, (json_path, force),
-             **options)  # fmt: skip
-
-
-def _measure(run, n, heads, d, quick, repeats, torch, isolate, json_out, **options) -> None:
-    """Run one benchmark (``bench.attention`` or ``bench.backward``) with the options both
-    commands share, showing each row as it is measured, then the report; ``json_out`` is the
-    (--json path, --force) pair."""
-    report = run(
-        _lengths(n), heads=heads, d=d, quick=quick, repeats=repeats, use_torch=torch,
-        isolate=isolate, progress=_progress, **options,
+    check_target("--json", json_out[0], json_out[1])
+    heads, d, causal = shape
+    masks = (["causal"] if causal else ["none", "causal"]) + list(masks)
+    report = getattr(bench, name)(
+        _lengths(n), heads=heads, d=d, masks=masks, quick=quick, repeats=repeats,
+        use_torch=torch, isolate=isolate, progress=_progress, **options,
     )  # fmt: skip
     _show(report, *json_out)
 
@@ -153,12 +152,7 @@ def backward_command(
     force: Force = False,
 ) -> None:
     """Time attnlab's gradients (dense and blockwise) beside torch's fused backward (docs/bench.md)."""
-    from attnlab import bench
-
-    check_target("--json", json_path, force)
-    masks = ["causal"] if causal else ["none", "causal"]
-    _measure(bench.backward, n, heads, d, quick, repeats, torch, isolate, (json_path, force),
-             masks=masks)  # fmt: skip
+    _measure("backward", n, (heads, d, causal), quick, repeats, torch, isolate, (json_path, force))
 
 
 @bench_app.command("labs")

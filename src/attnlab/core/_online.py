@@ -20,12 +20,15 @@ from attnlab.core.masks import tile_at as _pick
 __all__ = ["solve"]
 
 
-def _fast(q_rows, kT, v, steps, idx, c, cap=None):
+def _fast(q_rows, kT, v, steps, idx, c, cap=None, natural=False):
     """One query block of one lead element, every base left at 0: two matmuls, an exp2 and a
     row sum per step, nothing else. Returns (acc (Bq, d_v), l (Bq,)), to be checked by _solve.
 
     ``cap``: with a softcap, softcap · log2 e (c is then scale / softcap): each score becomes
     cap · tanh(score), two more passes over the tile, only then.
+    ``natural``: scores in natural units and np.exp instead of np.exp2, where numpy vectorises
+    exp and not exp2 (``_tiles.natural_exp``); c and cap are then scale and softcap without
+    log2 e, and masks add their natural biases. The sums are the same quantities either way.
     ``steps`` holds a ``Step`` per tile (see ``_tiles.Step``), unpacked by position: the loop
     runs once per tile and attribute look-ups would cost a GIL-holding call each.
     Few numpy calls per step matter with threads: each call takes the GIL, and a thread that
@@ -36,19 +39,20 @@ def _fast(q_rows, kT, v, steps, idx, c, cap=None):
     dv = v.shape[-1]
     acc = np.zeros((qs.shape[0], dv + 1), qs.dtype)  # (Bq, d_v + 1): Σ exp2(score) v | Σ exp2
     keys = kT[:-1]  # (d_k, M): the ones row is for the exact steps only
+    exp = np.exp if natural else np.exp2
     for sl, c0, c1, s, r, ls, rl, ones, tm in steps:
-        np.matmul(qs[sl], keys[:, c0:c1], out=s)  # (rows, cols): score, in log2 units
+        np.matmul(qs[sl], keys[:, c0:c1], out=s)  # (rows, cols): score, in log2 or natural units
         if cap is not None:
             np.tanh(s, out=s)
             s *= cap
         if tm is None:
-            np.exp2(s, out=s)
+            exp(s, out=s)
         else:
             if tm.bias is not None:
-                s += _pick(tm.bias, idx)
+                s += _pick(tm.ebias if natural else tm.bias, idx)
                 if tm.floor is not None:  # far below: exp2's slow path (see _tiles.TileMask)
-                    np.maximum(s, tm.floor, out=s)
-            np.exp2(s, out=s)
+                    np.maximum(s, tm.efloor if natural else tm.floor, out=s)
+            exp(s, out=s)
             s *= _pick(tm.keep, idx)  # blocked pairs weigh exactly 0
         # Row sums by a matrix-vector product: 16 us for a 512 x 512 tile, where np.sum takes
         # 60 and a column of ones in v slows the p v matmul by 35 (its width 65 is awkward).
@@ -125,8 +129,11 @@ def _exact(q_rows, kT, v, steps, idx, c, floor, cap=None):
     return blk.acc[:, :-1], blk.l, blk.base
 
 
-def solve(q_rows, kT, v, steps, idx, c, floor, tiny, cap):
-    acc, l, base = _fast(q_rows, kT, v, steps, idx, c, cap)
+def solve(q_rows, kT, v, steps, idx, c, floor, tiny, cap, fast=None):
+    """(acc, l, base) of one query block: the fast pass, or the exact one where it fails.
+    ``fast``: (c, cap, natural) for the fast pass (see _fast), when they differ from the
+    exact pass's log2 constants c and cap."""
+    acc, l, base = _fast(q_rows, kT, v, steps, idx, *(fast or (c, cap)))
     # Against a base of 0, exp2 overflows once a scaled score passes maxexp (f32: 128 in log2
     # units, 89 in natural ones) and underflows far below: inf, NaN (inf · 0 at a blocked pair)
     # or a sum too small to trust (< 2^-(maxexp/2)) sends the block to the exact pass. Rows

@@ -18,6 +18,30 @@ import numpy as np
 from attnlab.core.masks import Mask, TileState
 
 LOG2E = 1.4426950408889634  # exp(x) = exp2(x · log2 e)
+LN2 = 0.6931471805599453  # exp2(x) = exp(x · ln 2)
+
+
+def _simd_exp2() -> bool:
+    # numpy vectorises float32 exp2 only through SVML, which it builds for AVX-512 (Skylake-X
+    # and later); elsewhere exp2 is a scalar loop while exp has numpy's own AVX2 code.
+    try:
+        from numpy._core._multiarray_umath import __cpu_features__
+    except ImportError:  # a numpy that moved it: take the choice measured on AVX2 below
+        return False
+    return bool(__cpu_features__.get("AVX512_SKX"))
+
+
+_SIMD_EXP2 = _simd_exp2()
+
+
+def natural_exp(dtype) -> bool:
+    """Whether the forward's fast pass exponentiates in natural units (np.exp) rather than
+    log2 units (np.exp2): the one of the two that numpy vectorises on this CPU. Measured on
+    a 256 x 512 float32 tile, AMD EPYC (AVX2, no AVX-512): exp2 696 us, exp 359 us, half of the
+    whole tile's time (benchmarks/profile_blockwise.py); float64 exp2 1339 us, exp 1411 us. With
+    AVX-512, exp2 (SVML) is what the Xeon figures in core/blockwise.py were measured with.
+    Decided by the CPU, never by a timing, so every call in a process rounds alike."""
+    return np.dtype(dtype) == np.float32 and not _SIMD_EXP2
 
 
 def exp2_floor(dtype) -> np.floating:
@@ -170,11 +194,13 @@ class TileMask:
     f32 -60, a padding convention's -10000 or a long ALiBi distance), so the fast step clamps
     its exponents there, one quick pass instead of exp2's slow one (forward 136 -> 100 ms
     measured with -10000 on half the keys, N = 2048, h = 8); None where no bias goes that deep.
+    ``ebias`` and ``efloor``: the same two in natural units, for a fast step that uses np.exp
+    (``natural_exp``).
     """
 
     def __init__(self, mask: Mask, rows, cols, n: int, m: int, lead_ndim: int, dtype):
         dtype = np.dtype(dtype)
-        allowed, bias = None, None
+        allowed, bias, ebias = None, None, None
         for part in mask.parts():
             if part.boolean:
                 ok = part.block(rows, cols, n, m, lead_ndim)
@@ -183,12 +209,15 @@ class TileMask:
                 # keeps float64 accuracy (§6.4's additive mask, in base 2 here).
                 b = np.asarray(part.bias(rows, cols, n, m, lead_ndim), dtype=dtype)
                 ok = ~np.isneginf(b)
-                b = np.where(ok, b * dtype.type(LOG2E), dtype.type(0.0))
+                e = np.where(ok, b, dtype.type(0.0))
+                b = e * dtype.type(LOG2E)  # the same as scaling first: blocked pairs are 0
                 bias = b if bias is None else bias + b
+                ebias = e if ebias is None else ebias + e
             allowed = ok if allowed is None else allowed & ok
-        self.bias = bias
+        self.bias, self.ebias = bias, ebias
         floor = exp2_floor(dtype)
         self.floor = floor if bias is not None and bias.min() < floor / 2 else None
+        self.efloor = None if self.floor is None else floor * dtype.type(LN2)
         self.keep = allowed.astype(dtype)
         self.allowed = allowed
 

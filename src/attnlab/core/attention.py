@@ -29,7 +29,7 @@ from attnlab.core._validate import (
 from attnlab.core._variants import check_fully_masked, with_variants
 from attnlab.core.dense import dense_output, dense_tables, dense_weights
 from attnlab.core.dense_backward import dense_grad_tables
-from attnlab.core.masks import Causal
+from attnlab.core.masks import Causal, SlidingWindow
 from attnlab.core.trace import AttentionTrace
 from attnlab.errors import AttnlabError, ShapeError
 
@@ -68,7 +68,10 @@ def attention(
         method: "dense" computes the whole (..., N, M) table, as §6.2 draws it. "blockwise"
             computes the same result tile by tile with the online softmax (see
             ``attnlab.core.blockwise``), in memory that grows with N, skipping tiles a mask
-            blocks. "auto" (default) is dense unless the score table would exceed
+            blocks. "auto" (default) picks the faster of the two from measured crossovers
+            (dense for small tables, blockwise from N · M = 1024² in float32, 512² in float64,
+            a quarter of that with a causal or sliding-window mask: see
+            ``choose_method``), and blockwise whenever the score table would exceed
             ``memory_budget``, so a long sequence never runs out of memory by accident. With
             return_weights=True, "auto" stays dense, since the table is then the answer, and
             raises AttnlabError instead if that table is over the budget (pass method="dense"
@@ -110,7 +113,7 @@ def attention(
     empty = check_fully_masked(fully_masked)
     x, finite = validate_later(q, k, v, mask, scale=scale, check_finite=check_finite)
     x = with_variants(x, softcap, sinks)
-    method = choose_method(method, x.lead, x.n, x.m, x.q.dtype, budget, return_weights)
+    method = choose_method(method, x.lead, x.n, x.m, x.q.dtype, budget, return_weights, x.mask)
     if method == "blockwise":
         return _blockwise(x, block, n_threads, finite, empty, return_lse)
     if finite is not None:
@@ -174,13 +177,35 @@ def check_options(method, block_size, threads, memory_budget):
     return check_method(method), block, check_threads(threads), budget
 
 
+#: method="auto"'s crossover: blockwise from this many (query, key) pairs per matrix (N · M),
+#: by dtype, once the whole table is past the small-problem path's reach (``_small.SMALL_BYTES``,
+#: which answers smaller tables densely). Measured with benchmarks/crossover.py on the 2-core AMD
+#: EPYC (B = 1, h = 8, d = 64, CPU time, medians of 3 interleaved rounds, blockwise / dense):
+#: float32 no mask 0.94 at N = 256, 1.03 at 512, 0.84 at 1024, 0.89 at 2048; float64 no mask
+#: 1.04 at 256, 0.73 at 512, 0.89 at 1024. docs/bench.md has the whole table.
+AUTO_BLOCKWISE_PAIRS = {np.dtype(np.float32): 1024 * 1024, np.dtype(np.float64): 512 * 512}
+#: The gradients (``attention_backward``) cross over far sooner: blockwise / dense measured
+#: 0.09-0.16 at N = 256 and 0.16-0.24 at 512, either dtype, either mask (docs/bench.md).
+AUTO_BLOCKWISE_PAIRS_BACKWARD = 256 * 256
+#: A mask whose blocked tiles blockwise skips crosses over sooner: float32 causal measured 0.76 at
+#: N = 512, 0.61 at 1024 (float64 causal: see docs/bench.md).
+_SKIPPING_MASKS = (Causal, SlidingWindow)
+_SKIPPING_DIVISOR = 4
+
+
 def choose_method(
-    method: str, lead: tuple[int, ...], n: int, m: int, dtype, budget: float, weights: bool
-) -> str:
-    """ "dense" or "blockwise" for a validated call: what method="auto" means (see ``attention``)."""
+    method: str, lead: tuple[int, ...], n: int, m: int, dtype, budget: float, weights: bool,
+    mask=None, backward: bool = False,
+) -> str:  # fmt: skip
+    """ "dense" or "blockwise" for a validated call: what method="auto" means (see ``attention``):
+    dense for a table within the small-problem path's reach or under the measured crossover
+    (``AUTO_BLOCKWISE_PAIRS``, sooner for a causal or sliding-window ``mask``, and
+    ``AUTO_BLOCKWISE_PAIRS_BACKWARD`` for the gradients), blockwise past it or past the memory
+    budget; dense whenever the weights are asked for."""
     if method == "auto":
         table = blockwise.dense_table_bytes(lead, n, m, dtype)
-        if table <= budget:
+        past = _past_crossover(table, n, m, dtype, mask, backward)
+        if table <= budget and (weights or not past):
             return "dense"
         if weights:
             raise AttnlabError(
@@ -192,6 +217,17 @@ def choose_method(
     if method == "blockwise" and weights:
         blockwise.raise_no_weights()
     return method
+
+
+def _past_crossover(table: int, n: int, m: int, dtype, mask, backward: bool) -> bool:
+    if table <= _small.SMALL_BYTES:
+        return False
+    if backward:
+        return n * m >= AUTO_BLOCKWISE_PAIRS_BACKWARD
+    pairs = AUTO_BLOCKWISE_PAIRS.get(np.dtype(dtype), AUTO_BLOCKWISE_PAIRS[np.dtype(np.float64)])
+    if isinstance(mask, _SKIPPING_MASKS):
+        pairs //= _SKIPPING_DIVISOR
+    return n * m >= pairs
 
 
 def _mib(nbytes: float) -> str:
@@ -235,20 +271,11 @@ def trace_attention(
     )
 
 
+# torch's parameters in torch's order, written as torch's documentation lists them.
 def scaled_dot_product_attention(
-    query,
-    key,
-    value,
-    attn_mask=None,
-    dropout_p=0.0,
-    is_causal=False,
-    scale=None,
-    enable_gqa=False,
-    *,
-    rng=None,
-    fully_masked="raise",
-    check_finite=True,
-):
+    query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+    enable_gqa=False, *, rng=None, fully_masked="raise", check_finite=True,
+):  # fmt: skip
     """``torch.nn.functional.scaled_dot_product_attention``'s signature and semantics, in numpy.
 
     Shape legend (PyTorch's letters): query (..., Hq, L, E), key (..., H, S, E),

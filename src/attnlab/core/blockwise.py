@@ -23,8 +23,11 @@ one exponential and a row sum, and nothing else. This is the lazy rescaling of F
 as a matmul, so the row maximum itself is only computed when needed. Four tricks keep the
 passes down:
 
-1. scale · log2(e) is folded into q once, and exp2 replaces exp (numpy's float32 exp2 is twice
-   as fast as exp): exp(s · scale) = exp2(s · scale · log2 e).
+1. the scale is folded into q once, and each tile takes whichever exponential numpy
+   vectorises on the CPU at hand (``_tiles.natural_exp``): with AVX-512, float32 exp2 is twice
+   as fast as exp, so q carries scale · log2(e) and exp(s · scale) = exp2(s · scale · log2 e);
+   on AVX2 alone exp2 is a scalar loop at half exp's speed, so the fast pass uses exp. The
+   exact pass always works in log2 units (trick 4).
 2. base starts at 0 for every row, so the first matmul needs no correction at all; once an
    exact step has moved a base, -base rides along as an extra column of q against a row of
    ones in kᵀ, so the matmul returns score - base directly.
@@ -69,6 +72,7 @@ from attnlab.core._tiles import (
     exp2_floor,
     lead_at,
     lone_keys,
+    natural_exp,
     plan,
     work_items,
 )
@@ -104,6 +108,10 @@ DEFAULT_MEMORY_BUDGET = 256 * 2**20
 # with an inner width of 64 spends more of its time storing its output). Of the fastest, 512 x 512
 # is the smallest: at N = 2048 it still gives each of two threads 16 query blocks of work, and
 # it keeps a 1 MiB float32 tile (half the L2) in cache through its exp2 and two matmuls.
+# A tile sized from each machine's L2 instead (half of it in float32: 256 x 256 on the 2-core
+# AMD EPYC's 512 KiB) did not pay there: N = 4096, h = 8, CPU ms no mask / causal, medians of 5,
+# forward 256 x 256 1183 / 718 against 512 x 512 1158 / 750 (noise); backward at N = 2048
+# 1054 / 618 against 916 / 586. So 512 x 512 stays the default on both CPU families.
 DEFAULT_BLOCK_Q = 512
 DEFAULT_BLOCK_K = 512
 
@@ -230,8 +238,12 @@ class _Call:
         self.floor = exp2_floor(dtype)  # M of them are invisible beside a row sum >= 1/2
         if x.softcap is None:
             self.c, self.cap = dtype.type(x.scale * LOG2E), None
+            natural = (dtype.type(x.scale), None)
         else:  # q · scale / softcap, tanh, then · softcap · log2 e (see _fast)
             self.c, self.cap = dtype.type(x.scale / x.softcap), dtype.type(x.softcap * LOG2E)
+            natural = (self.c, dtype.type(x.softcap))
+        # The fast pass's constants: natural units where numpy's exp is the vectorised one.
+        self.fast = (*natural, True) if natural_exp(dtype) else None
         self.sinks = None if x.sinks is None else x.sinks * dtype.type(LOG2E)  # log2 units
         # A row with one allowed key returns that key's value exactly: the lazy base never
         # makes its weight 1, and p · v / p can be an ulp off. (Not with a sink: then the
@@ -281,8 +293,9 @@ class _Call:
                 q_rows = _pick(self.x.q, idx)[rows[0] : rows[1]]  # (Bq, d_k)
                 v = _pick(self.v, idx)  # (M, d_v)
                 acc, l, base = _solve(
-                    q_rows, self.keys(idx), v, steps, idx, self.c, self.floor, self.tiny, self.cap
-                )
+                    q_rows, self.keys(idx), v, steps, idx, self.c, self.floor, self.tiny, self.cap,
+                    self.fast,
+                )  # fmt: skip
                 self.finish(idx, rows, acc, l, base, v, lone)
         with self.lock:
             self.pending[rows] -= 1

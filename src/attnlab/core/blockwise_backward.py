@@ -61,7 +61,16 @@ from attnlab.core._backward_tiles import scratch as _buffers
 from attnlab.core._grad import sum_to
 from attnlab.core._precision import narrow, too_wide, widen
 from attnlab.core._threads import pool_map
-from attnlab.core._tiles import LOG2E, TileMask, exp2_floor, lead_at, plan, work_items
+from attnlab.core._tiles import (
+    LN2,
+    LOG2E,
+    TileMask,
+    exp2_floor,
+    lead_at,
+    natural_exp,
+    plan,
+    work_items,
+)
 from attnlab.core._validate import Inputs, check_scores_in_bands, may_overflow
 from attnlab.core._variants import float_bias
 from attnlab.core.masks import tile_at
@@ -168,6 +177,9 @@ class _Kernel:
         # over a small l overflow. Such a row takes the exact sweep too (there l is in [1/2, M]).
         self.g_range = (finfo.tiny * 2.0 ** (finfo.nmant + 1), finfo.max / 2.0**8)
         self.floor = exp2_floor(dtype)  # exp2's fast path
+        # Where numpy vectorises exp and not exp2 (``_tiles.natural_exp``), a tile's weights
+        # are exp(s · ln 2): one quick multiply saves half of a scalar exp2's time.
+        self.ln2 = dtype.type(LN2) if natural_exp(dtype) else None
         self.lock = threading.Lock()
         self.empty = False
         self.watch = dtype == np.float32 and x.check_finite  # for scores far from 0
@@ -325,7 +337,11 @@ class _Kernel:
             np.clip(p, self.floor, 0.0, out=p)  # blocked pairs may be huge: no inf · 0
         elif tm is not None and tm.floor is not None:  # far below: exp2's slow path
             np.maximum(p, tm.floor, out=p)
-        np.exp2(p, out=p)
+        if self.ln2 is None:
+            np.exp2(p, out=p)
+        else:
+            p *= self.ln2
+            np.exp(p, out=p)
         if tm is not None:
             p *= tile_at(tm.keep, idx)  # blocked pairs weigh exactly 0
 
