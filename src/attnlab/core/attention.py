@@ -105,8 +105,12 @@ def attention(
            [ 0.804,  1.413]])
     """
     options = (block_size, threads, memory_budget, check_finite, softcap, sinks, fully_masked)
-    plain = plain_call(*options, return_lse=return_lse)
-    fast = _small.small_attention(q, k, v, mask, scale, method, return_weights) if plain else None
+    plain = plain_call(*options)  # the small path returns the lse too
+    fast = (
+        _small.small_attention(q, k, v, mask, scale, method, return_weights, return_lse)
+        if plain
+        else None
+    )
     if fast is not None:  # a small problem with every check passed (see core/_small.py)
         return fast
     method, block, n_threads, budget = check_options(method, block_size, threads, memory_budget)

@@ -108,8 +108,10 @@ def attention_backward(
     names = check_wrt(wrt, x)
     saved = check_lse(lse, x)  # (..., N) or None
     g = check_grad_output(x, grad_output)  # (..., N, d_v)
-    return _gradients(x, g, choose_method(method, x.lead, x.n, x.m, x.q.dtype, budget, False),
-                      (block, n_threads, saved, empty, names))  # fmt: skip
+    chosen = choose_method(
+        method, x.lead, x.n, x.m, x.q.dtype, budget, False, x.mask, backward=True
+    )
+    return _gradients(x, g, chosen, (block, n_threads, saved, empty, names))
 
 
 def _gradients(x, g, method: str, options):
