@@ -40,14 +40,20 @@ bench: $(VENV)/.dev
 loadtest: $(VENV)/.dev
 	$(PY) -m attnlab.web.loadtest
 
-FUZZ_REQUESTS ?= 20000
-FUZZ_RATE     ?= 40/s
-FUZZ_SCALE    ?= 10
-FUZZ_TESTS    ?= tests
+FUZZ_REQUESTS     ?= 20000
+FUZZ_LAB_REQUESTS ?= 2000
+FUZZ_RATE         ?= 40/s
+FUZZ_SCALE        ?= 10
+FUZZ_TESTS        ?= tests
 
+# The quick routes take FUZZ_REQUESTS; the lab routes (up to 2 s a run) FUZZ_LAB_REQUESTS.
 fuzz: $(VENV)/.dev
-	$(PY) tests/fuzz_live.py --requests $(FUZZ_REQUESTS) --rate $(FUZZ_RATE) \
-		--scale $(FUZZ_SCALE) --tests $(FUZZ_TESTS)
+	rm -f test-artifacts/fuzz-summary.json  # each part adds itself; start from none
+	$(PY) tests/fuzz_live.py --parts api --label api --exclude-paths '^/api/labs/' \
+		--requests $(FUZZ_REQUESTS) --rate $(FUZZ_RATE)
+	$(PY) tests/fuzz_live.py --parts api --label api-labs --paths '^/api/labs/' \
+		--requests $(FUZZ_LAB_REQUESTS) --rate $(FUZZ_RATE)
+	$(PY) tests/fuzz_live.py --parts hypothesis --scale $(FUZZ_SCALE) --tests $(FUZZ_TESTS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis test-artifacts

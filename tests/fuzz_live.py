@@ -11,6 +11,11 @@ Two parts, one summary (test-artifacts/fuzz-summary.json and .md):
    the cases run and the failing ones (mismatches against the oracles or properties).
 
     python tests/fuzz_live.py [--requests 20000] [--rate 40/s] [--scale 10] [--tests tests]
+    python tests/fuzz_live.py --parts api --label api-labs --paths '^/api/labs/' --requests 1000
+
+``--paths`` keeps the operations whose path matches a regex (``--exclude-paths`` drops them),
+and ``--label`` names the part in the summary, so the quick routes can take most requests and
+the lab routes (up to 2 s each) fewer, in two runs that record side by side.
 
 Every child process is killed at its timeout.
 """
@@ -82,15 +87,31 @@ def _p99(times: list[float]) -> float:
     return ordered[min(len(ordered) - 1, math.ceil(0.99 * len(ordered)) - 1)]
 
 
-def fuzz_api(requests: int, rate: str, timeout: float, request_timeout: float = 60.0) -> dict:
+def _operations(document: dict, paths: str | None, exclude: str | None) -> list[dict]:
+    """The operations schemathesis will run, after the path filters."""
+    return [
+        op
+        for path, methods in document["paths"].items()
+        if (paths is None or re.search(paths, path)) and not (exclude and re.search(exclude, path))
+        for op in methods.values()
+    ]
+
+
+def fuzz_api(requests: int, rate: str, timeout: float, request_timeout: float = 60.0,
+             paths: str | None = None, exclude: str | None = None, label: str = "api") -> dict:  # fmt: skip
     port = _free_port()
     OUT.mkdir(exist_ok=True)
-    har = OUT / "fuzz-api.har"
-    with open(OUT / "fuzz-server.log", "w") as log:
+    har = OUT / f"fuzz-{label}.har"
+    with open(OUT / f"fuzz-{label}-server.log", "w") as log:
         server, document = _serve(port, log)
         try:
-            operations = sum(len(m) for m in document["paths"].values())
-            examples = max(1, math.ceil(requests / operations))
+            operations = _operations(document, paths, exclude)
+            # An operation that takes nothing sends one request, whatever max-examples says.
+            inputs = [op for op in operations if op.get("parameters") or "requestBody" in op]
+            fixed = len(operations) - len(inputs)
+            examples = max(1, math.ceil((requests - fixed) / max(1, len(inputs))))
+            filters = [*(["--include-path-regex", paths] if paths else []),
+                       *(["--exclude-path-regex", exclude] if exclude else [])]  # fmt: skip
             command = [
                 str(Path(sys.executable).parent / "schemathesis"), "run",
                 f"http://127.0.0.1:{port}/openapi.json",
@@ -98,7 +119,7 @@ def fuzz_api(requests: int, rate: str, timeout: float, request_timeout: float = 
                 "--rate-limit", rate, "--workers", "1", "--no-shrink",
                 "--request-timeout", str(request_timeout),
                 "--exclude-checks", "positive_data_acceptance",
-                "--report", "har", "--report-har-path", str(har),
+                "--report", "har", "--report-har-path", str(har), *filters,
             ]  # fmt: skip
             started = time.monotonic()
             try:
@@ -118,6 +139,8 @@ def fuzz_api(requests: int, rate: str, timeout: float, request_timeout: float = 
     return {
         **summarize_har(har, document),
         "asked": requests,
+        "paths": paths,
+        "exclude_paths": exclude,
         "examples_per_operation": examples,
         "rate": rate,
         "request_timeout_s": request_timeout,
@@ -214,6 +237,9 @@ def main(argv=None) -> int:
     parser.add_argument("--tests", nargs="*", default=["tests"])
     parser.add_argument("--timeout", type=float, default=4 * 3600, help="seconds per part")
     parser.add_argument("--parts", default="api,hypothesis", help="run only some parts")
+    parser.add_argument("--paths", help="fuzz only the paths matching this regex")
+    parser.add_argument("--exclude-paths", help="leave out the paths matching this regex")
+    parser.add_argument("--label", default="api", help="the API part's name in the summary")
     parser.add_argument(
         "--request-timeout", type=float, default=60.0, help="seconds one request may take"
     )
@@ -228,23 +254,29 @@ def main(argv=None) -> int:
         return result
 
     if "api" in args.parts:
-        api = fuzz_api(args.requests, args.rate, args.timeout, args.request_timeout)
-        result = record("api", api)
+        api = fuzz_api(args.requests, args.rate, args.timeout, args.request_timeout,
+                       args.paths, args.exclude_paths, args.label)  # fmt: skip
+        result = record(args.label, api)
     if "hypothesis" in args.parts:
         result = record("hypothesis", fuzz_properties(args.scale, args.tests, args.timeout))
-    if "api" not in result or "hypothesis" not in result:
+    apis = {name: part for name, part in result.items() if name.startswith("api")}
+    if not apis or "hypothesis" not in result:
         return 0
-    api, props = result["api"], result["hypothesis"]
-    lines = [
-        f"API: {api['requests']:,} requests ({api['rate']}), {api['server_errors']} 5xx, "
-        f"statuses {api['status_counts']}, {api['seconds']} s",
-        *[f"  p99 {route}: {s * 1000:.0f} ms" for route, s in api["p99_s"].items()],
+    props, lines = result["hypothesis"], []
+    for name, api in apis.items():
+        lines += [
+            f"{name}: {api['requests']:,} requests ({api['rate']}), {api['server_errors']} 5xx, "
+            f"statuses {api['status_counts']}, {api['seconds']} s",
+            *[f"  p99 {route}: {s * 1000:.0f} ms" for route, s in api["p99_s"].items()],
+        ]
+    lines.append(
         f"hypothesis x{props['scale']}: {props['cases']:,} cases, {props['failing_cases']} "
-        f"failing, {props['failed_tests']} failed tests ({props['pytest_summary']})",
-    ]
+        f"failing, {props['failed_tests']} failed tests ({props['pytest_summary']})"
+    )
     (OUT / "fuzz-summary.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
-    ok = api["server_errors"] == 0 and props["failing_cases"] == 0 and props["failed_tests"] == 0
+    errors = sum(api["server_errors"] for api in apis.values())
+    ok = errors == 0 and props["failing_cases"] == 0 and props["failed_tests"] == 0
     return 0 if ok else 1
 
 

@@ -156,8 +156,11 @@ def variance_scaling(
 # (200,000 draws, widths up to 256) takes 1.1 s, and 2,000,000 draws at d_k = 8 (one 16-wide
 # block) 0.73 s: about 21 ns per draw per coordinate of the widest block-rounded width (two
 # normals and a product, over both threads). The per-width sums add about 5 ns per draw.
-_S_PER_COORDINATE = 21e-9
-_S_PER_ROW = 5e-9
+# Checked near the web limits on 2 December 2026 (8 widths of 256, 300,000 draws): 3.2 s of
+# CPU over the two threads, 1.6 s each, as the model says; the constants carry 15% on top, so
+# that a thread slowed by the other never takes the estimate past the web budget.
+_S_PER_COORDINATE = 24e-9
+_S_PER_ROW = 6e-9
 _THREADS = 2  # the calibration's threads: a cluster divides the work by its threads over this
 _S_PER_TASK = 2e-3  # on a cluster, each chunk's scheduling and round trip (measured ~1 ms)
 
@@ -201,9 +204,9 @@ SPEC = LabSpec(
     heading="Score variance, {draws:,} draws per width, seed {seed}",
     run=variance_scaling,
     params=(
-        Param("widths", "The d_k values, one row each.", low=1, high=MAX_WIDTH, web_high=1024,
+        Param("widths", "The d_k values, one row each.", low=1, high=MAX_WIDTH, web_high=256,
               flag="--width"),
-        Param("draws", "Pairs (q, k) per width.", low=2, web_high=1_000_000),
+        Param("draws", "Pairs (q, k) per width.", low=2, web_high=250_000),
         SEED,
         WORKERS,
         CLIENT,
