@@ -153,3 +153,20 @@ def test_sdpa_agrees_with_attention_near_float32s_top():
         assert exc.array == "output"
     else:
         assert np.isfinite(out).all()
+
+
+@pytest.mark.parametrize("saved_lse", [False, True])
+def test_a_huge_cancelling_gradient_is_zero_on_both_paths(saved_lse):
+    """One key: every weight is exactly 1, so dS = P (dP − δ) is exactly 0 however large dO and V
+    are (dP = δ = 1e53, past float32). The float32 call is redone in float64 on both paths; the
+    blockwise redo must anchor each row at its maximum, or 1 − 2⁻⁵³ weights leave 1e37 in dS and
+    dq overflows float32 where the dense path gives 0 (a case the long fuzz found)."""
+    q = np.full((4, 1), -1.0, np.float32)
+    k = np.array([[-100.0]], np.float32)
+    v = np.array([[-1e27]], np.float32)
+    g = np.array([[-1.0], [-1.0], [-1.0], [-1e26]], np.float32)
+    lse = al.attention(q, k, v, return_lse=True)[1] if saved_lse else None
+    for method in ("dense", "blockwise"):
+        dq, dk, dv = al.attention_backward(q, k, v, g, method=method, lse=lse)
+        assert np.array_equal(dq, np.zeros_like(dq)) and np.array_equal(dk, np.zeros_like(dk))
+        assert dv[0, 0] == np.float32(-1e26 - 3)  # Σ_i P_i0 dO_i, P = 1

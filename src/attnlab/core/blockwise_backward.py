@@ -87,7 +87,7 @@ _KEEP_BYTES = 32 * 2**20
 
 def run(
     x: Inputs, grad_output: np.ndarray, bq: int, bk: int, threads: int = 1, *, lse=None,
-    empty_rows: str = "raise", wrt: tuple[str, ...] = ("q", "k", "v"),
+    empty_rows: str = "raise", wrt: tuple[str, ...] = ("q", "k", "v"), anchored: bool = False,
 ) -> tuple[np.ndarray, ...]:  # fmt: skip
     """The gradients named by ``wrt`` (of "q", "k", "v", "bias", "sinks") of attention on
     validated inputs, each of its input's shape. ``lse`` (..., N): the forward pass's saved
@@ -107,7 +107,7 @@ def run(
     q, k, v, n, m, lead = x.q, x.k, x.v, x.n, x.m, x.lead
     dtype = q.dtype
     g = grad_output  # (..., N, d_v)
-    kernel = _Kernel(x, g, lse, empty_rows, wrt)
+    kernel = _Kernel(x, g, lse, empty_rows, wrt, anchored)
     # Kept tiles (p and dP', two per tile), per thread: at most the elements of q, k, v and
     # dO together, and no more than the cache holds.
     budget = min(sum(a.size for a in (q, k, v, g)), _KEEP_BYTES // dtype.itemsize) // threads
@@ -142,7 +142,8 @@ def run(
         saved = None if lse is None else lse.astype(np.float64)
         g64 = g.astype(np.float64)
         return narrow(
-            run(widen(x), g64, bq, bk, threads, lse=saved, empty_rows=empty_rows, wrt=wrt)
+            run(widen(x), g64, bq, bk, threads, lse=saved, empty_rows=empty_rows, wrt=wrt,
+                anchored=True)  # fmt: skip
         )
     return kernel.gradients(wrt)
 
@@ -150,7 +151,7 @@ def run(
 class _Kernel:
     """One call's inputs and gradients, and the sweeps of one query block (``block``)."""
 
-    def __init__(self, x: Inputs, g: np.ndarray, lse, empty_rows: str, wrt):
+    def __init__(self, x: Inputs, g: np.ndarray, lse, empty_rows: str, wrt, anchored=False):
         self.x, self.g, self.empty_rows = x, g, empty_rows
         q, k, v, dtype = x.q, x.k, x.v, x.q.dtype
         self.dq = np.zeros(x.lead + (x.n, q.shape[-1]), dtype)  # (..., N, d_k)
@@ -184,6 +185,11 @@ class _Kernel:
         self.empty = False
         self.watch = dtype == np.float32 and x.check_finite  # for scores far from 0
         self.wide = False
+        # Every row against its maximum (the exact sweep) from the start: the float64 redo of a
+        # float32 call does this, so a row's top weight is exactly 1 and dP − δ cancels exactly
+        # there; a weight of 1 − 2⁻⁵³ leaves |dO||V|·2⁻⁵³, which rounds to inf in float32 when
+        # dO and V are huge (1e26 · 1e27).
+        self.anchored = anchored
 
     def gradients(self, wrt) -> tuple[np.ndarray, ...]:
         x, scale = self.x, self.x.q.dtype.type(self.x.scale)
@@ -205,19 +211,19 @@ class _Kernel:
     def _divisors(self, idx, r0, r1, qs, k_i, v_i, steps, kept, bufs):
         """Sweep A: (base, l, Σ p V of the tiles not kept, rows with no key), filling the kept
         tiles' p; l includes the sink. From a saved lse, the base and l come from it."""
-        if self.lse2 is not None:
+        if self.lse2 is not None and not self.anchored:
             lse2 = self.lse2[idx][r0:r1]  # (Bq,)
             hollow = np.isneginf(lse2)
             base = np.where(hollow, 0.0, np.ceil(lse2)).astype(qs.dtype)  # (Bq,) integers
             _, acc = self._sweep_a(qs, k_i, v_i, steps, kept, idx, base, bufs)
             return base, np.exp2(lse2 - base), acc, hollow
         base = None
-        l, acc = self._sweep_a(qs, k_i, v_i, steps, kept, idx, base, bufs)
-        sink = self._sink(idx, base)
+        l, acc = (None, None) if self.anchored else self._sweep_a(qs, k_i, v_i, steps, kept, idx, base, bufs)  # fmt: skip
+        sink = None if l is None else self._sink(idx, base)
         total = l if sink is None else l + sink
         lo, hi = self.safe  # a NaN (inf · 0 at a blocked pair) fails both comparisons
         g_i = self.g[idx][r0:r1]  # (Bq, d_v)
-        if not (
+        if l is None or not (
             l.min() >= lo
             and total.max() <= hi
             and np.isfinite(acc).all()
@@ -356,7 +362,8 @@ class _Kernel:
         return np.vecdot(p, dp)  # (rows,)
 
     def _row_max(self, qs, k_i, steps, idx, bufs) -> np.ndarray:
-        """Each row's maximum allowed score (log2 units), rounded up: the safe base."""
+        """Each row's maximum allowed score (log2 units), rounded up (unless anchored): the
+        safe base."""
         top = np.full(qs.shape[0], -np.inf, qs.dtype)  # (Bq,)
         for rows, cols, tm in steps:
             s = bufs(rows.stop - rows.start, cols.stop - cols.start, qs.shape[-1])[0]
@@ -372,6 +379,8 @@ class _Kernel:
                 where = np.broadcast_to(tile_at(tm.allowed, idx), s.shape)
                 t = np.max(s, axis=1, where=where, initial=-np.inf)
             np.fmax(top[rows], t, out=top[rows])
-        # 0 for a row that allows nothing; NaN or +inf (only with check_finite=False) stays NaN
-        base = np.where(np.isfinite(top), np.ceil(top), np.where(np.isneginf(top), 0.0, np.nan))
+        # 0 for a row that allows nothing; NaN or +inf (only with check_finite=False) stays NaN.
+        # Anchored, the maximum itself (not rounded up), so the top weight is exp2(0) = 1.
+        up = top if self.anchored else np.ceil(top)
+        base = np.where(np.isfinite(top), up, np.where(np.isneginf(top), 0.0, np.nan))
         return base.astype(qs.dtype)
