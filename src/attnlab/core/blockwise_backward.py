@@ -141,10 +141,8 @@ def run(
     if kernel.wide:  # float32 scores far from 0: see core/_precision.py
         saved = None if lse is None else lse.astype(np.float64)
         g64 = g.astype(np.float64)
-        return narrow(
-            run(widen(x), g64, bq, bk, threads, lse=saved, empty_rows=empty_rows, wrt=wrt,
-                anchored=True)  # fmt: skip
-        )
+        options = {"lse": saved, "empty_rows": empty_rows, "wrt": wrt, "anchored": True}
+        return narrow(run(widen(x), g64, bq, bk, threads, **options))
     return kernel.gradients(wrt)
 
 
@@ -218,7 +216,9 @@ class _Kernel:
             _, acc = self._sweep_a(qs, k_i, v_i, steps, kept, idx, base, bufs)
             return base, np.exp2(lse2 - base), acc, hollow
         base = None
-        l, acc = (None, None) if self.anchored else self._sweep_a(qs, k_i, v_i, steps, kept, idx, base, bufs)  # fmt: skip
+        l = acc = None  # anchored: straight to the sweep against the row maxima
+        if not self.anchored:
+            l, acc = self._sweep_a(qs, k_i, v_i, steps, kept, idx, base, bufs)
         sink = None if l is None else self._sink(idx, base)
         total = l if sink is None else l + sink
         lo, hi = self.safe  # a NaN (inf · 0 at a blocked pair) fails both comparisons
