@@ -331,10 +331,12 @@ def test_auto_follows_the_module_default(calls, monkeypatch):
 
 
 def test_default_budget_keeps_small_inputs_dense(calls):
+    # Below the measured crossover (N·M of 1024² in float32, 512² in float64) auto stays dense.
     assert blockwise.DEFAULT_MEMORY_BUDGET == 256 * 2**20
-    al.attention(
-        np.ones((1, 8, 512, 4), np.float32), np.ones((1, 8, 512, 4)), np.ones((1, 8, 512, 4))
-    )
+    f32 = np.ones((1, 8, 512, 4), np.float32)
+    al.attention(f32, f32, f32)
+    f64 = np.ones((1, 8, 256, 4))
+    al.attention(f64, f64, f64)
     assert calls == []
 
 

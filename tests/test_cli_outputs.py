@@ -86,7 +86,7 @@ def test_bench_json_refuses_to_overwrite_before_any_work(tmp_path, command):
 
 def test_bench_exits_non_zero_when_every_configuration_failed(monkeypatch):
     # The GEMM ceiling takes seconds to measure and is not under test.
-    monkeypatch.setattr("attnlab.bench._backward.gemm_ceiling", lambda *a, **k: 1.0)
+    monkeypatch.setattr("attnlab.bench._suite.gemm_ceiling", lambda *a, **k: 1.0)
     result = run(
         "bench", "backward", "--heads", "1000000000", "--n", "16", "--no-torch", "--no-isolate",
         "--quick",

@@ -69,13 +69,9 @@ def attention(
             computes the same result tile by tile with the online softmax (see
             ``attnlab.core.blockwise``), in memory that grows with N, skipping tiles a mask
             blocks. "auto" (default) picks the faster of the two from measured crossovers
-            (dense for small tables, blockwise from N · M = 1024² in float32, 512² in float64,
-            a quarter of that with a causal or sliding-window mask: see
-            ``choose_method``), and blockwise whenever the score table would exceed
-            ``memory_budget``, so a long sequence never runs out of memory by accident. With
-            return_weights=True, "auto" stays dense, since the table is then the answer, and
-            raises AttnlabError instead if that table is over the budget (pass method="dense"
-            to insist).
+            (``choose_method``), and blockwise whenever the score table would exceed
+            ``memory_budget``. With return_weights=True it stays dense (the table is then the
+            answer) and raises AttnlabError if that table is over the budget.
         block_size: blockwise tile, an int or (query rows, keys); default (512, 512).
         threads: cores to use (query blocks, or bands of rows); default os.cpu_count().
         memory_budget: bytes the dense score table may take under "auto"; default
@@ -105,14 +101,10 @@ def attention(
            [ 0.804,  1.413]])
     """
     options = (block_size, threads, memory_budget, check_finite, softcap, sinks, fully_masked)
-    plain = plain_call(*options)  # the small path returns the lse too
-    fast = (
-        _small.small_attention(q, k, v, mask, scale, method, return_weights, return_lse)
-        if plain
-        else None
-    )
-    if fast is not None:  # a small problem with every check passed (see core/_small.py)
-        return fast
+    if plain_call(*options):  # a small problem with every check passed: see core/_small.py
+        fast = _small.small_attention(q, k, v, mask, scale, method, return_weights, return_lse)
+        if fast is not None:
+            return fast
     method, block, n_threads, budget = check_options(method, block_size, threads, memory_budget)
     empty = check_fully_masked(fully_masked)
     x, finite = validate_later(q, k, v, mask, scale=scale, check_finite=check_finite)

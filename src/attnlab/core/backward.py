@@ -66,8 +66,7 @@ def attention_backward(
             allows no key gradient 0. The gradient flows through the cap by 1 − tanh².
         lse: the log-sum-exp that ``attention(..., return_lse=True)`` returned for the same
             call, (..., N): the weights come from it, exp(score − lse), with no row max or
-            row sum computed again (the small-problem path and the blockwise kernel; the
-            dense kernel of a large call checks its shape and recomputes).
+            row sum computed again (the dense kernel of a large call recomputes them).
         wrt: which gradients to return, in this order: any of "q", "k", "v", "bias" (the
             gradient of the float mask, the one additive table among the mask's parts,
             summed back to its shape) and "sinks" (of the sinks' shape).
@@ -108,10 +107,8 @@ def attention_backward(
     names = check_wrt(wrt, x)
     saved = check_lse(lse, x)  # (..., N) or None
     g = check_grad_output(x, grad_output)  # (..., N, d_v)
-    chosen = choose_method(
-        method, x.lead, x.n, x.m, x.q.dtype, budget, False, x.mask, backward=True
-    )
-    return _gradients(x, g, chosen, (block, n_threads, saved, empty, names))
+    method = choose_method(method, x.lead, x.n, x.m, x.q.dtype, budget, False, x.mask, True)
+    return _gradients(x, g, method, (block, n_threads, saved, empty, names))
 
 
 def _gradients(x, g, method: str, options):

@@ -114,7 +114,12 @@ def attention(
             return _graph.as_array(x, plan, token, roots)
         graph_bytes = 0 if lazy else sum(a.nbytes for a in sources) + _mask_bytes(x.mask)
         parts = _graph.compute(roots, client, threads, graph_bytes)
-    # 4) put the query chunks together
+    return _assemble(x, plan, parts)  # 4) the query chunks put together
+
+
+def _assemble(x, plan, parts) -> np.ndarray:
+    """The output (..., N, d_v) from each query chunk's (lse, output); a row that allowed no
+    key, in any chunk, is refused by name."""
     out = np.empty(x.lead + (x.n, x.v.shape[-1]), x.q.dtype)  # (..., N, d_v)
     empty: list[tuple] = []
     for (lse, o), rows in zip(parts, plan.q_spans, strict=True):

@@ -45,8 +45,7 @@ export function fillConfig(cfg, node = document) {
 // and NaN are no value and print as an em dash.
 export const MASKED = "-inf";
 export const NO_VALUE = "—";
-export const DIGITS = [4, 6, 8]; // the choices the page offers; 4 is the default
-let shown = DIGITS[0];
+let shown = 4; // digits shown; the page's "Digits shown" control offers the others
 // d significant digits: one before the point and d - 1 after it, or d - 1 - decade decimals.
 const DECADES = [1e-3, 1e-2, 1e-1, 1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6];
 
@@ -55,12 +54,11 @@ const trim = (text) => {
   return t === "-0" ? "0" : t;
 };
 
-// The page's digits from now on (one of DIGITS; anything else keeps the default).
-export function setDigits(d) {
-  shown = DIGITS.includes(d) ? d : DIGITS[0];
+// The page's digits from now on: d if it is one of the choices offered, else the first of them.
+export function setDigits(d, choices) {
+  shown = choices.includes(d) ? d : choices[0];
   return shown;
 }
-export const digitsShown = () => shown;
 
 export function formatNumber(x, digits = shown) {
   if (x === MASKED || x === -Infinity) return MASKED;

@@ -12,12 +12,13 @@ import * as why from "./why.js";
 
 // The digits every number shows (digits= in the URL, 4 when absent), set before any figure draws.
 const digitsBox = document.querySelector("#digits");
-const readDigits = () => { digitsBox.value = String(setDigits(Number(readUrl("digits")))); };
+const choices = [...digitsBox.options].map((o) => Number(o.value)); // the first is the default
+const readDigits = () => { digitsBox.value = String(setDigits(Number(readUrl("digits")), choices)); };
 readDigits();
 onUrlChange(readDigits);
 digitsBox.addEventListener("change", () => {
-  const d = setDigits(Number(digitsBox.value));
-  writeUrl({ digits: d === 4 ? null : d });
+  const d = setDigits(Number(digitsBox.value), choices);
+  writeUrl({ digits: d === choices[0] ? null : d });
   redrawAll();
 });
 
