@@ -99,6 +99,37 @@ class Offline:
             route.abort()
 
 
+class Pages:
+    """Pages of the explorer, each in its own context with every outside request blocked, opened
+    and waited for (``open``); ``close`` closes them and checks that nothing outside was asked
+    for and that no script error (``keep(err)``: the errors that count) was raised."""
+
+    def __init__(self, browser, server: str, keep=lambda err: True):
+        self.browser, self.server, self.keep = browser, server, keep
+        self.contexts, self.offlines, self.problems = [], [], []
+
+    def open(self, width: int = 1280, height: int = 720, requests: list | None = None):
+        context = self.browser.new_context(viewport={"width": width, "height": height})
+        offline = Offline(self.server)
+        context.route("**/*", offline)
+        page = context.new_page()
+        page.set_default_timeout(30_000)
+        page.on("pageerror", lambda err: self.keep(err) and self.problems.append(str(err)))
+        if requests is not None:
+            page.on("request", lambda r: requests.append(urlparse(r.url)))
+        page.goto(self.server + "/")
+        page.wait_for_selector("body[data-ready='true']", state="attached")
+        self.contexts.append(context)
+        self.offlines.append(offline)
+        return page
+
+    def close(self) -> None:
+        for context in self.contexts:
+            context.close()
+        assert all(o.blocked == [] for o in self.offlines), [o.blocked for o in self.offlines]
+        assert self.problems == [], self.problems
+
+
 @pytest.fixture
 def page(browser, server):
     context = browser.new_context(viewport={"width": 1200, "height": 900})

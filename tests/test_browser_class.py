@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import json
 import statistics
-from urllib.parse import urlparse
 
 import pytest
 
-from test_browser import ARTIFACTS, Offline, browser, server, sync_api  # noqa: F401
+from test_browser import ARTIFACTS, Offline, Pages, browser, server, sync_api  # noqa: F401
 
 pytestmark = pytest.mark.browser
 
@@ -26,28 +25,13 @@ READY_ROUNDS = 5  # cold loads measured, after one that warms the server
 
 @pytest.fixture
 def opened(browser, server):  # noqa: F811
-    contexts, offlines, problems = [], [], []
+    pages = Pages(browser, server)
 
     def open_at(width: int = 1280, height: int = 900, requests: list | None = None):
-        context = browser.new_context(viewport={"width": width, "height": height})
-        offline = Offline(server)
-        context.route("**/*", offline)
-        page = context.new_page()
-        page.set_default_timeout(30_000)
-        page.on("pageerror", lambda err: problems.append(str(err)))
-        if requests is not None:
-            page.on("request", lambda r: requests.append(urlparse(r.url)))
-        page.goto(server + "/")
-        page.wait_for_selector("body[data-ready='true']", state="attached")
-        contexts.append(context)
-        offlines.append(offline)
-        return page
+        return pages.open(width, height, requests)
 
     yield open_at
-    for context in contexts:
-        context.close()
-    assert all(o.blocked == [] for o in offlines), [o.blocked for o in offlines]
-    assert problems == [], problems
+    pages.close()
 
 
 def _focused(page) -> dict:

@@ -14,7 +14,7 @@ import pytest
 import attnlab as al
 from attnlab.core import example
 from attnlab.core.numbers import format_number
-from test_browser import Offline, browser, server, sync_api  # noqa: F401
+from test_browser import Pages, browser, server, sync_api  # noqa: F401
 
 pytestmark = pytest.mark.browser
 
@@ -30,18 +30,9 @@ def _exact_weights() -> list[float]:
 
 @pytest.fixture
 def page(browser, server):  # noqa: F811
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    offline = Offline(server)
-    context.route("**/*", offline)
-    page = context.new_page()
-    page.set_default_timeout(30_000)
-    problems = []
-    page.on("pageerror", lambda err: problems.append(str(err)))
-    page.goto(server + "/")
-    page.wait_for_selector("body[data-ready='true']", state="attached")
-    yield page
-    context.close()
-    assert offline.blocked == [] and problems == [], (offline.blocked, problems)
+    pages = Pages(browser, server)
+    yield pages.open(1280, 900)
+    pages.close()
 
 
 def _to_weights(page) -> list[str]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from test_browser import ARTIFACTS, Offline, browser, server, sync_api  # noqa: F401
+from test_browser import ARTIFACTS, Pages, browser, server, sync_api  # noqa: F401
 
 pytestmark = pytest.mark.browser
 
@@ -32,26 +32,9 @@ SHOWN = {
 
 @pytest.fixture
 def opened(browser, server):  # noqa: F811
-    contexts, offlines, problems = [], [], []
-
-    def open_at(width: int = 1280, height: int = 720):
-        context = browser.new_context(viewport={"width": width, "height": height})
-        offline = Offline(server)
-        context.route("**/*", offline)
-        page = context.new_page()
-        page.set_default_timeout(30_000)
-        page.on("pageerror", lambda err: problems.append(str(err)))
-        page.goto(server + "/")
-        page.wait_for_selector("body[data-ready='true']")
-        contexts.append(context)
-        offlines.append(offline)
-        return page
-
-    yield open_at
-    for context in contexts:
-        context.close()
-    assert all(o.blocked == [] for o in offlines), [o.blocked for o in offlines]
-    assert problems == [], problems
+    pages = Pages(browser, server)
+    yield pages.open
+    pages.close()
 
 
 def _inside(page, selector: str, width: int, height: int) -> dict:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from test_browser import ARTIFACTS, Offline, browser, server, sync_api  # noqa: F401
+from test_browser import ARTIFACTS, Pages, browser, server, sync_api  # noqa: F401
 
 pytestmark = pytest.mark.browser
 
@@ -19,32 +19,18 @@ WHY_MODULES = ("why.js", "explain.js", "proof.js", "predict.js")
 
 @pytest.fixture
 def open_page(browser, server):  # noqa: F811
-    contexts, offlines, problems = [], [], []
+    # Only the reasoning sections' own script errors count here.
+    pages = Pages(browser, server, keep=lambda err: any(m in str(err.stack) for m in WHY_MODULES))
 
     def open_at(width: int = 1280):
-        context = browser.new_context(viewport={"width": width, "height": 900})
-        offline = Offline(server)
-        context.route("**/*", offline)
-        page = context.new_page()
-        page.set_default_timeout(30_000)
-        page.on(
-            "pageerror",
-            lambda err: any(m in str(err.stack) for m in WHY_MODULES) and problems.append(str(err)),
-        )
-        page.goto(server + "/")
-        page.wait_for_selector("body[data-ready='true']")
+        page = pages.open(width, 900)
         # The proof measures only once its fold is opened.
         page.evaluate("document.querySelectorAll('details.why-fold').forEach(d => d.open = true)")
         page.wait_for_selector("#why-proof-steps li", state="attached")
-        contexts.append(context)
-        offlines.append(offline)
         return page
 
     yield open_at
-    for context in contexts:
-        context.close()
-    assert all(o.blocked == [] for o in offlines), [o.blocked for o in offlines]
-    assert problems == [], problems
+    pages.close()
 
 
 def test_every_symbol_of_every_explainer_opens_its_panel(open_page, server):  # noqa: F811
