@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pytest
 
+from attnlab.labs.sqrt_dk_proof import SPEC as PROOF_SPEC
 from test_browser import ARTIFACTS, Pages, browser, server, sync_api  # noqa: F401
 
 pytestmark = pytest.mark.browser
@@ -81,7 +82,9 @@ def test_the_proof_reveals_seven_measured_steps(open_page):
         assert abs(s["m"] - s["p"]) <= 4 * s["se"]
     # Another width, within the lab's bounds: the score's variance is predicted as d_k.
     box = page.locator("#why-proof-dk")
-    assert box.get_attribute("min") == "1" and int(box.get_attribute("max")) >= 512
+    # The box offers the proof lab's web bounds (what a request may ask within 2 s).
+    low, high = next(p for p in PROOF_SPEC.params if p.name == "d_k").bounds(web=True)
+    assert int(box.get_attribute("min")) == low and int(box.get_attribute("max")) == high
     box.fill("256")
     page.locator("#why-proof-run").click()
     page.wait_for_function("document.querySelector('#why-proof-box').dataset.dk === '256'")
