@@ -1,0 +1,46 @@
+"""Signatures built from one declared table (attnlab._signature) are the public contract's:
+FlashAttention 2's, written out here by hand from its own API, and Python's binding rules."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+import attnlab.flash as flash
+
+_OPTIONS = (
+    "dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, "
+    "alibi_slopes=None, deterministic=False"
+)
+_PACKED = "cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k"
+FLASH = {
+    "flash_attn_func": f"(q, k, v, {_OPTIONS}, return_attn_probs=False, *, rng=None)",
+    "flash_attn_qkvpacked_func": f"(qkv, {_OPTIONS}, return_attn_probs=False, *, rng=None)",
+    "flash_attn_kvpacked_func": f"(q, kv, {_OPTIONS}, return_attn_probs=False, *, rng=None)",
+    "flash_attn_backward": f"(dout, q, k, v, out=None, softmax_lse=None, {_OPTIONS})",
+    "flash_attn_varlen_func": (
+        f"(q, k, v, {_PACKED}, {_OPTIONS}, return_attn_probs=False, block_table=None, *, rng=None)"
+    ),
+    "flash_attn_varlen_qkvpacked_func": (
+        f"(qkv, cu_seqlens, max_seqlen, {_OPTIONS}, return_attn_probs=False, *, rng=None)"
+    ),
+    "flash_attn_varlen_kvpacked_func": (
+        f"(q, kv, {_PACKED}, {_OPTIONS}, return_attn_probs=False, *, rng=None)"
+    ),
+    "flash_attn_varlen_backward": f"(dout, q, k, v, out, softmax_lse, {_PACKED}, {_OPTIONS})",
+}
+
+
+@pytest.mark.parametrize("name", sorted(FLASH))
+def test_flash_signatures_are_flashattentions(name):
+    assert str(inspect.signature(getattr(flash, name))) == FLASH[name]
+
+
+def test_a_declared_signature_binds_as_python_does():
+    with pytest.raises(TypeError, match=r"flash_attn_func\(\) missing a required argument: 'v'"):
+        flash.flash_attn_func(1, 2)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'rngs'"):
+        flash.flash_attn_func(1, 2, 3, rngs=None)
+    with pytest.raises(TypeError, match="too many positional arguments"):
+        flash.flash_attn_func(1, 2, 3, 0.0, None, False, (-1, -1), 0.0, None, False, False, None)
