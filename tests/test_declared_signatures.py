@@ -44,3 +44,25 @@ def test_a_declared_signature_binds_as_python_does():
         flash.flash_attn_func(1, 2, 3, rngs=None)
     with pytest.raises(TypeError, match="too many positional arguments"):
         flash.flash_attn_func(1, 2, 3, 0.0, None, False, (-1, -1), 0.0, None, False, False, None)
+
+
+_RUN = (
+    "quick: 'bool' = False, repeats: 'int | None' = None, use_torch: 'bool' = True, "
+    "isolate: 'bool' = True, checks: 'bool | None' = None, "
+    "progress: 'Callable[[Result], None] | None' = None"
+)
+_SIZES = (
+    "ns: 'Sequence[int] | None' = None, *, heads: 'int' = 8, d: 'int' = 64, "
+    "masks: 'Sequence[str]' = ('none', 'causal')"
+)
+
+
+def test_the_benchmarks_signatures_share_their_sizes_and_run_controls():
+    from attnlab import bench
+
+    assert str(inspect.signature(bench.attention)) == (
+        f"({_SIZES}, window: 'int' = 512, {_RUN}) -> 'Report'"
+    )
+    assert str(inspect.signature(bench.backward)) == f"({_SIZES}, {_RUN}) -> 'Report'"
+    with pytest.raises(TypeError, match="too many positional arguments"):
+        bench.backward((512,), 8)

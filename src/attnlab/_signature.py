@@ -6,7 +6,7 @@ silently differ in another; declared once here, each function's signature is bui
 same table and ``inspect.signature``, ``help`` and calls see exactly the parameters, order and
 defaults they saw before.
 
-    group(kind, pairs)   the inspect.Parameter list for (name, default) pairs of one kind
+    group(kind, pairs)   the inspect.Parameter list for (name, default[, annotation]) tuples
     declared(*groups)    decorator: the function's signature is the groups in order; a call binds
                          its arguments to it (Python's own TypeError for a wrong one) and passes
                          them all to the body by keyword
@@ -25,9 +25,18 @@ POSITIONAL = inspect.Parameter.POSITIONAL_OR_KEYWORD
 KEYWORD = inspect.Parameter.KEYWORD_ONLY
 
 
-def group(kind, pairs: Iterable[tuple[str, Any]]) -> list[inspect.Parameter]:
-    """(name, default) pairs as parameters of ``kind`` (POSITIONAL or KEYWORD)."""
-    return [inspect.Parameter(name, kind, default=default) for name, default in pairs]
+def group(kind, pairs: Iterable[tuple]) -> list[inspect.Parameter]:
+    """(name, default) or (name, default, annotation) tuples as parameters of ``kind``
+    (POSITIONAL or KEYWORD); an annotation is a string, as ``from __future__ import
+    annotations`` leaves one written in a ``def``."""
+    return [
+        inspect.Parameter(entry[0], kind, default=entry[1], annotation=_annotation(entry))
+        for entry in pairs
+    ]
+
+
+def _annotation(entry: tuple) -> Any:
+    return entry[2] if len(entry) > 2 else inspect.Parameter.empty
 
 
 def required(*names: str) -> list[inspect.Parameter]:
@@ -35,13 +44,16 @@ def required(*names: str) -> list[inspect.Parameter]:
     return [inspect.Parameter(name, POSITIONAL) for name in names]
 
 
-def declared(*groups: list[inspect.Parameter]) -> Callable[[Callable], Callable]:
-    """Give the decorated body the signature ``groups`` declare, in order.
+def declared(
+    *groups: list[inspect.Parameter], returns: Any = inspect.Signature.empty
+) -> Callable[[Callable], Callable]:
+    """Give the decorated body the signature ``groups`` declare, in order (``returns``: its
+    return annotation).
 
     The body receives every parameter by keyword, defaults filled in, so it may take the
     shared ones as ``**options``; its docstring and name are kept.
     """
-    signature = inspect.Signature([p for g in groups for p in g])
+    signature = inspect.Signature([p for g in groups for p in g], return_annotation=returns)
 
     def decorate(body: Callable) -> Callable:
         @functools.wraps(body)
