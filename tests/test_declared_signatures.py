@@ -66,3 +66,23 @@ def test_the_benchmarks_signatures_share_their_sizes_and_run_controls():
     assert str(inspect.signature(bench.backward)) == f"({_SIZES}, {_RUN}) -> 'Report'"
     with pytest.raises(TypeError, match="too many positional arguments"):
         bench.backward((512,), 8)
+
+
+_ATTENTION_RUN = (
+    "check_finite=True, method='auto', memory_budget=None, block_size=None, threads=None"
+)
+
+
+def test_multi_head_attention_and_its_class_take_attentions_run_options():
+    import attnlab as al
+
+    assert str(inspect.signature(al.multi_head_attention)) == (
+        "(query, key, value, w_q, w_k, w_v, w_o, *, b_q=None, b_k=None, b_v=None, b_o=None, "
+        f"mask=None, scale=None, return_weights=False, {_ATTENTION_RUN})"
+    )
+    layer = al.MultiHeadAttention(8, 2)
+    assert str(inspect.signature(layer)) == (
+        f"(query, key=None, value=None, mask=None, return_weights=False, *, {_ATTENTION_RUN})"
+    )
+    with pytest.raises(TypeError, match="unexpected keyword argument 'scale'"):
+        layer(None, scale=1.0)  # the class fixes its scale; the function takes one
