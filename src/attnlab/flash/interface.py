@@ -20,12 +20,10 @@ import numpy as np
 
 from attnlab._signature import POSITIONAL, group, required
 from attnlab.errors import ShapeError
-from attnlab.flash import _attend
+from attnlab.flash import _attend, _options
 from attnlab.flash._options import (
     backward_arrays,
-    backward_form,
     check_heads,
-    forward_form,
     real_array,
     unstack,
 )
@@ -38,7 +36,7 @@ __all__ = [
 ]
 
 
-@forward_form(required("q", "k", "v"))
+@_options.forward_form(required("q", "k", "v"))
 def flash_attn_func(q, k, v, return_attn_probs, opts):
     """FlashAttention 2's ``flash_attn_func``: exact attention for q (B, N, h, d).
 
@@ -64,21 +62,21 @@ def flash_attn_func(q, k, v, return_attn_probs, opts):
     return _forward(q, k, v, opts, return_attn_probs)
 
 
-@forward_form(required("qkv"))
+@_options.forward_form(required("qkv"))
 def flash_attn_qkvpacked_func(qkv, return_attn_probs, opts):
     """``flash_attn_func`` on qkv (B, N, 3, h, d): self-attention, q, k and v stacked."""
     q, k, v = unstack("qkv", qkv, 3, "(batch_size, seqlen, 3, nheads, headdim)", "(B, N, 3, h, d)")
     return _forward(q, k, v, opts, return_attn_probs)
 
 
-@forward_form(required("q", "kv"))
+@_options.forward_form(required("q", "kv"))
 def flash_attn_kvpacked_func(q, kv, return_attn_probs, opts):
     """``flash_attn_func`` on q (B, N, h, d) and kv (B, M, 2, h_k, d): k and v stacked."""
     k, v = unstack("kv", kv, 2, "(batch_size, seqlen_k, 2, nheads_k, headdim)", "(B, M, 2, h_k, d)")
     return _forward(q, k, v, opts, return_attn_probs)
 
 
-@backward_form(
+@_options.backward_form(
     required("dout", "q", "k", "v") + group(POSITIONAL, [("out", None), ("softmax_lse", None)])
 )
 def flash_attn_backward(dout, q, k, v, out, softmax_lse, opts):

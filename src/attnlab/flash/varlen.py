@@ -18,12 +18,10 @@ import numpy as np
 
 from attnlab._signature import required
 from attnlab.errors import AttnlabError, ShapeError
-from attnlab.flash import _attend, _paged
+from attnlab.flash import _attend, _options, _paged
 from attnlab.flash._options import (
     backward_arrays,
-    backward_form,
     check_heads,
-    forward_form,
     real_array,
     unstack,
     whole_numbers,
@@ -41,7 +39,7 @@ __all__ = [
 _PACKED = ("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k")
 
 
-@forward_form(required("q", "k", "v", *_PACKED), extra=(("block_table", None),))
+@_options.forward_form(required("q", "k", "v", *_PACKED), extra=(("block_table", None),))
 def flash_attn_varlen_func(q, k, v, return_attn_probs, block_table, opts, **packed):
     """FlashAttention 2's ``flash_attn_varlen_func``: packed sequences, each attended alone.
 
@@ -63,7 +61,7 @@ def flash_attn_varlen_func(q, k, v, return_attn_probs, block_table, opts, **pack
     return _forward(seqs, opts, return_attn_probs)
 
 
-@forward_form(required("qkv", "cu_seqlens", "max_seqlen"))
+@_options.forward_form(required("qkv", "cu_seqlens", "max_seqlen"))
 def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, return_attn_probs, opts):
     """``flash_attn_varlen_func`` on qkv (T, 3, h, d): self-attention per packed sequence."""
     q, k, v = unstack("qkv", qkv, 3, "(total, 3, nheads, headdim)", "(T, 3, h, d)")
@@ -71,7 +69,7 @@ def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, return_attn_pr
     return _forward(seqs, opts, return_attn_probs)
 
 
-@forward_form(required("q", "kv", *_PACKED))
+@_options.forward_form(required("q", "kv", *_PACKED))
 def flash_attn_varlen_kvpacked_func(q, kv, return_attn_probs, opts, **packed):
     """``flash_attn_varlen_func`` on q (T_q, h, d) and kv (T_k, 2, h_k, d)."""
     k, v = unstack("kv", kv, 2, "(total_k, 2, nheads_k, headdim)", "(T_k, 2, h_k, d)")
@@ -79,7 +77,7 @@ def flash_attn_varlen_kvpacked_func(q, kv, return_attn_probs, opts, **packed):
     return _forward(seqs, opts, return_attn_probs)
 
 
-@backward_form(required("dout", "q", "k", "v", "out", "softmax_lse", *_PACKED))
+@_options.backward_form(required("dout", "q", "k", "v", "out", "softmax_lse", *_PACKED))
 def flash_attn_varlen_backward(dout, q, k, v, out, softmax_lse, opts, **packed):
     """``flash_attn_backward`` for ``flash_attn_varlen_func``: packed (dq, dk, dv).
 
