@@ -28,7 +28,7 @@ from attnlab import MultiHeadAttention, attention
 from attnlab.cost import breakdown, crossover_length, score_memory_bytes
 from attnlab.errors import AttnlabError
 from attnlab.labs._common import COST, LabResult, Progress, rng_for, row_table
-from attnlab.labs._spec import SEED, Estimate, LabPlot, LabSpec, Param, Series
+from attnlab.labs._spec import SEED, Estimate, LabSpec, Line, Param, RowPlot
 
 __all__ = ["SPEC", "CostRow", "CostTimingResult", "cost_timing"]
 
@@ -54,6 +54,11 @@ class CostRow:
     heads_matmul_ratio: float  # matmul_s / one_head_matmul_s
     heads_madds: int  # cost model: h · 2N²d_k, the h heads' Q Kᵀ and A V
     one_head_madds: int  # cost model: 2N²d_model, one head's; equal to heads_madds
+
+    @property
+    def heads_madds_ratio(self) -> float:
+        """The cost model's h heads against one: 1 at every N (plotted, not stored)."""
+        return self.heads_madds / self.one_head_madds
 
 
 @dataclass(frozen=True)
@@ -271,26 +276,21 @@ def _estimate(d_model, lengths, heads, repeats, dtype="float32", **_) -> Estimat
     return Estimate(seconds, size * (5 * heads * n * n + 12 * n * d_model + 4 * d_model**2))
 
 
-def _plot(r: CostTimingResult) -> LabPlot:
-    return LabPlot(
-        title=f"Share of time in the attention core, d_model = {r.d_model} "
-        f"(model crossover N = {r.model_crossover})",
-        kind="line",
-        x=[row.n for row in r.rows],
-        x_label="N (tokens)",
-        y_label="share of the time; heads ÷ one head",
-        series=[
-            Series("measured: core with softmax", [row.measured_share for row in r.rows]),
-            Series("measured: Q Kᵀ and A V only", [row.matmul_share for row in r.rows]),
-            Series("cost model 2N²d / (4Nd² + 2N²d)", [row.model_share for row in r.rows],
-                   dash=True),
-            Series(f"measured: {r.heads} heads ÷ one head, core time",
-                   [row.heads_core_ratio for row in r.rows]),
-            Series(f"cost model: {r.heads} heads ÷ one head, h·2N²d_k / 2N²d = 1",
-                   [row.heads_madds / row.one_head_madds for row in r.rows], dash=True),
-        ],
-        log_x=True,
-    )  # fmt: skip
+_PLOT = RowPlot(
+    "Share of time in the attention core, d_model = {d_model} "
+    "(model crossover N = {model_crossover})",
+    "share of the time; heads ÷ one head",
+    (
+        Line("measured: core with softmax", "measured_share"),
+        Line("measured: Q Kᵀ and A V only", "matmul_share"),
+        Line("cost model 2N²d / (4Nd² + 2N²d)", "model_share", dash=True),
+        Line("measured: {heads} heads ÷ one head, core time", "heads_core_ratio"),
+        Line("cost model: {heads} heads ÷ one head, h·2N²d_k / 2N²d = 1", "heads_madds_ratio",
+             dash=True),
+    ),
+    x=("n", "N (tokens)"),
+    log_x=True,
+)  # fmt: skip
 
 
 SPEC = LabSpec(
@@ -314,7 +314,7 @@ SPEC = LabSpec(
              ("matmul_share", "QKᵀ+AV share"), ("model_share", "model share"),
              ("heads_core_ratio", "heads÷1 core"), ("heads_matmul_ratio", "heads÷1 QKᵀ+AV"),
              ("heads_madds", "model heads"), ("one_head_madds", "model 1 head")),
-    plot=_plot,
+    plot=_PLOT,
     estimate=_estimate,
     budget_field="lengths",
 )  # fmt: skip

@@ -48,7 +48,7 @@ from attnlab.labs._common import (
     rng_for,
     row_table,
 )
-from attnlab.labs._spec import SEED, Estimate, LabPlot, LabSpec, Param, Series
+from attnlab.labs._spec import SEED, Estimate, LabSpec, Line, Param, RowPlot
 
 __all__ = ["SPEC", "THRESHOLD", "GradientResult", "GradientRow", "gradient"]
 
@@ -251,22 +251,18 @@ def _estimate(widths, keys, trials, d_v=64, client=None, **_) -> Estimate:
     return Estimate(seconds, peak + 2 * 3 * 8 * trials)
 
 
-def _plot(r: GradientResult) -> LabPlot:
-    return LabPlot(
-        title=f"Median gradient per query row, {r.trials:,} trials of {r.keys} keys per width",
-        kind="line",
-        x=[row.width for row in r.rows],
-        x_label="d_k",
-        y_label="median norm",
-        series=[
-            Series("‖dS‖ unscaled", [row.ds_unscaled for row in r.rows]),
-            Series("‖dS‖ scaled by 1/√d_k", [row.ds_scaled for row in r.rows]),
-            Series("‖dQ‖ unscaled", [row.dq_unscaled for row in r.rows]),
-            Series("‖dQ‖ scaled by 1/√d_k", [row.dq_scaled for row in r.rows]),
-        ],
-        log_x=True,
-        log_y=True,
-    )
+_PLOT = RowPlot(
+    "Median gradient per query row, {trials:,} trials of {keys} keys per width",
+    "median norm",
+    (
+        Line("‖dS‖ unscaled", "ds_unscaled"),
+        Line("‖dS‖ scaled by 1/√d_k", "ds_scaled"),
+        Line("‖dQ‖ unscaled", "dq_unscaled"),
+        Line("‖dQ‖ scaled by 1/√d_k", "dq_scaled"),
+    ),
+    log_x=True,
+    log_y=True,
+)
 
 
 SPEC = LabSpec(
@@ -292,7 +288,7 @@ SPEC = LabSpec(
              ("ds_scaled", "‖dS‖ scaled"), ("ds_ratio", "dS unsc./sc."),
              ("dq_unscaled", "‖dQ‖ unscaled"), ("dq_scaled", "‖dQ‖ scaled"),
              ("dq_ratio", "dQ unsc./sc.")),
-    plot=_plot,
+    plot=_PLOT,
     estimate=_estimate,
     budget_field="trials",
 )  # fmt: skip

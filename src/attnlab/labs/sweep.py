@@ -26,7 +26,7 @@ from attnlab.labs._common import (
     column_keys,
 )
 from attnlab.labs._scores import BLOCK, CHUNK_DRAWS, chunk_count, default_workers, score_partials
-from attnlab.labs._spec import SEED, Estimate, LabPlot, LabSpec, Param, Series
+from attnlab.labs._spec import SEED, Estimate, LabSpec, Line, Param, RowPlot
 from attnlab.labs.softmax_saturation import MAX_KEYS, saturation
 from attnlab.labs.softmax_saturation import SPEC as SATURATION
 
@@ -281,19 +281,12 @@ def _estimate(widths, keys, trials, draws, bins, client=None, **_) -> Estimate:
     return Estimate(seconds, chunks + 8 * m * len(widths) * 4 + max(e.bytes for e in runs))
 
 
-def _plot(r: SweepResult) -> LabPlot:
-    return LabPlot(
-        title=f"Saturated share of {r.trials} trials over {r.keys} keys, by width",
-        kind="line",
-        x=[row.width for row in r.rows],
-        x_label="d_k",
-        y_label="share of trials with p_max > threshold",
-        series=[
-            Series("unscaled", [row.unscaled_share for row in r.rows]),
-            Series("scaled by 1/√d_k", [row.scaled_share for row in r.rows]),
-        ],
-        log_x=True,
-    )
+_PLOT = RowPlot(
+    "Saturated share of {trials} trials over {keys} keys, by width",
+    "share of trials with p_max > threshold",
+    (Line("unscaled", "unscaled_share"), Line("scaled by 1/√d_k", "scaled_share")),
+    log_x=True,
+)
 
 
 SPEC = LabSpec(
@@ -318,7 +311,7 @@ SPEC = LabSpec(
     columns=(("width", "d_k"), ("sqrt_width", "√d_k"), ("unscaled_std", "σ unscaled"),
              ("scaled_std", "σ scaled"), ("unscaled_share", "sat. unscaled"),
              ("scaled_share", "sat. scaled"), ("gradient_term", "p_max(1-p_max)")),
-    plot=_plot,
+    plot=_PLOT,
     estimate=_estimate,
     budget_field="widths",
 )  # fmt: skip
