@@ -54,3 +54,15 @@ def test_the_gradient_labs_plot_is_its_rows_columns():
     by_name = {s.name: s.y for s in plot.series}
     assert by_name["‖dS‖ unscaled"] == [row.ds_unscaled for row in r.rows]
     assert by_name["‖dQ‖ scaled by 1/√d_k"] == [row.dq_scaled for row in r.rows]
+
+
+def test_a_spec_names_its_budget_parameter_once_on_the_parameter():
+    import dataclasses
+
+    import pytest
+
+    spec = LABS["variance"]
+    assert spec.budget_field == "draws" and spec.param("draws").budget
+    unmarked = tuple(dataclasses.replace(p, budget=False) for p in spec.params)
+    with pytest.raises(TypeError, match="one parameter of lab 'variance' marked budget=True"):
+        dataclasses.replace(spec, params=unmarked)

@@ -61,6 +61,7 @@ class Param:
     web_items: int = 8  # most entries of a list on the web
     max_length: int | None = None  # most characters of a string on the web
     kind: type | None = None  # int, float or str; None: the default's type
+    budget: bool = False  # the one parameter a web request over its budget is blamed on
     many: bool = False  # list-valued; set from a tuple default
     default: Any = _UNSET  # filled from the lab function's signature
 
@@ -215,7 +216,9 @@ class LabSpec:
         columns: (key, title) per column of ``result.table()``, in order.
         plot: result -> LabPlot, read from the result (nothing recomputed).
         estimate: the parameters (all of them, by name) -> Estimate.
-        budget_field: the parameter a web request over its budget is blamed on.
+
+    The parameter a web request over its budget is blamed on is the one marked ``budget=True``
+    (``budget_field``): exactly one per lab.
     """
 
     name: str
@@ -227,12 +230,18 @@ class LabSpec:
     columns: tuple[tuple[str, str], ...]
     plot: Callable[[Any], LabPlot]
     estimate: Callable[..., Estimate]
-    budget_field: str
     progress: bool = True  # the lab takes progress=...
 
     def __post_init__(self):
         signature = inspect.signature(self.run)
         object.__setattr__(self, "params", tuple(p._resolved(signature) for p in self.params))
+        if sum(p.budget for p in self.params) != 1:
+            raise TypeError(f"expected one parameter of lab {self.name!r} marked budget=True")
+
+    @property
+    def budget_field(self) -> str:
+        """The parameter a web request over its budget is blamed on."""
+        return next(p.name for p in self.params if p.budget)
 
     def __call__(self, *args, **kwargs) -> LabResult:
         return self.run(*args, **kwargs)

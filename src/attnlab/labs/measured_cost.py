@@ -303,7 +303,7 @@ SPEC = LabSpec(
         Param("d_model", "Model width; heads must divide it.", low=1, high=8192, web_low=8,
               web_high=256, web_default=64),
         Param("lengths", "The sequence lengths N.", low=1, web_high=256, flag="--n",
-              web_default=(32, 64, 128, 256)),
+              web_default=(32, 64, 128, 256), budget=True),
         Param("heads", "Heads h; must divide d_model.", low=1, web_high=8),
         Param("repeats", "Runs per part; the fastest counts.", low=1, high=100, web_high=3),
         SEED,
@@ -316,5 +316,4 @@ SPEC = LabSpec(
              ("heads_madds", "model heads"), ("one_head_madds", "model 1 head")),
     plot=_PLOT,
     estimate=_estimate,
-    budget_field="lengths",
 )  # fmt: skip

@@ -277,7 +277,7 @@ SPEC = LabSpec(
               flag="--width", web_default=(16, 32, 64, 128, 256)),
         Param("keys", "Keys per trial (M).", low=2, high=MAX_KEYS, web_high=64),
         Param("trials", "Trials per width.", low=1, high=MAX_TRIALS, web_high=150,
-              web_default=150),
+              web_default=150, budget=True),
         SEED,
         Param("d_v", "Value width (and the upstream gradient's), the same at every d_k.",
               low=1, high=MAX_WIDTH, web_high=64),
@@ -290,5 +290,4 @@ SPEC = LabSpec(
              ("dq_ratio", "dQ unsc./sc.")),
     plot=_PLOT,
     estimate=_estimate,
-    budget_field="trials",
 )  # fmt: skip

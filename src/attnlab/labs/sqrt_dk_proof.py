@@ -252,7 +252,7 @@ SPEC = LabSpec(
     run=proof,
     params=(
         Param("d_k", "Query/key width.", low=1, high=MAX_WIDTH, web_high=256),
-        Param("draws", "Pairs (q, k).", low=2, web_high=200_000),
+        Param("draws", "Pairs (q, k).", low=2, web_high=200_000, budget=True),
         SEED,
         WORKERS,
         CLIENT,
@@ -261,5 +261,4 @@ SPEC = LabSpec(
              ("measured", "measured"), ("stderr", "± SE")),
     plot=_plot,
     estimate=_estimate,
-    budget_field="draws",
 )  # fmt: skip

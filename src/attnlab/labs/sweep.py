@@ -298,7 +298,7 @@ SPEC = LabSpec(
     run=width_sweep,
     params=(
         Param("widths", "The d_k values, one row each.", low=1, high=MAX_WIDTH, web_high=256,
-              flag="--width"),
+              flag="--width", budget=True),
         Param("keys", "Keys per trial (M).", low=2, high=MAX_KEYS, web_high=64),
         Param("trials", "Softmax trials per width.", low=1, web_high=500),
         Param("threshold", "p_max above this counts as saturated; in (0, 1).", low=0.0,
@@ -313,5 +313,4 @@ SPEC = LabSpec(
              ("scaled_share", "sat. scaled"), ("gradient_term", "p_max(1-p_max)")),
     plot=_PLOT,
     estimate=_estimate,
-    budget_field="widths",
 )  # fmt: skip

@@ -248,7 +248,7 @@ SPEC = LabSpec(
         Param("widths", "The d_k values (one head per layer).", low=1, high=MAX_WIDTH,
               web_high=64, flag="--width", web_default=(64,), web_items=1),
         Param("steps", "Adam steps per run.", low=1, high=MAX_STEPS, web_high=30,
-              web_default=30),
+              web_default=30, budget=True),
         Param("batch", "Sequences per step.", low=1, high=1024, web_high=16),
         Param("runs", "Runs per width and scaling.", low=1, high=MAX_RUNS, web_high=1,
               web_default=1),
@@ -263,5 +263,4 @@ SPEC = LabSpec(
              ("median_ds", "median ‖dS‖")),
     plot=_plot,
     estimate=_estimate,
-    budget_field="steps",
 )  # fmt: skip

@@ -201,7 +201,7 @@ SPEC = LabSpec(
     params=(
         Param("widths", "The d_k values, one row each.", low=1, high=MAX_WIDTH, web_high=256,
               flag="--width"),
-        Param("draws", "Pairs (q, k) per width.", low=2, web_high=250_000),
+        Param("draws", "Pairs (q, k) per width.", low=2, web_high=250_000, budget=True),
         SEED,
         WORKERS,
         CLIENT,
@@ -211,5 +211,4 @@ SPEC = LabSpec(
              ("scaled_var_se", "± SE")),
     plot=_PLOT,
     estimate=_estimate,
-    budget_field="draws",
 )  # fmt: skip
