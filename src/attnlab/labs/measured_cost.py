@@ -61,15 +61,11 @@ class CostRow:
         return self.heads_madds / self.one_head_madds
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class CostTimingResult(LabResult):
     """Timings per N with the cost model beside them, and both crossovers."""
 
-    d_model: int
-    heads: int
-    repeats: int
-    dtype: str
-    seed: int
+    settings: dict  # d_model, heads, repeats, dtype, seed: ``r.heads`` reads one
     model_crossover: int  # 2·d_model
     measured_crossover: float | None  # N where the measured share crosses 1/2 (interpolated)
     matmul_crossover: float | None  # the same for the matmul share
@@ -235,11 +231,7 @@ def cost_timing(
         if progress is not None:
             progress(i + 1, len(lengths))
     return CostTimingResult(
-        d_model=d_model,
-        heads=heads,
-        repeats=repeats,
-        dtype=dtype,
-        seed=seed,
+        {"d_model": d_model, "heads": heads, "repeats": repeats, "dtype": dtype, "seed": seed},
         model_crossover=crossover_length(d_model),
         measured_crossover=_crossover(rows, "measured_share"),
         matmul_crossover=_crossover(rows, "matmul_share"),

@@ -73,16 +73,11 @@ class GradientRow:
     dq_ratio: float  # dq_unscaled / dq_scaled
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class GradientResult(LabResult):
     """Per width, how much gradient reaches the scores and the queries, with and without √d_k."""
 
-    widths: tuple[int, ...]
-    keys: int
-    d_v: int
-    trials: int
-    threshold: float
-    seed: int
+    settings: dict  # widths, keys, d_v, trials, threshold, seed: ``r.trials`` reads one
     rows: tuple[GradientRow, ...]
     lab = "gradient"
 
@@ -219,8 +214,9 @@ def gradient(
             progress(done, total)
 
     rows = tuple(_width(seed, d_k, keys, d_v, trials, step, client) for d_k in widths)
-    return GradientResult(widths=widths, keys=keys, d_v=d_v, trials=trials,
-                          threshold=THRESHOLD, seed=seed, rows=rows)  # fmt: skip
+    settings = {"widths": widths, "keys": keys, "d_v": d_v, "trials": trials,
+                "threshold": THRESHOLD, "seed": seed}  # fmt: skip
+    return GradientResult(settings, rows=rows)
 
 
 # -- the declaration: CLI options, web fields, plot and estimate come from here ----------------

@@ -142,7 +142,7 @@ class SweepRow:
     scaled_histogram: ScoreHistogram
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class SweepResult(LabResult):
     """Per width the saturation lab and two score histograms on shared ranges.
 
@@ -150,13 +150,7 @@ class SweepResult(LabResult):
     ``scaled_limit`` (5), so within each case the widths are directly comparable.
     """
 
-    widths: tuple[int, ...]
-    keys: int
-    trials: int
-    threshold: float
-    draws: int
-    bins: int
-    seed: int
+    settings: dict  # widths, keys, trials, threshold, draws, bins, seed: ``r.trials`` reads one
     unscaled_limit: float
     scaled_limit: float
     rows: tuple[SweepRow, ...]
@@ -239,18 +233,9 @@ def width_sweep(
         if futures:
             client.cancel(futures)
         raise
-    return SweepResult(
-        widths=widths,
-        keys=keys,
-        trials=trials,
-        threshold=threshold,
-        draws=draws,
-        bins=bins,
-        seed=seed,
-        unscaled_limit=limits[0],
-        scaled_limit=limits[1],
-        rows=tuple(rows),
-    )
+    settings = {"widths": widths, "keys": keys, "trials": trials, "threshold": threshold,
+                "draws": draws, "bins": bins, "seed": seed}  # fmt: skip
+    return SweepResult(settings, unscaled_limit=limits[0], scaled_limit=limits[1], rows=tuple(rows))
 
 
 # -- the declaration: CLI options, web fields, plot and estimate come from here ----------------

@@ -55,17 +55,10 @@ class ScalingRow:
     losses: tuple[float, ...]  # smoothed training loss per step, mean over runs
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ScalingResult(LabResult):
-    widths: tuple[int, ...]
-    steps: int
-    batch: int
-    runs: int
-    seed: int
-    target_loss: float
-    lr: float
-    vocab_size: int
-    context: int
+    # widths, steps, batch, runs, seed, target_loss, lr, vocab_size, context: ``r.steps`` reads one
+    settings: dict
     rows: tuple[ScalingRow, ...]
     scaled: dict  # the largest width's scaled row, as a dict (the headline)
     unscaled: dict
@@ -190,7 +183,7 @@ def train_scaling(
     head = max(args["widths"])
     scaled_row, unscaled_row = (next(r for r in rows if r.width == head and r.scaling == s)
                                 for s in ("scaled", "unscaled"))  # fmt: skip
-    return ScalingResult(**args, rows=rows, scaled=_headline(scaled_row),
+    return ScalingResult(args, rows=rows, scaled=_headline(scaled_row),
                          unscaled=_headline(unscaled_row))  # fmt: skip
 
 

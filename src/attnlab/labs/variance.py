@@ -41,13 +41,11 @@ class VarianceRow:
     scaled_var_se: float  # standard error of scaled_var
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class VarianceResult(LabResult):
     """Var(q·k)/d_k and Var(q·k/√d_k) per width, each over ``draws`` fresh pairs."""
 
-    widths: tuple[int, ...]
-    draws: int
-    seed: int
+    settings: dict  # widths, draws, seed: ``r.draws`` reads one
     rows: tuple[VarianceRow, ...]
     lab = "variance"
 
@@ -147,7 +145,8 @@ def variance_scaling(
                 scaled_var_se=scaled_se,
             )
         )
-    return VarianceResult(widths=widths, draws=draws, seed=seed, rows=tuple(rows))
+    settings = {"widths": widths, "draws": draws, "seed": seed}
+    return VarianceResult(settings, rows=tuple(rows))
 
 
 # -- the declaration: CLI options, web fields, plot and estimate come from here ----------------
