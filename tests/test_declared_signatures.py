@@ -86,3 +86,18 @@ def test_multi_head_attention_and_its_class_take_attentions_run_options():
     )
     with pytest.raises(TypeError, match="unexpected keyword argument 'scale'"):
         layer(None, scale=1.0)  # the class fixes its scale; the function takes one
+
+
+def test_verify_takes_one_argument_per_case_array_then_the_cases_options():
+    from attnlab.verifier import verify
+
+    arrays = ", ".join(
+        f"{name}=None" for name in ("q", "k", "v", "out", "lse", "do", "dq", "dk", "dv")
+    )
+    assert str(inspect.signature(verify)) == (
+        f"({arrays}, *, layout='bshd', causal=False, window_size=(-1, -1), softcap=0.0, "
+        "softmax_scale=None, alibi_slopes=None, sinks=None, cu_seqlens_q=None, "
+        "cu_seqlens_k=None, factor=2.0, atol=None, memory_budget=None) -> 'VerifyReport'"
+    )
+    with pytest.raises(TypeError, match="unexpected keyword argument 'dropout_p'"):
+        verify(dropout_p=0.1)
