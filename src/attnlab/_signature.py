@@ -1,10 +1,10 @@
 """A public signature declared once as data, for parameter groups several functions share.
 
 FlashAttention's eight options, a benchmark's run controls and ``attention``'s run options each
-stand in several public signatures. Written out in each, a default changed in one place would
-silently differ in another; declared once here, each function's signature is built from the
-same table and ``inspect.signature``, ``help`` and calls see exactly the parameters, order and
-defaults they saw before.
+stand in several public signatures, and ``verify`` takes one argument per name a case already
+declares. Written out in each, a default changed in one place would silently differ in another;
+declared once, each function's signature is built from the same table and ``inspect.signature``,
+``help`` and calls see exactly the parameters, order and defaults they saw before.
 
     group(kind, pairs)   the inspect.Parameter list for (name, default[, annotation]) tuples
     declared(*groups)    decorator: the function's signature is the groups in order; a call binds
