@@ -103,9 +103,10 @@ def _cost(shares: list[tuple[float, float]], measured, matmul) -> CostTimingResu
         CostRow(**{**zero, "n": 2 ** (i + 6), "measured_share": m, "matmul_share": p})
         for i, (m, p) in enumerate(shares)
     )
+    settings = {"d_model": 64, "heads": 4, "repeats": 1, "dtype": "float32", "seed": 0}
     return CostTimingResult(
-        d_model=64, heads=4, repeats=1, dtype="float32", seed=0, model_crossover=128,
-        measured_crossover=measured, matmul_crossover=matmul, rows=rows,
+        settings, model_crossover=128, measured_crossover=measured, matmul_crossover=matmul,
+        rows=rows,
     )  # fmt: skip
 
 

@@ -10,11 +10,11 @@ the forward benchmark (``_suite.py``), every ratio compares rows measured in the
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from attnlab.bench._measure import Config, Result
-from attnlab.bench._suite import Report, Target, label, plan_run, sweep
+from attnlab._signature import declared
+from attnlab.bench._measure import Config
+from attnlab.bench._suite import RUN_CONTROLS, SIZES, Report, Target, plan_run, sweep, torch_targets
 
 DEFAULT_NS = (1024, 2048, 4096, 8192)
 QUICK_NS = (512, 1024)
@@ -22,19 +22,8 @@ MEMORY_N = 16_384  # the memory check: one head, where the dense tables alone ar
 MEMORY_LIMIT_MIB = 256.0
 
 
-def backward(
-    ns: Sequence[int] | None = None,
-    *,
-    heads: int = 8,
-    d: int = 64,
-    masks: Sequence[str] = ("none", "causal"),
-    quick: bool = False,
-    repeats: int | None = None,
-    use_torch: bool = True,
-    isolate: bool = True,
-    checks: bool | None = None,
-    progress: Callable[[Result], None] | None = None,
-) -> Report:
+@declared(SIZES, RUN_CONTROLS, returns="Report")
+def backward(ns, heads, d, masks, quick, repeats, use_torch, isolate, checks, progress):
     """Run the backward benchmark: attnlab dense and blockwise beside torch, and the targets.
 
     Args:
@@ -70,15 +59,7 @@ def backward(
 
 def targets(report: Report) -> list[Target]:
     """The backward targets, each from numbers measured in this report (None where not run)."""
-    out = []
-    for n in (2048, 4096):
-        for mask in ("none", "causal"):
-            t = Target(f"blockwise backward >= 1.0x torch, N={n}, {label(mask)}", 1.0)
-            ours, theirs = report.find("blockwise", n, mask), report.find("torch", n, mask)
-            if ours and theirs:
-                t.value = ours.gflops / theirs.gflops
-                t.detail = f"{ours.gflops:.0f} vs {theirs.gflops:.0f} GFLOP/s"
-            out.append(t)
+    out = torch_targets(report, (2048, 4096), "blockwise backward >= 1.0x torch", 1.0)
     t = Target("causal >= 1.7x faster than no mask, N=8192", 1.7)
     full, causal = report.find("blockwise", 8192), report.find("blockwise", 8192, "causal")
     if full and causal:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 import platform
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from importlib.metadata import PackageNotFoundError, version
 
 import numpy as np
 
+from attnlab._signature import KEYWORD, POSITIONAL, declared, group
 from attnlab.bench._measure import Config, Result, gemm_ceiling, measure, measure_isolated
 from attnlab.core.blockwise import blas_info
 
@@ -116,6 +116,28 @@ def torch_available() -> bool:
     return importlib.util.find_spec("torch") is not None
 
 
+#: What both benchmarks are asked to measure: the lengths (positional), then heads, d and masks.
+SIZES = [
+    *group(POSITIONAL, [("ns", None, "Sequence[int] | None")]),
+    *group(KEYWORD, [("heads", 8, "int"), ("d", 64, "int")]),
+    *group(KEYWORD, [("masks", ("none", "causal"), "Sequence[str]")]),
+]
+
+#: How both benchmarks run (keyword-only, after the sizes), declared once for their signatures
+#: (attnlab._signature); ``plan_run`` reads them.
+RUN_CONTROLS = group(
+    KEYWORD,
+    [
+        ("quick", False, "bool"),
+        ("repeats", None, "int | None"),
+        ("use_torch", True, "bool"),
+        ("isolate", True, "bool"),
+        ("checks", None, "bool | None"),
+        ("progress", None, "Callable[[Result], None] | None"),
+    ],
+)
+
+
 def plan_run(ns, default_ns, quick: bool, repeats, checks, use_torch: bool, isolate: bool):
     """What a benchmark run measures, the same for every suite: (lengths, timed runs, whether
     to run the target checks, whether torch runs beside attnlab, the measuring function).
@@ -151,20 +173,13 @@ def _measure_checks(measured, report: Report, base: Config, ns, *, quick: bool, 
         measured(replace(base, n=MEMORY_N, heads=1, repeats=0), report.checks)
 
 
-def attention(
-    ns: Sequence[int] | None = None,
-    *,
-    heads: int = 8,
-    d: int = 64,
-    masks: Sequence[str] = ("none", "causal"),
-    window: int = 512,
-    quick: bool = False,
-    repeats: int | None = None,
-    use_torch: bool = True,
-    isolate: bool = True,
-    checks: bool | None = None,
-    progress: Callable[[Result], None] | None = None,
-) -> Report:
+@declared(
+    SIZES,
+    group(KEYWORD, [("window", 512, "int")]),
+    RUN_CONTROLS,
+    returns="Report",
+)
+def attention(ns, heads, d, masks, window, quick, repeats, use_torch, isolate, checks, progress):
     """Run the benchmark: attnlab dense and blockwise beside PyTorch's SDPA, and the checks.
 
     Args:
@@ -229,17 +244,24 @@ def sweep(ns, heads: int, d: int, masks, repeats: int, run, progress, settings: 
     return report, measured
 
 
-def targets(report: Report) -> list[Target]:
-    """The speed targets, each from numbers measured in this report (None where not run)."""
+def torch_targets(report: Report, ns, name: str, goal: float) -> list[Target]:
+    """Per N and mask (none, causal), blockwise's GFLOP/s over torch's in this report against
+    ``goal``: the comparison both suites' targets start with."""
     out = []
-    for n in (2048, 4096, 8192):
+    for n in ns:
         for mask in ("none", "causal"):
-            t = Target(f"blockwise >= 0.8x torch SDPA, N={n}, {label(mask)}", 0.8)
+            t = Target(f"{name}, N={n}, {label(mask)}", goal)
             ours, theirs = report.find("blockwise", n, mask), report.find("torch", n, mask)
             if ours and theirs:
                 t.value = ours.gflops / theirs.gflops
                 t.detail = f"{ours.gflops:.0f} vs {theirs.gflops:.0f} GFLOP/s"
             out.append(t)
+    return out
+
+
+def targets(report: Report) -> list[Target]:
+    """The speed targets, each from numbers measured in this report (None where not run)."""
+    out = torch_targets(report, (2048, 4096, 8192), "blockwise >= 0.8x torch SDPA", 0.8)
     for name, n, mask, goal in (
         ("causal >= 1.7x faster than no mask, N=8192", 8192, "causal", 1.7),
         ("sliding window 512 >= 3.5x faster than no mask, N=16384", 16384, "window", 3.5),

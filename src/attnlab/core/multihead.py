@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 
+from attnlab._signature import KEYWORD, POSITIONAL, declared, group, required
 from attnlab.core._checks import positive_int
 from attnlab.core._validate import as_real, compute_dtype, refuse_non_finite
 from attnlab.core.attention import attention
@@ -73,27 +74,28 @@ def _project(x, w, b):
     return out
 
 
+#: ``attention``'s run options, which both forms of multi-head attention take (keyword-only)
+#: and pass through to it; their signatures are built from this one declaration.
+ATTENTION_RUN = group(
+    KEYWORD,
+    [
+        ("check_finite", True),
+        ("method", "auto"),
+        ("memory_budget", None),
+        ("block_size", None),
+        ("threads", None),
+    ],
+)
+
+
+@declared(
+    required("query", "key", "value", "w_q", "w_k", "w_v", "w_o"),
+    group(KEYWORD, [("b_q", None), ("b_k", None), ("b_v", None), ("b_o", None)]),
+    group(KEYWORD, [("mask", None), ("scale", None), ("return_weights", False)]),
+    ATTENTION_RUN,
+)
 def multi_head_attention(
-    query,
-    key,
-    value,
-    w_q,
-    w_k,
-    w_v,
-    w_o,
-    *,
-    b_q=None,
-    b_k=None,
-    b_v=None,
-    b_o=None,
-    mask=None,
-    scale=None,
-    return_weights=False,
-    check_finite=True,
-    method="auto",
-    memory_budget=None,
-    block_size=None,
-    threads=None,
+    query, key, value, w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o, mask, scale, return_weights, **run
 ):
     """Functional multi-head attention.
 
@@ -113,7 +115,7 @@ def multi_head_attention(
         out (..., N, d_model_out), or (out, weights (..., h, N, M)).
     """
     query, key, value, w_q, w_k, w_v, w_o = _checked(
-        query, key, value, w_q, w_k, w_v, w_o, (b_q, b_k, b_v, b_o), mask, check_finite
+        query, key, value, w_q, w_k, w_v, w_o, (b_q, b_k, b_v, b_o), mask, run["check_finite"]
     )
     dtype = query.dtype
     # 1) project: every head at once, heads as a batch axis
@@ -123,17 +125,7 @@ def multi_head_attention(
 
     # 2) attend: the single-head dispatcher, heads as a batch axis
     attended = attention(
-        q,
-        k,
-        v,
-        _head_mask(mask, query.ndim),
-        scale=scale,
-        return_weights=return_weights,
-        check_finite=check_finite,
-        method=method,
-        block_size=block_size,
-        threads=threads,
-        memory_budget=memory_budget,
+        q, k, v, _head_mask(mask, query.ndim), scale=scale, return_weights=return_weights, **run
     )
     heads, weights = attended if return_weights else (attended, None)  # (..., h, N, d_v)
 
@@ -229,20 +221,13 @@ class MultiHeadAttention:
             f"bias={self.b_q is not None})"
         )
 
-    def __call__(
-        self,
-        query,
-        key=None,
-        value=None,
-        mask=None,
-        return_weights=False,
-        *,
-        check_finite=True,
-        method="auto",
-        memory_budget=None,
-        block_size=None,
-        threads=None,
-    ):
+    @declared(
+        required("self", "query"),
+        group(POSITIONAL, [("key", None), ("value", None), ("mask", None)]),
+        group(POSITIONAL, [("return_weights", False)]),
+        ATTENTION_RUN,
+    )
+    def __call__(self, query, key, value, mask, return_weights, **run):
         """query (..., N, d_model); key (..., M, kdim) defaults to query; value defaults to key.
 
         ``method``, ``memory_budget``, ``block_size`` and ``threads`` are ``attention``'s: a
@@ -253,25 +238,10 @@ class MultiHeadAttention:
         key = query if key is None else key
         value = key if value is None else value
         return multi_head_attention(
-            query,
-            key,
-            value,
-            self.w_q,
-            self.w_k,
-            self.w_v,
-            self.w_o,
-            b_q=self.b_q,
-            b_k=self.b_k,
-            b_v=self.b_v,
-            b_o=self.b_o,
-            mask=mask,
-            return_weights=return_weights,
-            check_finite=check_finite,
-            method=method,
-            memory_budget=memory_budget,
-            block_size=block_size,
-            threads=threads,
-        )
+            query, key, value, self.w_q, self.w_k, self.w_v, self.w_o,
+            b_q=self.b_q, b_k=self.b_k, b_v=self.b_v, b_o=self.b_o,
+            mask=mask, return_weights=return_weights, **run,
+        )  # fmt: skip
 
     @classmethod
     def from_torch(cls, module) -> MultiHeadAttention:

@@ -14,26 +14,46 @@ aligns them: the last query row sees the last key.
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from attnlab import masks
+from attnlab._signature import KEYWORD, POSITIONAL, declared, group
 from attnlab.errors import AttnlabError, ShapeError
 
 __all__ = [
+    "OPTIONS",
     "Options",
     "array_of_shape",
     "backward_arrays",
+    "backward_form",
     "check_heads",
+    "forward_form",
     "read_backward_options",
     "read_options",
     "real_array",
     "unstack",
     "whole_numbers",
 ]
+
+
+#: FlashAttention 2's options, in its order and with its defaults. Every public function of
+#: ``attnlab.flash`` but the kvcache one takes them after its arrays; ``forward_form`` and
+#: ``backward_form`` build those signatures from this one table.
+OPTIONS = (
+    ("dropout_p", 0.0),
+    ("softmax_scale", None),
+    ("causal", False),
+    ("window_size", (-1, -1)),
+    ("softcap", 0.0),
+    ("alibi_slopes", None),
+    ("deterministic", False),
+)
 
 
 @dataclass(frozen=True)
@@ -87,9 +107,8 @@ def read_options(
 ) -> Options:
     """Check FlashAttention's common options; raise AttnlabError naming the first bad one.
 
-    The parameters come in FlashAttention's own order, so each public function passes its
-    options positionally, in the order of its signature. They have no defaults here: the
-    defaults are the contract's, written once in the public signatures.
+    The parameters come in FlashAttention's own order. They have no defaults here: the
+    defaults are the contract's, written once in ``OPTIONS``.
     """
     _check_bool("causal", causal)
     _check_bool("deterministic", deterministic)  # attnlab is always deterministic
@@ -145,6 +164,34 @@ def read_backward_options(
     return read_options(
         0.0, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, None
     )
+
+
+def forward_form(arrays: list, extra: tuple = ()) -> Callable[[Callable], Callable]:
+    """Decorator: FlashAttention's forward signature, ``(*arrays, *OPTIONS,
+    return_attn_probs=False, *extra, *, rng=None)``; the body is called with its arrays, the
+    ``extra`` ones, ``return_attn_probs`` and ``opts``, the options read by ``read_options``."""
+    tail = (("return_attn_probs", False), *extra)
+    signature = declared(arrays, group(POSITIONAL, OPTIONS + tail), group(KEYWORD, [("rng", None)]))
+    return _form(signature, read_options, "rng")
+
+
+def backward_form(arrays: list) -> Callable[[Callable], Callable]:
+    """Decorator: FlashAttention's backward signature, ``(*arrays, *OPTIONS)``; the body is
+    called with its arrays and ``opts``, the options read by ``read_backward_options``."""
+    return _form(declared(arrays, group(POSITIONAL, OPTIONS)), read_backward_options)
+
+
+def _form(signature: Callable, reader: Callable, *more: str) -> Callable[[Callable], Callable]:
+    names = (*(name for name, _ in OPTIONS), *more)
+
+    def decorate(body: Callable) -> Callable:
+        def read(**args):
+            opts = reader(**{name: args.pop(name) for name in names})  # args keeps the arrays
+            return body(**args, opts=opts)
+
+        return signature(functools.update_wrapper(read, body))
+
+    return decorate
 
 
 def _window(window_size) -> tuple[int | None, int | None]:

@@ -8,19 +8,22 @@ Shape legend (FlashAttention's layout, sequence before heads):
 sees keys i + M - N - left .. i + M - N + right (causal: right = 0). Rows that see no key give
 output 0 and log-sum-exp -inf. The arithmetic is ``attnlab.attention``'s, dense or blockwise by
 the memory budget; docs/kernels.md ("attnlab.flash") maps every option and what differs.
+
+The signatures are FlashAttention's, each built from the one table ``_options.OPTIONS`` by
+``forward_form`` / ``backward_form`` (``inspect.signature`` and ``help`` show them whole); each
+body receives its arrays and the options already read.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from attnlab._signature import POSITIONAL, group, required
 from attnlab.errors import ShapeError
-from attnlab.flash import _attend
+from attnlab.flash import _attend, _options
 from attnlab.flash._options import (
     backward_arrays,
     check_heads,
-    read_backward_options,
-    read_options,
     real_array,
     unstack,
 )
@@ -33,21 +36,8 @@ __all__ = [
 ]
 
 
-def flash_attn_func(
-    q,
-    k,
-    v,
-    dropout_p=0.0,
-    softmax_scale=None,
-    causal=False,
-    window_size=(-1, -1),
-    softcap=0.0,
-    alibi_slopes=None,
-    deterministic=False,
-    return_attn_probs=False,
-    *,
-    rng=None,
-):
+@_options.forward_form(required("q", "k", "v"))
+def flash_attn_func(q, k, v, return_attn_probs, opts):
     """FlashAttention 2's ``flash_attn_func``: exact attention for q (B, N, h, d).
 
     Args:
@@ -69,70 +59,27 @@ def flash_attn_func(
         (B, h, N, M)): the exact softmax weights, a dropped weight negated (FlashAttention's
         sign code for its dropout pattern), rows that see no key all 0.
     """
-    opts = read_options(
-        dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, rng
-    )
     return _forward(q, k, v, opts, return_attn_probs)
 
 
-def flash_attn_qkvpacked_func(
-    qkv,
-    dropout_p=0.0,
-    softmax_scale=None,
-    causal=False,
-    window_size=(-1, -1),
-    softcap=0.0,
-    alibi_slopes=None,
-    deterministic=False,
-    return_attn_probs=False,
-    *,
-    rng=None,
-):
+@_options.forward_form(required("qkv"))
+def flash_attn_qkvpacked_func(qkv, return_attn_probs, opts):
     """``flash_attn_func`` on qkv (B, N, 3, h, d): self-attention, q, k and v stacked."""
     q, k, v = unstack("qkv", qkv, 3, "(batch_size, seqlen, 3, nheads, headdim)", "(B, N, 3, h, d)")
-    opts = read_options(
-        dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, rng
-    )
     return _forward(q, k, v, opts, return_attn_probs)
 
 
-def flash_attn_kvpacked_func(
-    q,
-    kv,
-    dropout_p=0.0,
-    softmax_scale=None,
-    causal=False,
-    window_size=(-1, -1),
-    softcap=0.0,
-    alibi_slopes=None,
-    deterministic=False,
-    return_attn_probs=False,
-    *,
-    rng=None,
-):
+@_options.forward_form(required("q", "kv"))
+def flash_attn_kvpacked_func(q, kv, return_attn_probs, opts):
     """``flash_attn_func`` on q (B, N, h, d) and kv (B, M, 2, h_k, d): k and v stacked."""
     k, v = unstack("kv", kv, 2, "(batch_size, seqlen_k, 2, nheads_k, headdim)", "(B, M, 2, h_k, d)")
-    opts = read_options(
-        dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, rng
-    )
     return _forward(q, k, v, opts, return_attn_probs)
 
 
-def flash_attn_backward(
-    dout,
-    q,
-    k,
-    v,
-    out=None,
-    softmax_lse=None,
-    dropout_p=0.0,
-    softmax_scale=None,
-    causal=False,
-    window_size=(-1, -1),
-    softcap=0.0,
-    alibi_slopes=None,
-    deterministic=False,
-):
+@_options.backward_form(
+    required("dout", "q", "k", "v") + group(POSITIONAL, [("out", None), ("softmax_lse", None)])
+)
+def flash_attn_backward(dout, q, k, v, out, softmax_lse, opts):
     """The gradients FlashAttention's autograd backward returns for ``flash_attn_func``.
 
     Mirrors FlashAttention's ``_flash_attn_backward`` (without its preallocated dq, dk, dv and
@@ -143,9 +90,6 @@ def flash_attn_backward(
     sums. The options mean what they mean for ``flash_attn_func``; dropout has no backward
     here (pass dropout_p=0).
     """
-    opts = read_backward_options(
-        dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic
-    )
     q, k, v = _fixed_arrays(q, k, v, opts)
     b, n, h = q.shape[:3]
     dout, lse = backward_arrays(dout, softmax_lse, (b, n, h, v.shape[-1]), (b, h, n))

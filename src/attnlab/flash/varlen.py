@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from attnlab._signature import required
 from attnlab.errors import AttnlabError, ShapeError
-from attnlab.flash import _attend, _paged
+from attnlab.flash import _attend, _options, _paged
 from attnlab.flash._options import (
     backward_arrays,
     check_heads,
-    read_backward_options,
-    read_options,
     real_array,
     unstack,
     whole_numbers,
@@ -36,26 +35,12 @@ __all__ = [
 ]
 
 
-def flash_attn_varlen_func(
-    q,
-    k,
-    v,
-    cu_seqlens_q,
-    cu_seqlens_k,
-    max_seqlen_q,
-    max_seqlen_k,
-    dropout_p=0.0,
-    softmax_scale=None,
-    causal=False,
-    window_size=(-1, -1),
-    softcap=0.0,
-    alibi_slopes=None,
-    deterministic=False,
-    return_attn_probs=False,
-    block_table=None,
-    *,
-    rng=None,
-):
+#: The varlen forms' arrays after q, k, v: the boundaries and longest lengths of the sequences.
+_PACKED = ("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k")
+
+
+@_options.forward_form(required("q", "k", "v", *_PACKED), extra=(("block_table", None),))
+def flash_attn_varlen_func(q, k, v, return_attn_probs, block_table, opts, **packed):
     """FlashAttention 2's ``flash_attn_varlen_func``: packed sequences, each attended alone.
 
     Args:
@@ -65,104 +50,41 @@ def flash_attn_varlen_func(
             T_q (and T_k without pages): the sequences' boundaries.
         max_seqlen_q, max_seqlen_k: at least the longest sequence (the probs' padded shape).
         The other options are ``flash_attn_func``'s, applied to each sequence on its own
-        lengths; alibi_slopes (B, h) gives sequence b the row b.
+        lengths; alibi_slopes (B, h) gives sequence b the row b. After return_attn_probs
+        comes block_table=None, then the keyword-only rng=None.
 
     Returns:
         out (T_q, h, d_v); with return_attn_probs, (out, softmax_lse (h, T_q),
         probs (B, h, max_seqlen_q, max_seqlen_k)).
     """
-    opts = read_options(
-        dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, rng
-    )
-    seqs = _Sequences.read(
-        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_table, opts
-    )
+    seqs = _Sequences.read(q, k, v, *_in_order(packed), block_table, opts)
     return _forward(seqs, opts, return_attn_probs)
 
 
-def flash_attn_varlen_qkvpacked_func(
-    qkv,
-    cu_seqlens,
-    max_seqlen,
-    dropout_p=0.0,
-    softmax_scale=None,
-    causal=False,
-    window_size=(-1, -1),
-    softcap=0.0,
-    alibi_slopes=None,
-    deterministic=False,
-    return_attn_probs=False,
-    *,
-    rng=None,
-):
+@_options.forward_form(required("qkv", "cu_seqlens", "max_seqlen"))
+def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, return_attn_probs, opts):
     """``flash_attn_varlen_func`` on qkv (T, 3, h, d): self-attention per packed sequence."""
     q, k, v = unstack("qkv", qkv, 3, "(total, 3, nheads, headdim)", "(T, 3, h, d)")
-    opts = read_options(
-        dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, rng
-    )
     seqs = _Sequences.read(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, None, opts)
     return _forward(seqs, opts, return_attn_probs)
 
 
-def flash_attn_varlen_kvpacked_func(
-    q,
-    kv,
-    cu_seqlens_q,
-    cu_seqlens_k,
-    max_seqlen_q,
-    max_seqlen_k,
-    dropout_p=0.0,
-    softmax_scale=None,
-    causal=False,
-    window_size=(-1, -1),
-    softcap=0.0,
-    alibi_slopes=None,
-    deterministic=False,
-    return_attn_probs=False,
-    *,
-    rng=None,
-):
+@_options.forward_form(required("q", "kv", *_PACKED))
+def flash_attn_varlen_kvpacked_func(q, kv, return_attn_probs, opts, **packed):
     """``flash_attn_varlen_func`` on q (T_q, h, d) and kv (T_k, 2, h_k, d)."""
     k, v = unstack("kv", kv, 2, "(total_k, 2, nheads_k, headdim)", "(T_k, 2, h_k, d)")
-    opts = read_options(
-        dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, rng
-    )
-    seqs = _Sequences.read(
-        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, None, opts
-    )
+    seqs = _Sequences.read(q, k, v, *_in_order(packed), None, opts)
     return _forward(seqs, opts, return_attn_probs)
 
 
-def flash_attn_varlen_backward(
-    dout,
-    q,
-    k,
-    v,
-    out,
-    softmax_lse,
-    cu_seqlens_q,
-    cu_seqlens_k,
-    max_seqlen_q,
-    max_seqlen_k,
-    dropout_p=0.0,
-    softmax_scale=None,
-    causal=False,
-    window_size=(-1, -1),
-    softcap=0.0,
-    alibi_slopes=None,
-    deterministic=False,
-):
+@_options.backward_form(required("dout", "q", "k", "v", "out", "softmax_lse", *_PACKED))
+def flash_attn_varlen_backward(dout, q, k, v, out, softmax_lse, opts, **packed):
     """``flash_attn_backward`` for ``flash_attn_varlen_func``: packed (dq, dk, dv).
 
     dout (T_q, h, d_v); out and softmax_lse (h, T_q) may be None (the row sums are then
     recomputed). Returns dq (T_q, h, d), dk (T_k, h_k, d), dv (T_k, h_k, d_v).
     """
-    opts = read_backward_options(
-        dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic
-    )
-    seqs = _Sequences.read(
-        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, None, opts
-    )
+    seqs = _Sequences.read(q, k, v, *_in_order(packed), None, opts)
     t_q, h = seqs.q.shape[:2]
     dout, lse = backward_arrays(dout, softmax_lse, (t_q, h, seqs.v.shape[-1]), (h, t_q))
     dtype = np.result_type(seqs.q, seqs.k, seqs.v, dout, np.float32)
@@ -197,6 +119,10 @@ def _forward(seqs: _Sequences, opts, return_attn_probs: bool):
             lse[:, rows] = res.lse  # (h, N_b)
             probs[b, :, : qb.shape[1], : kb.shape[1]] = res.probs
     return (out, lse, probs) if return_attn_probs else out
+
+
+def _in_order(packed: dict) -> list:
+    return [packed[name] for name in _PACKED]
 
 
 class _Sequences:

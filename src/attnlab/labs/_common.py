@@ -113,13 +113,35 @@ def jsonable(value):
 
 
 class LabResult:
-    """Mixin for a lab's frozen dataclass: ``as_dict()`` for JSON, ``table()`` for tables."""
+    """Mixin for a lab's frozen dataclass: ``as_dict()`` for JSON, ``table()`` for tables.
+
+    A result may keep its run's parameters in one field, ``settings`` (name -> value, in the
+    order its JSON lists them), instead of a field per parameter that restates the lab's
+    signature: each then reads as an attribute (``r.trials``) and stands in ``as_dict()`` and
+    ``repr`` as a field of its own. Such a dataclass is declared with ``repr=False``.
+    """
 
     lab: str = ""
 
+    def __getattr__(self, name: str):
+        settings = self.__dict__.get("settings")  # only reached when nothing else has ``name``
+        if settings is not None and name in settings:
+            return settings[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def _items(self) -> list[tuple[str, object]]:
+        """(name, value) of every field, the settings spread out first."""
+        items = [(f.name, getattr(self, f.name)) for f in dataclasses.fields(self)]
+        spread = dict(self.__dict__.get("settings") or {})
+        return [*spread.items(), *((k, v) for k, v in items if k != "settings" or not spread)]
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{name}={value!r}" for name, value in self._items())
+        return f"{type(self).__name__}({fields})"
+
     def as_dict(self) -> dict:
         """Every field, JSON-ready (dict/list/str/int/float/bool/None; NaN becomes None)."""
-        return {"lab": self.lab, **jsonable(self)}
+        return {"lab": self.lab, **{name: jsonable(value) for name, value in self._items()}}
 
     def table(self) -> tuple[list[str], list[list]]:
         """(columns, rows): the lab's headline numbers, one row per width or case."""

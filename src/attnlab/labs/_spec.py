@@ -13,6 +13,7 @@ library's default is too slow for a request (the cost lab's N = 4096).
     Param      one argument: kind, bounds (CLI and web), help, list-valued or not, choices
     Estimate   seconds and bytes a run is expected to take (calibrated per lab, see its module)
     LabPlot    the lab's plot as data (x, named y series, axis titles); ``Series`` one line of it
+    RowPlot    a line plot over a result's rows as data: its title, axes and ``Line`` entries
     LabSpec    the lab: name, title, function, parameters, columns, plot, estimate
 """
 
@@ -26,7 +27,7 @@ from typing import Any
 
 from attnlab.labs._common import LabResult, check_int, check_ints, check_open_unit, jsonable
 
-__all__ = ["SEED", "Estimate", "LabPlot", "LabSpec", "Param", "Series"]
+__all__ = ["SEED", "Estimate", "LabPlot", "LabSpec", "Line", "Param", "RowPlot", "Series"]
 
 
 class _Unset:
@@ -60,6 +61,7 @@ class Param:
     web_items: int = 8  # most entries of a list on the web
     max_length: int | None = None  # most characters of a string on the web
     kind: type | None = None  # int, float or str; None: the default's type
+    budget: bool = False  # the one parameter a web request over its budget is blamed on
     many: bool = False  # list-valued; set from a tuple default
     default: Any = _UNSET  # filled from the lab function's signature
 
@@ -154,6 +156,58 @@ class LabPlot:
 
 
 @dataclass(frozen=True)
+class Line:
+    """One line of a plot over a result's rows, declared as data: each row's ``field`` (or one
+    constant for every row: a theory's value), ``error`` the field of its standard error.
+    ``name`` may name the result's own fields, ``"{heads} heads"``."""
+
+    name: str
+    field: str | float
+    error: str | None = None
+    dash: bool = False  # a reference (model or theory), drawn dashed
+
+    def series(self, result) -> Series:
+        rows = result.rows
+        if isinstance(self.field, str):
+            y = [getattr(row, self.field) for row in rows]
+        else:
+            y = [self.field] * len(rows)
+        error = None if self.error is None else [getattr(row, self.error) for row in rows]
+        return Series(self.name.format_map(_Fields(result)), y, error, dash=self.dash)
+
+
+class _Fields(dict):
+    def __init__(self, result):
+        super().__init__()
+        self.result = result
+
+    def __missing__(self, name: str):
+        return getattr(self.result, name)
+
+
+@dataclass(frozen=True)
+class RowPlot:
+    """A line plot over a result's rows, declared as data; calling it on a result draws it.
+
+    x is each row's ``x[0]`` (axis title ``x[1]``); one series per entry of ``lines``. The
+    ``title`` may name the result's fields, ``"{trials:,} trials"``.
+    """
+
+    title: str
+    y_label: str
+    lines: tuple[Line, ...]
+    x: tuple[str, str] = ("width", "d_k")
+    log_x: bool = False
+    log_y: bool = False
+
+    def __call__(self, result) -> LabPlot:
+        return LabPlot(title=self.title.format_map(_Fields(result)), kind="line",
+                       x=[getattr(row, self.x[0]) for row in result.rows], x_label=self.x[1],
+                       y_label=self.y_label, series=[line.series(result) for line in self.lines],
+                       log_x=self.log_x, log_y=self.log_y)  # fmt: skip
+
+
+@dataclass(frozen=True)
 class LabSpec:
     """Everything about one lab that a front end needs; calling it runs the lab.
 
@@ -162,7 +216,9 @@ class LabSpec:
         columns: (key, title) per column of ``result.table()``, in order.
         plot: result -> LabPlot, read from the result (nothing recomputed).
         estimate: the parameters (all of them, by name) -> Estimate.
-        budget_field: the parameter a web request over its budget is blamed on.
+
+    The parameter a web request over its budget is blamed on is the one marked ``budget=True``
+    (``budget_field``): exactly one per lab.
     """
 
     name: str
@@ -174,12 +230,18 @@ class LabSpec:
     columns: tuple[tuple[str, str], ...]
     plot: Callable[[Any], LabPlot]
     estimate: Callable[..., Estimate]
-    budget_field: str
     progress: bool = True  # the lab takes progress=...
 
     def __post_init__(self):
         signature = inspect.signature(self.run)
         object.__setattr__(self, "params", tuple(p._resolved(signature) for p in self.params))
+        if sum(p.budget for p in self.params) != 1:
+            raise TypeError(f"expected one parameter of lab {self.name!r} marked budget=True")
+
+    @property
+    def budget_field(self) -> str:
+        """The parameter a web request over its budget is blamed on."""
+        return next(p.name for p in self.params if p.budget)
 
     def __call__(self, *args, **kwargs) -> LabResult:
         return self.run(*args, **kwargs)

@@ -308,7 +308,8 @@ SPEC = LabSpec(
     heading="Heads after {steps:,} steps of {batch}, seed {seed}",
     run=train_induction,
     params=(
-        Param("steps", "Adam steps.", low=1, high=MAX_STEPS, web_high=50, web_default=50),
+        Param("steps", "Adam steps.", low=1, high=MAX_STEPS, web_high=50, web_default=50,
+              budget=True),
         Param("batch", "Sequences per step.", low=1, high=MAX_BATCH, web_high=32),
         SEED,
         Param("vocab_size", "Tokens in the vocabulary (V).", low=2, high=MAX_VOCAB,
@@ -333,5 +334,4 @@ SPEC = LabSpec(
              ("induction_score", "induction score"), ("pattern", "pattern")),
     plot=_plot,
     estimate=_estimate,
-    budget_field="steps",
 )  # fmt: skip

@@ -28,7 +28,7 @@ from attnlab import MultiHeadAttention, attention
 from attnlab.cost import breakdown, crossover_length, score_memory_bytes
 from attnlab.errors import AttnlabError
 from attnlab.labs._common import COST, LabResult, Progress, rng_for, row_table
-from attnlab.labs._spec import SEED, Estimate, LabPlot, LabSpec, Param, Series
+from attnlab.labs._spec import SEED, Estimate, LabSpec, Line, Param, RowPlot
 
 __all__ = ["SPEC", "CostRow", "CostTimingResult", "cost_timing"]
 
@@ -55,16 +55,17 @@ class CostRow:
     heads_madds: int  # cost model: h · 2N²d_k, the h heads' Q Kᵀ and A V
     one_head_madds: int  # cost model: 2N²d_model, one head's; equal to heads_madds
 
+    @property
+    def heads_madds_ratio(self) -> float:
+        """The cost model's h heads against one: 1 at every N (plotted, not stored)."""
+        return self.heads_madds / self.one_head_madds
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, repr=False)
 class CostTimingResult(LabResult):
     """Timings per N with the cost model beside them, and both crossovers."""
 
-    d_model: int
-    heads: int
-    repeats: int
-    dtype: str
-    seed: int
+    settings: dict  # d_model, heads, repeats, dtype, seed: ``r.heads`` reads one
     model_crossover: int  # 2·d_model
     measured_crossover: float | None  # N where the measured share crosses 1/2 (interpolated)
     matmul_crossover: float | None  # the same for the matmul share
@@ -230,11 +231,7 @@ def cost_timing(
         if progress is not None:
             progress(i + 1, len(lengths))
     return CostTimingResult(
-        d_model=d_model,
-        heads=heads,
-        repeats=repeats,
-        dtype=dtype,
-        seed=seed,
+        {"d_model": d_model, "heads": heads, "repeats": repeats, "dtype": dtype, "seed": seed},
         model_crossover=crossover_length(d_model),
         measured_crossover=_crossover(rows, "measured_share"),
         matmul_crossover=_crossover(rows, "matmul_share"),
@@ -271,26 +268,21 @@ def _estimate(d_model, lengths, heads, repeats, dtype="float32", **_) -> Estimat
     return Estimate(seconds, size * (5 * heads * n * n + 12 * n * d_model + 4 * d_model**2))
 
 
-def _plot(r: CostTimingResult) -> LabPlot:
-    return LabPlot(
-        title=f"Share of time in the attention core, d_model = {r.d_model} "
-        f"(model crossover N = {r.model_crossover})",
-        kind="line",
-        x=[row.n for row in r.rows],
-        x_label="N (tokens)",
-        y_label="share of the time; heads ÷ one head",
-        series=[
-            Series("measured: core with softmax", [row.measured_share for row in r.rows]),
-            Series("measured: Q Kᵀ and A V only", [row.matmul_share for row in r.rows]),
-            Series("cost model 2N²d / (4Nd² + 2N²d)", [row.model_share for row in r.rows],
-                   dash=True),
-            Series(f"measured: {r.heads} heads ÷ one head, core time",
-                   [row.heads_core_ratio for row in r.rows]),
-            Series(f"cost model: {r.heads} heads ÷ one head, h·2N²d_k / 2N²d = 1",
-                   [row.heads_madds / row.one_head_madds for row in r.rows], dash=True),
-        ],
-        log_x=True,
-    )  # fmt: skip
+_PLOT = RowPlot(
+    "Share of time in the attention core, d_model = {d_model} "
+    "(model crossover N = {model_crossover})",
+    "share of the time; heads ÷ one head",
+    (
+        Line("measured: core with softmax", "measured_share"),
+        Line("measured: Q Kᵀ and A V only", "matmul_share"),
+        Line("cost model 2N²d / (4Nd² + 2N²d)", "model_share", dash=True),
+        Line("measured: {heads} heads ÷ one head, core time", "heads_core_ratio"),
+        Line("cost model: {heads} heads ÷ one head, h·2N²d_k / 2N²d = 1", "heads_madds_ratio",
+             dash=True),
+    ),
+    x=("n", "N (tokens)"),
+    log_x=True,
+)  # fmt: skip
 
 
 SPEC = LabSpec(
@@ -303,7 +295,7 @@ SPEC = LabSpec(
         Param("d_model", "Model width; heads must divide it.", low=1, high=8192, web_low=8,
               web_high=256, web_default=64),
         Param("lengths", "The sequence lengths N.", low=1, web_high=256, flag="--n",
-              web_default=(32, 64, 128, 256)),
+              web_default=(32, 64, 128, 256), budget=True),
         Param("heads", "Heads h; must divide d_model.", low=1, web_high=8),
         Param("repeats", "Runs per part; the fastest counts.", low=1, high=100, web_high=3),
         SEED,
@@ -314,7 +306,6 @@ SPEC = LabSpec(
              ("matmul_share", "QKᵀ+AV share"), ("model_share", "model share"),
              ("heads_core_ratio", "heads÷1 core"), ("heads_matmul_ratio", "heads÷1 QKᵀ+AV"),
              ("heads_madds", "model heads"), ("one_head_madds", "model 1 head")),
-    plot=_plot,
+    plot=_PLOT,
     estimate=_estimate,
-    budget_field="lengths",
 )  # fmt: skip

@@ -48,7 +48,7 @@ from attnlab.labs._common import (
     rng_for,
     row_table,
 )
-from attnlab.labs._spec import SEED, Estimate, LabPlot, LabSpec, Param, Series
+from attnlab.labs._spec import SEED, Estimate, LabSpec, Line, Param, RowPlot
 
 __all__ = ["SPEC", "THRESHOLD", "GradientResult", "GradientRow", "gradient"]
 
@@ -73,16 +73,11 @@ class GradientRow:
     dq_ratio: float  # dq_unscaled / dq_scaled
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class GradientResult(LabResult):
     """Per width, how much gradient reaches the scores and the queries, with and without √d_k."""
 
-    widths: tuple[int, ...]
-    keys: int
-    d_v: int
-    trials: int
-    threshold: float
-    seed: int
+    settings: dict  # widths, keys, d_v, trials, threshold, seed: ``r.trials`` reads one
     rows: tuple[GradientRow, ...]
     lab = "gradient"
 
@@ -219,8 +214,9 @@ def gradient(
             progress(done, total)
 
     rows = tuple(_width(seed, d_k, keys, d_v, trials, step, client) for d_k in widths)
-    return GradientResult(widths=widths, keys=keys, d_v=d_v, trials=trials,
-                          threshold=THRESHOLD, seed=seed, rows=rows)  # fmt: skip
+    settings = {"widths": widths, "keys": keys, "d_v": d_v, "trials": trials,
+                "threshold": THRESHOLD, "seed": seed}  # fmt: skip
+    return GradientResult(settings, rows=rows)
 
 
 # -- the declaration: CLI options, web fields, plot and estimate come from here ----------------
@@ -251,22 +247,18 @@ def _estimate(widths, keys, trials, d_v=64, client=None, **_) -> Estimate:
     return Estimate(seconds, peak + 2 * 3 * 8 * trials)
 
 
-def _plot(r: GradientResult) -> LabPlot:
-    return LabPlot(
-        title=f"Median gradient per query row, {r.trials:,} trials of {r.keys} keys per width",
-        kind="line",
-        x=[row.width for row in r.rows],
-        x_label="d_k",
-        y_label="median norm",
-        series=[
-            Series("‖dS‖ unscaled", [row.ds_unscaled for row in r.rows]),
-            Series("‖dS‖ scaled by 1/√d_k", [row.ds_scaled for row in r.rows]),
-            Series("‖dQ‖ unscaled", [row.dq_unscaled for row in r.rows]),
-            Series("‖dQ‖ scaled by 1/√d_k", [row.dq_scaled for row in r.rows]),
-        ],
-        log_x=True,
-        log_y=True,
-    )
+_PLOT = RowPlot(
+    "Median gradient per query row, {trials:,} trials of {keys} keys per width",
+    "median norm",
+    (
+        Line("‖dS‖ unscaled", "ds_unscaled"),
+        Line("‖dS‖ scaled by 1/√d_k", "ds_scaled"),
+        Line("‖dQ‖ unscaled", "dq_unscaled"),
+        Line("‖dQ‖ scaled by 1/√d_k", "dq_scaled"),
+    ),
+    log_x=True,
+    log_y=True,
+)
 
 
 SPEC = LabSpec(
@@ -281,7 +273,7 @@ SPEC = LabSpec(
               flag="--width", web_default=(16, 32, 64, 128, 256)),
         Param("keys", "Keys per trial (M).", low=2, high=MAX_KEYS, web_high=64),
         Param("trials", "Trials per width.", low=1, high=MAX_TRIALS, web_high=150,
-              web_default=150),
+              web_default=150, budget=True),
         SEED,
         Param("d_v", "Value width (and the upstream gradient's), the same at every d_k.",
               low=1, high=MAX_WIDTH, web_high=64),
@@ -292,7 +284,6 @@ SPEC = LabSpec(
              ("ds_scaled", "‖dS‖ scaled"), ("ds_ratio", "dS unsc./sc."),
              ("dq_unscaled", "‖dQ‖ unscaled"), ("dq_scaled", "‖dQ‖ scaled"),
              ("dq_ratio", "dQ unsc./sc.")),
-    plot=_plot,
+    plot=_PLOT,
     estimate=_estimate,
-    budget_field="trials",
 )  # fmt: skip

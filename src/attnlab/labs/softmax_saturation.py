@@ -336,7 +336,7 @@ SPEC = LabSpec(
     params=(
         Param("d_k", "Query/key width.", low=1, high=MAX_WIDTH, web_high=1024),
         Param("keys", "Keys per trial (M).", low=2, high=MAX_KEYS, web_high=128),
-        Param("trials", "Softmax trials.", low=1, web_high=600),
+        Param("trials", "Softmax trials.", low=1, web_high=600, budget=True),
         Param("threshold", "p_max above this counts as saturated; in (0, 1).", low=0.0,
               high=1.0, open_bounds=True),
         SEED,
@@ -348,5 +348,4 @@ SPEC = LabSpec(
              ("jacobian_fro", "‖J‖_F")),
     plot=_plot,
     estimate=_estimate,
-    budget_field="trials",
 )  # fmt: skip

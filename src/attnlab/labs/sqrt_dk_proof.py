@@ -62,14 +62,13 @@ class ProofRow:
     stderr: float  # standard error of ``measured``
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ProofResult(LabResult):
     """The seven steps of §6.3 measured over ``draws`` pairs of d_k-vectors."""
 
-    d_k: int
-    draws: int  # pairs (q, k): the samples of the three score steps
-    entries: int  # draws · d_k: the samples of the four entry and product steps
-    seed: int
+    # d_k; draws, the pairs (q, k): the samples of the three score steps; entries = draws · d_k,
+    # the samples of the four entry and product steps; seed. ``r.draws`` reads one.
+    settings: dict
     rows: tuple[ProofRow, ...]
     lab = "proof"
 
@@ -195,7 +194,8 @@ def proof(
         measured, se = measure(sums[_SAMPLES.index(samples)])
         predicted = float(d_k if predicted == "d_k" else predicted)
         rows.append(ProofRow(step, claim, predicted, measured, se))
-    return ProofResult(d_k=d_k, draws=draws, entries=draws * d_k, seed=seed, rows=tuple(rows))
+    settings = {"d_k": d_k, "draws": draws, "entries": draws * d_k, "seed": seed}
+    return ProofResult(settings, rows=tuple(rows))
 
 
 # -- the declaration: CLI options, web fields, plot and estimate come from here ----------------
@@ -252,7 +252,7 @@ SPEC = LabSpec(
     run=proof,
     params=(
         Param("d_k", "Query/key width.", low=1, high=MAX_WIDTH, web_high=256),
-        Param("draws", "Pairs (q, k).", low=2, web_high=200_000),
+        Param("draws", "Pairs (q, k).", low=2, web_high=200_000, budget=True),
         SEED,
         WORKERS,
         CLIENT,
@@ -261,5 +261,4 @@ SPEC = LabSpec(
              ("measured", "measured"), ("stderr", "± SE")),
     plot=_plot,
     estimate=_estimate,
-    budget_field="draws",
 )  # fmt: skip

@@ -26,7 +26,7 @@ from attnlab.labs._common import (
     column_keys,
 )
 from attnlab.labs._scores import BLOCK, CHUNK_DRAWS, chunk_count, default_workers, score_partials
-from attnlab.labs._spec import SEED, Estimate, LabPlot, LabSpec, Param, Series
+from attnlab.labs._spec import SEED, Estimate, LabSpec, Line, Param, RowPlot
 from attnlab.labs.softmax_saturation import MAX_KEYS, saturation
 from attnlab.labs.softmax_saturation import SPEC as SATURATION
 
@@ -142,7 +142,7 @@ class SweepRow:
     scaled_histogram: ScoreHistogram
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class SweepResult(LabResult):
     """Per width the saturation lab and two score histograms on shared ranges.
 
@@ -150,13 +150,7 @@ class SweepResult(LabResult):
     ``scaled_limit`` (5), so within each case the widths are directly comparable.
     """
 
-    widths: tuple[int, ...]
-    keys: int
-    trials: int
-    threshold: float
-    draws: int
-    bins: int
-    seed: int
+    settings: dict  # widths, keys, trials, threshold, draws, bins, seed: ``r.trials`` reads one
     unscaled_limit: float
     scaled_limit: float
     rows: tuple[SweepRow, ...]
@@ -239,18 +233,9 @@ def width_sweep(
         if futures:
             client.cancel(futures)
         raise
-    return SweepResult(
-        widths=widths,
-        keys=keys,
-        trials=trials,
-        threshold=threshold,
-        draws=draws,
-        bins=bins,
-        seed=seed,
-        unscaled_limit=limits[0],
-        scaled_limit=limits[1],
-        rows=tuple(rows),
-    )
+    settings = {"widths": widths, "keys": keys, "trials": trials, "threshold": threshold,
+                "draws": draws, "bins": bins, "seed": seed}  # fmt: skip
+    return SweepResult(settings, unscaled_limit=limits[0], scaled_limit=limits[1], rows=tuple(rows))
 
 
 # -- the declaration: CLI options, web fields, plot and estimate come from here ----------------
@@ -281,19 +266,12 @@ def _estimate(widths, keys, trials, draws, bins, client=None, **_) -> Estimate:
     return Estimate(seconds, chunks + 8 * m * len(widths) * 4 + max(e.bytes for e in runs))
 
 
-def _plot(r: SweepResult) -> LabPlot:
-    return LabPlot(
-        title=f"Saturated share of {r.trials} trials over {r.keys} keys, by width",
-        kind="line",
-        x=[row.width for row in r.rows],
-        x_label="d_k",
-        y_label="share of trials with p_max > threshold",
-        series=[
-            Series("unscaled", [row.unscaled_share for row in r.rows]),
-            Series("scaled by 1/√d_k", [row.scaled_share for row in r.rows]),
-        ],
-        log_x=True,
-    )
+_PLOT = RowPlot(
+    "Saturated share of {trials} trials over {keys} keys, by width",
+    "share of trials with p_max > threshold",
+    (Line("unscaled", "unscaled_share"), Line("scaled by 1/√d_k", "scaled_share")),
+    log_x=True,
+)
 
 
 SPEC = LabSpec(
@@ -305,7 +283,7 @@ SPEC = LabSpec(
     run=width_sweep,
     params=(
         Param("widths", "The d_k values, one row each.", low=1, high=MAX_WIDTH, web_high=256,
-              flag="--width"),
+              flag="--width", budget=True),
         Param("keys", "Keys per trial (M).", low=2, high=MAX_KEYS, web_high=64),
         Param("trials", "Softmax trials per width.", low=1, web_high=500),
         Param("threshold", "p_max above this counts as saturated; in (0, 1).", low=0.0,
@@ -318,7 +296,6 @@ SPEC = LabSpec(
     columns=(("width", "d_k"), ("sqrt_width", "√d_k"), ("unscaled_std", "σ unscaled"),
              ("scaled_std", "σ scaled"), ("unscaled_share", "sat. unscaled"),
              ("scaled_share", "sat. scaled"), ("gradient_term", "p_max(1-p_max)")),
-    plot=_plot,
+    plot=_PLOT,
     estimate=_estimate,
-    budget_field="widths",
 )  # fmt: skip

@@ -40,6 +40,13 @@ class LabTiming:
     target_s: float | None
     meets_target: bool | None  # median under the target; None without a target
 
+    @classmethod
+    def of(cls, lab: str, seconds: list[float], target: float | None) -> LabTiming:
+        """One lab's row from the wall seconds of its runs: median, fastest, slowest."""
+        median = statistics.median(seconds)
+        meets = None if target is None else median < target
+        return cls(lab, len(seconds), median, min(seconds), max(seconds), target, meets)
+
 
 @dataclass(frozen=True)
 class TimingResult(LabResult):
@@ -97,18 +104,7 @@ def time_labs(
             done += 1
             if progress is not None:
                 progress(done, repeats * len(labs))
-        median, target = statistics.median(seconds), TARGETS[name]
-        rows.append(
-            LabTiming(
-                lab=name,
-                runs=repeats,
-                median_s=median,
-                min_s=min(seconds),
-                max_s=max(seconds),
-                target_s=target,
-                meets_target=None if target is None else median < target,
-            )
-        )
+        rows.append(LabTiming.of(name, seconds, TARGETS[name]))
     return TimingResult(
         repeats=repeats,
         cpus=os.cpu_count() or 1,

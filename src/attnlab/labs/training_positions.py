@@ -186,7 +186,7 @@ SPEC = LabSpec(
     run=train_positions,
     params=(
         Param("steps", "Adam steps per model.", low=1, high=20_000, web_high=200,
-              web_default=150),
+              web_default=150, budget=True),
         Param("batch", "Sequences per step.", low=1, high=1024, web_high=32),
         SEED,
         Param("vocab_size", "Tokens in the vocabulary (V).", low=2, high=4096, web_high=16),
@@ -200,5 +200,4 @@ SPEC = LabSpec(
              ("final_loss", "final loss")),
     plot=_plot,
     estimate=_estimate,
-    budget_field="steps",
 )  # fmt: skip

@@ -55,17 +55,10 @@ class ScalingRow:
     losses: tuple[float, ...]  # smoothed training loss per step, mean over runs
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ScalingResult(LabResult):
-    widths: tuple[int, ...]
-    steps: int
-    batch: int
-    runs: int
-    seed: int
-    target_loss: float
-    lr: float
-    vocab_size: int
-    context: int
+    # widths, steps, batch, runs, seed, target_loss, lr, vocab_size, context: ``r.steps`` reads one
+    settings: dict
     rows: tuple[ScalingRow, ...]
     scaled: dict  # the largest width's scaled row, as a dict (the headline)
     unscaled: dict
@@ -190,7 +183,7 @@ def train_scaling(
     head = max(args["widths"])
     scaled_row, unscaled_row = (next(r for r in rows if r.width == head and r.scaling == s)
                                 for s in ("scaled", "unscaled"))  # fmt: skip
-    return ScalingResult(**args, rows=rows, scaled=_headline(scaled_row),
+    return ScalingResult(args, rows=rows, scaled=_headline(scaled_row),
                          unscaled=_headline(unscaled_row))  # fmt: skip
 
 
@@ -248,7 +241,7 @@ SPEC = LabSpec(
         Param("widths", "The d_k values (one head per layer).", low=1, high=MAX_WIDTH,
               web_high=64, flag="--width", web_default=(64,), web_items=1),
         Param("steps", "Adam steps per run.", low=1, high=MAX_STEPS, web_high=30,
-              web_default=30),
+              web_default=30, budget=True),
         Param("batch", "Sequences per step.", low=1, high=1024, web_high=16),
         Param("runs", "Runs per width and scaling.", low=1, high=MAX_RUNS, web_high=1,
               web_default=1),
@@ -263,5 +256,4 @@ SPEC = LabSpec(
              ("median_ds", "median ‖dS‖")),
     plot=_plot,
     estimate=_estimate,
-    budget_field="steps",
 )  # fmt: skip

@@ -24,7 +24,7 @@ from attnlab.labs._scores import (
     default_workers,
     score_partials,
 )
-from attnlab.labs._spec import SEED, Estimate, LabPlot, LabSpec, Param, Series
+from attnlab.labs._spec import SEED, Estimate, LabSpec, Line, Param, RowPlot
 
 __all__ = ["SPEC", "VarianceResult", "VarianceRow", "variance_scaling"]
 
@@ -41,13 +41,11 @@ class VarianceRow:
     scaled_var_se: float  # standard error of scaled_var
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class VarianceResult(LabResult):
     """Var(q·k)/d_k and Var(q·k/√d_k) per width, each over ``draws`` fresh pairs."""
 
-    widths: tuple[int, ...]
-    draws: int
-    seed: int
+    settings: dict  # widths, draws, seed: ``r.draws`` reads one
     rows: tuple[VarianceRow, ...]
     lab = "variance"
 
@@ -147,7 +145,8 @@ def variance_scaling(
                 scaled_var_se=scaled_se,
             )
         )
-    return VarianceResult(widths=widths, draws=draws, seed=seed, rows=tuple(rows))
+    settings = {"widths": widths, "draws": draws, "seed": seed}
+    return VarianceResult(settings, rows=tuple(rows))
 
 
 # -- the declaration: CLI options, web fields, plot and estimate come from here ----------------
@@ -177,24 +176,19 @@ def _estimate(widths, draws, workers=None, client=None, **_) -> Estimate:
     return Estimate(0.01 + work, threads * chunk + 2 * threads * m * 8 * len(widths) + 4 * chunk)
 
 
-def _plot(r: VarianceResult) -> LabPlot:
-    widths = [row.width for row in r.rows]
-    return LabPlot(
-        title=f"Var(q·k)/d_k and Var(q·k/√d_k) over {r.draws:,} draws per width",
-        kind="line",
-        x=widths,
-        x_label="d_k",
-        y_label="variance ratio",
-        # Var(q·k / √d_k) = Var(q·k) / d_k for any data (a constant factor c scales a variance
-        # by c²), so the two columns agree to rounding: one line, named for both, not one
-        # line hidden under the other.
-        series=[
-            Series("Var(q·k) / d_k = Var(q·k / √d_k) (equal by construction)",
-                   [row.var_ratio for row in r.rows], [row.var_ratio_se for row in r.rows]),
-            Series("the proof: 1", [1.0] * len(widths), dash=True),
-        ],
-        log_x=True,
-    )  # fmt: skip
+# Var(q·k / √d_k) = Var(q·k) / d_k for any data (a constant factor c scales a variance by c²),
+# so the two columns agree to rounding: one line, named for both, not one line hidden under the
+# other.
+_PLOT = RowPlot(
+    "Var(q·k)/d_k and Var(q·k/√d_k) over {draws:,} draws per width",
+    "variance ratio",
+    (
+        Line("Var(q·k) / d_k = Var(q·k / √d_k) (equal by construction)", "var_ratio",
+             "var_ratio_se"),
+        Line("the proof: 1", 1.0, dash=True),
+    ),
+    log_x=True,
+)  # fmt: skip
 
 
 SPEC = LabSpec(
@@ -206,7 +200,7 @@ SPEC = LabSpec(
     params=(
         Param("widths", "The d_k values, one row each.", low=1, high=MAX_WIDTH, web_high=256,
               flag="--width"),
-        Param("draws", "Pairs (q, k) per width.", low=2, web_high=250_000),
+        Param("draws", "Pairs (q, k) per width.", low=2, web_high=250_000, budget=True),
         SEED,
         WORKERS,
         CLIENT,
@@ -214,7 +208,6 @@ SPEC = LabSpec(
     columns=(("width", "d_k"), ("raw_var", "Var(q·k)"), ("var_ratio", "Var(q·k)/d_k"),
              ("var_ratio_se", "± SE"), ("scaled_var", "Var(q·k/√d_k)"),
              ("scaled_var_se", "± SE")),
-    plot=_plot,
+    plot=_PLOT,
     estimate=_estimate,
-    budget_field="draws",
 )  # fmt: skip

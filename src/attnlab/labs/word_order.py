@@ -205,7 +205,7 @@ SPEC = LabSpec(
     run=permutation,
     params=(
         Param("d_model", "Width of the word vectors.", low=1, high=4096, web_high=256),
-        Param("sentence", "The sentence.", max_length=200),
+        Param("sentence", "The sentence.", max_length=200, budget=True),
         Param("shuffled", "The same words in another order.", max_length=200),
         Param("word", "The word to follow.", max_length=40),
         SEED,
@@ -215,6 +215,5 @@ SPEC = LabSpec(
              ("change_with_positions", "Δ positions")),
     plot=_plot,
     estimate=_estimate,
-    budget_field="sentence",
     progress=False,
 )  # fmt: skip
