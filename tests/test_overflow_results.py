@@ -88,6 +88,20 @@ def test_a_dp_that_overflows_only_where_the_weight_is_negligible_is_answered(top
                                rtol=1e-9)  # fmt: skip
 
 
+@pytest.mark.parametrize("method", METHODS)
+def test_a_weight_far_below_the_floor_is_zero_in_a_rescaled_backward_pass(method):
+    """The key at 1e237 scores -1e240: its weight is exactly 0, so however huge its dP (1e378)
+    and its k, it adds nothing to dq or dk. The blockwise pass weighed it 2^-1017 (its exp2
+    floor), which times 1e378 · 1e237 overflowed dq where the dense pass answered 0 (the
+    long fuzz's second case). The other keys weigh 1/3 and carry dP - D = 0."""
+    q = np.array([[-1000.0]])
+    k = np.array([[1e237], [-1.0], [-1.0], [-1.0]])
+    v = np.array([[-1e189], [-1.0], [-1.0], [-1.0]])
+    dq, dk, dv = al.attention_backward(q, k, v, np.array([[-1e189]]), method=method)
+    assert np.array_equal(dq, np.zeros_like(dq)) and np.array_equal(dk, np.zeros_like(dk))
+    np.testing.assert_allclose(dv[:, 0], [0.0] + [-1e189 / 3] * 3, rtol=1e-12)  # Pᵀ dO
+
+
 def test_a_gradient_whose_weighted_dp_overflows_is_still_refused():
     """D = rowsum(dO ∘ O) = rowsum(P ∘ dP) past the range: the table overflowed where the weights
     keep it, so no rescaling is tried, even where the gradients are finite (dS = 0 here, the two

@@ -115,12 +115,13 @@ def _gradients(x, g, method: str, options):
     """The chosen kernel's gradients on validated inputs, each checked finite by name."""
     block, n_threads, saved, empty, names = options
 
-    def kernel(dy):
+    def kernel(dy, anchored=False):
         with quiet():  # a gradient that overflowed is refused, by name, in checked_backward
             if method == "blockwise":
                 return blockwise_backward.run(
-                    x, dy, *block, n_threads, lse=saved, empty_rows=empty, wrt=names
-                )
+                    x, dy, *block, n_threads, lse=saved, empty_rows=empty, wrt=names,
+                    anchored=anchored,
+                )  # fmt: skip
             return dense_gradients(x, dy, threads=n_threads, empty_rows=empty, wrt=names)
 
     def output():  # the forward output, for D = rowsum(dO ∘ O): only when a gradient overflowed
@@ -132,5 +133,5 @@ def _gradients(x, g, method: str, options):
 
     return checked_backward(
         x, g, kernel(g), names, lambda y, dy: dense_grad_tables(y, dense_tables(y), dy),
-        rerun=kernel, output=output,
+        rerun=lambda dy: kernel(dy, anchored=True), output=output,
     )  # fmt: skip
