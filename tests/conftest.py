@@ -55,6 +55,22 @@ def pytest_collection_modifyitems(items):
         )
 
 
+@pytest.fixture(scope="module")
+def client():
+    """The web app under a TestClient on the loopback name it serves, one per test module (a
+    module that needs other options, raise_server_exceptions=False say, defines its own)."""
+    import warnings
+
+    from attnlab.web import create_app
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
+        from fastapi.testclient import TestClient
+
+    with TestClient(create_app(), base_url="http://127.0.0.1") as c:
+        yield c
+
+
 @pytest.fixture(scope="session")
 def torch():
     """PyTorch, the test-only oracle (install torch==2.13.0; ATTNLAB_REQUIRE_ORACLE=1 in CI)."""

@@ -37,6 +37,8 @@ import urllib.request
 from collections import defaultdict
 from pathlib import Path
 
+from attnlab.web.loadtest import Tally, stop
+
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "test-artifacts"
 
@@ -82,11 +84,6 @@ def _pattern(template: str) -> re.Pattern:
     return re.compile("".join("[^/]+" if p.startswith("{") else re.escape(p) for p in parts))
 
 
-def _p99(times: list[float]) -> float:
-    ordered = sorted(times)
-    return ordered[min(len(ordered) - 1, math.ceil(0.99 * len(ordered)) - 1)]
-
-
 def _operations(document: dict, paths: str | None, exclude: str | None) -> list[dict]:
     """The operations schemathesis will run, after the path filters."""
     return [
@@ -130,12 +127,7 @@ def fuzz_api(requests: int, rate: str, timeout: float, request_timeout: float = 
                 tail, code = out[-4000:] + f"\n(killed at its {timeout:g} s timeout)", None
             seconds = time.monotonic() - started
         finally:
-            server.terminate()
-            try:
-                server.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                server.kill()
-                server.wait()
+            stop(server)
     return {
         **summarize_har(har, document),
         "asked": requests,
@@ -190,7 +182,9 @@ def summarize_har(har: Path, document: dict) -> dict:
         "requests": len(entries),
         "status_counts": dict(sorted(statuses.items())),
         "server_errors": sum(n for s, n in statuses.items() if s.startswith("5")),
-        "p99_s": {r: round(_p99(t), 4) for r, t in sorted(by_route.items())},
+        "p99_s": {
+            r: round(Tally(times=t).percentiles()[2], 4) for r, t in sorted(by_route.items())
+        },
         "requests_per_route": {r: len(t) for r, t in sorted(by_route.items())},
     }
 

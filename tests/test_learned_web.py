@@ -3,23 +3,10 @@ the field."""
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import pytest
 
 from attnlab.transformer import pretrained
-from attnlab.web import create_app
-
-with warnings.catch_warnings():
-    warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
-    from fastapi.testclient import TestClient
-
-
-@pytest.fixture(scope="module")
-def client():
-    with TestClient(create_app(), base_url="http://127.0.0.1") as c:
-        yield c
 
 
 def test_a_typed_sequence_gets_the_models_own_weights(client):

@@ -3,6 +3,8 @@ every path (dense, blockwise, forward, backward, trace), and dense and blockwise
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -64,6 +66,51 @@ def test_dense_and_blockwise_agree_on_values_near_float32s_top(x):
     out, weights = al.attention(x, x, v, method="dense", return_weights=True)
     np.testing.assert_allclose(out, 1e38, rtol=1e-6)
     np.testing.assert_allclose(weights, 0.25, rtol=1e-6)
+
+
+@pytest.mark.parametrize("top", [0.0, 300.0])  # the row sum near 1, and near e^300
+@pytest.mark.parametrize("method", METHODS)
+def test_a_dp_that_overflows_only_where_the_weight_is_negligible_is_answered(top, method):
+    """float64, two keys: the second's weight is e^-700 (1e-304) and its dP = 1e232 · 1e100
+    passes float64's range, while every gradient is finite (around 1e28). Gradients are linear
+    in dO, so both methods answer from a scaled dO (the dense path refused, the blockwise one
+    answered only when its row sum was large: a case the long fuzz found)."""
+    q, k = np.array([[1.0]]), np.array([[top], [top - 700.0]])
+    v, g = np.array([[1e-306], [1e100]]), np.array([[1e232]])
+    dq, dk, dv = al.attention_backward(q, k, v, g, method=method)
+    # Closed form in logs: P_1 = e^-700 / (1 + e^-700); dS_1 = P_1 (dP_1 - D) = P_1 P_0 dP_1
+    # (dP_0 = 1e-74 is nothing beside it); dS_0 = -dS_1; dq = Σ dS_j k_j; dk_j = dS_j q.
+    log_p1 = -700.0 - math.log1p(math.exp(-700.0))
+    ds1 = math.exp(log_p1 + 332 * math.log(10)) * (1 - math.exp(log_p1))
+    np.testing.assert_allclose(dk[:, 0], [-ds1, ds1], rtol=1e-9)
+    np.testing.assert_allclose(dq[0, 0], -700.0 * ds1, rtol=1e-9)
+    np.testing.assert_allclose(dv[:, 0], [1e232 * (1 - math.exp(log_p1)), 1e232 * math.exp(log_p1)],
+                               rtol=1e-9)  # fmt: skip
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_weight_far_below_the_floor_is_zero_in_a_rescaled_backward_pass(method):
+    """The key at 1e237 scores -1e240: its weight is exactly 0, so however huge its dP (1e378)
+    and its k, it adds nothing to dq or dk. The blockwise pass weighed it 2^-1017 (its exp2
+    floor), which times 1e378 · 1e237 overflowed dq where the dense pass answered 0 (the
+    long fuzz's second case). The other keys weigh 1/3 and carry dP - D = 0."""
+    q = np.array([[-1000.0]])
+    k = np.array([[1e237], [-1.0], [-1.0], [-1.0]])
+    v = np.array([[-1e189], [-1.0], [-1.0], [-1.0]])
+    dq, dk, dv = al.attention_backward(q, k, v, np.array([[-1e189]]), method=method)
+    assert np.array_equal(dq, np.zeros_like(dq)) and np.array_equal(dk, np.zeros_like(dk))
+    np.testing.assert_allclose(dv[:, 0], [0.0] + [-1e189 / 3] * 3, rtol=1e-12)  # Pᵀ dO
+
+
+def test_a_gradient_whose_weighted_dp_overflows_is_still_refused():
+    """D = rowsum(dO ∘ O) = rowsum(P ∘ dP) past the range: the table overflowed where the weights
+    keep it, so no rescaling is tried, even where the gradients are finite (dS = 0 here, the two
+    value rows being equal), on both methods."""
+    big = np.full((2, 2), 1e20, np.float32)
+    for method in METHODS:
+        with pytest.raises(NonFiniteResultError) as info:
+            al.attention_backward(np.float32(Q), np.float32(K), big, big, method=method)
+        assert (info.value.stage, info.value.array) == ("backward", "grad_weights")
 
 
 # -- the fuzz: magnitudes up to each dtype's largest finite value -----------------------------

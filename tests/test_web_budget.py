@@ -11,11 +11,14 @@ near these corners (recorded on that page).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import itertools
 import math
 
 import pytest
 
+from attnlab.core import _threads
 from attnlab.labs import LABS, LabSpec, Param
 from attnlab.web import create_app
 from attnlab.web.labs import WEB_BYTES, WEB_SECONDS, request_model
@@ -130,3 +133,30 @@ def test_the_openapi_bounds_are_the_specs_web_bounds(name):
             assert _numeric_bounds(schema) == (low, high), p.name
             exclusive = "exclusiveMaximum" in schema and high is not None
             assert exclusive == (p.open_bounds and high is not None), p.name
+
+
+def test_a_lab_route_runs_with_openblas_on_one_thread(client, monkeypatch):
+    """The estimates count one core, and the cost lab times matmuls: with OpenBLAS's own threads
+    on a loaded machine it took 10.7 s, not 1.24 s. The route holds BLAS to one thread while the
+    lab runs, whatever it was set to, and puts it back after."""
+    threads_api = _threads._find_openblas()
+    if threads_api is None:
+        pytest.skip("numpy's BLAS here is not an OpenBLAS attnlab can find")
+    setter, getter = threads_api[0], threads_api[1]
+    spec, seen = LABS["permutation"], []
+
+    @functools.wraps(spec.run)  # the same signature, so the spec still matches its function
+    def watched(*args, **kwargs):
+        seen.append(getter())
+        return spec.run(*args, **kwargs)
+
+    monkeypatch.setitem(LABS, "permutation", dataclasses.replace(spec, run=watched))
+    before = getter()
+    setter(2)  # as OpenBLAS starts on this 2-core machine, unless told otherwise
+    try:
+        answer = client.get("/api/labs/permutation", params={"d_model": 4})
+        after = getter()
+    finally:
+        setter(before)
+    assert answer.status_code == 200, answer.text
+    assert seen == [1] and after == 2

@@ -14,7 +14,13 @@ result here, and one check on the small result (never the N x M table) finds a n
   than max|v|; only a kernel's unnormalised running sum (up to M · max|v|) can overflow. The
   same kernel runs again with v scaled down by an exact power of two, and the output scaled
   back, so dense and blockwise give the same finite answer.
-- backward: gradients can truly pass the dtype's range, so a non-finite one is refused with a
+- backward: gradients are linear in dO, so when a kernel's gradients are not finite the same
+  kernel runs again with dO scaled down by an exact power of two (dP = dO Vᵀ then fits) and
+  the gradients are scaled back. That answers when dP overflowed only at pairs whose weight is
+  negligible (P ∘ dP is what the gradients use; the kernels differ in where such an entry
+  overflows, so dense and blockwise both go through here). It is not tried when D =
+  rowsum(dO ∘ O) = rowsum(P ∘ dP), the part of dP the weights keep, overflows itself: the
+  table overflowed where it counts. Gradients that are still not finite are refused with a
   ``NonFiniteResultError`` naming the first table of the chain rule that overflowed (found by
   the dense tables when they fit the memory budget, else named by the gradient itself).
 """
@@ -94,13 +100,22 @@ def checked_forward(x: Inputs, result, rerun):
     return (out2, *again[1:]) if isinstance(again, tuple) else out2
 
 
-def checked_backward(x: Inputs, grad_output: np.ndarray, grads, names=("q", "k", "v"), tables=None):
+def checked_backward(
+    x: Inputs, grad_output: np.ndarray, grads, names=("q", "k", "v"), tables=None, rerun=None,
+    output=None,
+):  # fmt: skip
     """``grads`` of a kernel (the gradients ``names``, attention_backward's ``wrt``, in its
     order), or a ``NonFiniteResultError`` naming the first table of the chain rule that
     overflowed. ``tables(x, g)`` gives the dense backward tables (the trace's names), used only
-    to say where a non-finite gradient came from."""
+    to say where a non-finite gradient came from. ``rerun(g)`` runs the same kernel on another
+    dO and ``output()`` gives the forward output (..., N, d_v): with both, gradients that
+    overflowed are tried again from a scaled dO (see the module docstring)."""
     if not x.check_finite or all(_finite(a) for a in grads):
         return grads
+    if rerun is not None and output is not None:
+        again = _rescaled(x, grad_output, rerun, output)
+        if again is not None:
+            return again
     given = {f"grad_{name}": a for name, a in zip(names, grads, strict=True)}
     first = next(name for name, a in given.items() if not _finite(a))
     found = given
@@ -115,6 +130,26 @@ def checked_backward(x: Inputs, grad_output: np.ndarray, grads, names=("q", "k",
         if name in found and not _finite(found[name]):
             _refuse("backward", name, found[name], x.q.dtype, "rescale grad_output, v, q or k")
     _refuse("backward", first, given[first], x.q.dtype, "rescale grad_output, v, q or k")
+
+
+def _rescaled(x: Inputs, g: np.ndarray, rerun, output):
+    """The gradients of dO · 2^-shift, times 2^shift (both exact but for underflow), with the
+    shift that keeps every |dO_i · v_j| under a quarter of the dtype's range; None when D
+    overflows, when dP could not have overflowed, or when the gradients still do not fit."""
+    big = np.finfo(x.q.dtype).max
+    with quiet():
+        d = np.sum(g * output(), axis=-1)  # (..., N): D = rowsum(dO ∘ O), in the dtype
+    top_g, top_v = float(np.abs(g).max()), float(np.abs(x.v).max())
+    if not _finite(d) or top_g == 0 or top_v == 0:
+        return None
+    # log2 of the bound max|dO| · max|v| · d_v on |dP| against a quarter of the range
+    over = math.log2(top_g) + math.log2(top_v) + math.log2(x.v.shape[-1]) - math.log2(big / 4)
+    if over <= 0:
+        return None  # dP fits: the overflow is in the gradients themselves
+    shift = math.ceil(over)
+    with quiet():
+        grads = tuple(np.ldexp(a, shift) for a in rerun(np.ldexp(g, -shift)))
+    return grads if all(_finite(a) for a in grads) else None
 
 
 def checked_trace(x: Inputs, tables: dict) -> dict:

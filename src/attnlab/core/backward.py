@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnlab.core import _small, blockwise_backward
+from attnlab.core import _small, blockwise, blockwise_backward
 from attnlab.core._grad import check_grad_output
-from attnlab.core._overflow import checked_backward, quiet
+from attnlab.core._overflow import checked_backward, checked_forward, quiet
 from attnlab.core._validate import (
     validate,
 )
@@ -114,13 +114,24 @@ def attention_backward(
 def _gradients(x, g, method: str, options):
     """The chosen kernel's gradients on validated inputs, each checked finite by name."""
     block, n_threads, saved, empty, names = options
-    with quiet():  # a gradient that overflowed is refused, by name, in checked_backward
-        if method == "blockwise":
-            grads = blockwise_backward.run(
-                x, g, *block, n_threads, lse=saved, empty_rows=empty, wrt=names
-            )
-        else:
-            grads = dense_gradients(x, g, threads=n_threads, empty_rows=empty, wrt=names)
+
+    def kernel(dy, anchored=False):
+        with quiet():  # a gradient that overflowed is refused, by name, in checked_backward
+            if method == "blockwise":
+                return blockwise_backward.run(
+                    x, dy, *block, n_threads, lse=saved, empty_rows=empty, wrt=names,
+                    anchored=anchored,
+                )  # fmt: skip
+            return dense_gradients(x, dy, threads=n_threads, empty_rows=empty, wrt=names)
+
+    def output():  # the forward output, for D = rowsum(dO ∘ O): only when a gradient overflowed
+        def forward(y):
+            with quiet():
+                return blockwise.run(y, *block, n_threads, empty_rows=empty)
+
+        return checked_forward(x, forward(x), forward)
+
     return checked_backward(
-        x, g, grads, names, lambda y, dy: dense_grad_tables(y, dense_tables(y), dy)
-    )
+        x, g, kernel(g), names, lambda y, dy: dense_grad_tables(y, dense_tables(y), dy),
+        rerun=lambda dy: kernel(dy, anchored=True), output=output,
+    )  # fmt: skip

@@ -186,7 +186,8 @@ class _Kernel:
         # Every row against its maximum (the exact sweep) from the start: the float64 redo of a
         # float32 call does this, so a row's top weight is exactly 1 and dP − δ cancels exactly
         # there; a weight of 1 − 2⁻⁵³ leaves |dO||V|·2⁻⁵³, which rounds to inf in float32 when
-        # dO and V are huge (1e26 · 1e27).
+        # dO and V are huge (1e26 · 1e27). Weights below 2^floor are then exactly 0, not 2^floor:
+        # the gradients of a rescaled dO (core/_overflow.py) multiply them by a huge dP and k.
         self.anchored = anchored
 
     def gradients(self, wrt) -> tuple[np.ndarray, ...]:
@@ -338,8 +339,11 @@ class _Kernel:
             p *= self.cap
         if tm is not None and tm.bias is not None:
             p += tile_at(tm.bias, idx)
+        low = None
         if base is not None:
             p -= base[:, None]
+            if self.anchored:  # exactly 0 below the floor: 2^floor · a huge dP · k is not 0
+                low = p < self.floor
             np.clip(p, self.floor, 0.0, out=p)  # blocked pairs may be huge: no inf · 0
         elif tm is not None and tm.floor is not None:  # far below: exp2's slow path
             np.maximum(p, tm.floor, out=p)
@@ -348,6 +352,8 @@ class _Kernel:
         else:
             p *= self.ln2
             np.exp(p, out=p)
+        if low is not None:
+            p[low] = 0.0
         if tm is not None:
             p *= tile_at(tm.keep, idx)  # blocked pairs weigh exactly 0
 

@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["TARGETS", "main", "run"]
+__all__ = ["TARGETS", "Tally", "main", "run", "stop"]
 
 TARGETS = {
     "figure_p99_ms": 250.0,  # figure routes, at concurrency 32
@@ -204,13 +204,18 @@ def run(requests: int = 2000, concurrency: int = 32, queued: int = 60, warm: boo
         _wait_until_up(base, server)
         return asyncio.run(_load(base, server.pid, requests, concurrency, queued, warm))
     finally:
-        server.terminate()
-        try:
-            server.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
+        stop(server)
         server.stderr.close()
+
+
+def stop(server: subprocess.Popen, grace: float = 20.0) -> None:
+    """Stop a server process: SIGTERM, then SIGKILL if it has not exited within ``grace`` s."""
+    server.terminate()
+    try:
+        server.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
 
 
 def _verdict(ok: bool) -> str:
