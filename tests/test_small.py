@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import attnlab as al
-from attnlab.core import _small, _small_cores
+from attnlab.core import _small, _small_cores, _small_masks
 from attnlab.errors import FullyMaskedRowError, NonFiniteInputError, ShapeError
 from attnlab.masks import Causal, Dense, Padding, SlidingWindow
 from tolerances import BLOCKWISE_F32, BLOCKWISE_F64, for_dtype
@@ -225,10 +225,10 @@ def test_what_the_fast_path_leaves_to_the_general_one():
 def test_rendered_specs_are_kept_and_read_only():
     q, k, v = inputs([(2, 6, 3)] * 3, np.float64)
     al.attention(q, k, v, Causal())
-    kept = _small._kept[((Causal(),), 6, 6, 1)]
+    kept = _small_masks._kept[((Causal(),), 6, 6, 1)]
     assert not kept[1].flags.writeable
     al.attention(q, k, v, Causal())
-    assert _small._kept[((Causal(),), 6, 6, 1)] is kept
+    assert _small_masks._kept[((Causal(),), 6, 6, 1)] is kept
     np.testing.assert_array_equal(kept[1], ~Causal().allowed(6))
 
 
