@@ -78,7 +78,7 @@ def test_numpy_inputs_take_the_direct_road_and_equal_attention(client):
     [CancelledError("a worker holding chunks died"), OSError("a worker left: comm closed")],
 )
 def test_lost_chunks_fall_back_to_the_embedded_graph(client, monkeypatch, error):
-    def lost(*args, **kwargs):
+    def lost(*args):
         raise error
 
     monkeypatch.setattr(_placed, "_scatter", lost)
@@ -117,33 +117,3 @@ def test_the_quiet_settings_spelled_as_environment_variables_read_back_the_same(
     with dask.config.set(dask.config.collect_env(env)):
         for key, value in QUIET_DASK.items():
             assert dask.config.get(key) == value
-
-
-def test_chunks_travel_round_by_round_each_once_to_every_worker_that_reads_it():
-    q, k, v = _qkv()
-    x = validate(q, k, v)
-    plan = make_plan(x, 2, 2, 2, None)
-    where = _placed.deal(x, plan, ["a", "b"])
-    rounds = _placed._rounds(where)
-    # Each worker's first pair, then its second: a reads query chunk 0, b query chunk 1.
-    assert rounds == [[(0, 0), (1, 0)], [(0, 1), (1, 1)]]
-
-    sent = []
-
-    class Recorder:
-        def scatter(self, arrays, workers, broadcast, direct, hash):
-            sent.append((tuple(a.shape for a in arrays), tuple(workers), broadcast))
-            return [object() for _ in arrays]
-
-    chunks = _placed._scatter(Recorder(), plan, (x.q, x.k, x.v), where, rounds[0], skip={})
-    assert sorted(chunks) == [("k", 0), ("q", 0), ("q", 1), ("v", 0)]
-    # k0 and v0 go to both workers at once; each query chunk to its own worker alone.
-    assert sorted(sent) == [
-        (((2, 32, 8),), ("a",), False),
-        (((2, 32, 8),), ("b",), False),
-        (((2, 32, 8), (2, 32, 8)), ("a", "b"), True),
-    ]
-    sent.clear()
-    later = _placed._scatter(Recorder(), plan, (x.q, x.k, x.v), where, rounds[1], skip=chunks)
-    assert sorted(later) == [("k", 1), ("v", 1)]  # the query chunks are there already
-    assert sent == [(((2, 32, 8), (2, 32, 8)), ("a", "b"), True)]

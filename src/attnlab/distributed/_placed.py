@@ -46,24 +46,19 @@ def run(x: Inputs, plan: Plan, sources, client) -> list | None:
         return None  # the embedded graph waits for workers, and gives up after WORKERLESS_S
     where = deal(x, plan, workers)  # {(i, j): worker}
     token = uuid.uuid4().hex[:12]  # task names as _graph's, so a run can be read and counted
-    futures, roots = [], []  # every future of the run; the root of each query chunk
+    futures = []
     try:
-        parts = {}  # {(i, j): the partial's future}
-        chunks: dict = {}
-        for batch in _rounds(where):  # each worker's first pair, then its second, ...
-            # Only this round's chunks, so the first partials start while the rest travel.
-            chunks.update(_scatter(client, plan, sources, where, batch, skip=chunks))
-            for i, j in batch:
-                rows = plan.q_spans[i]
-                parts[i, j] = client.submit(
+        chunks = _scatter(client, plan, sources, where)
+        for i, rows in enumerate(plan.q_spans):
+            level = [
+                client.submit(
                     _partial.partial, chunks["q", i], chunks["k", j], chunks["v", j],
                     _partial.chunk_mask(x.mask, rows, plan.kv_spans[j], x.n, x.m), x.scale,
                     key=f"attnlab-partial-{token}-{i}-{j}", workers=[where[i, j]],
                     allow_other_workers=True,
-                )  # fmt: skip
-        futures += parts.values()
-        for i in range(len(plan.q_spans)):
-            level = [parts[i, j] for j in plan.pairs[i]]
+                )
+                for j in plan.pairs[i]
+            ]  # fmt: skip
             depth = 0
             while len(level) > 1:  # a balanced tree, as _graph.build's
                 merged = [
@@ -73,12 +68,11 @@ def run(x: Inputs, plan: Plan, sources, client) -> list | None:
                     )
                     for a in range(0, len(level) - 1, 2)
                 ]  # fmt: skip
-                futures += merged
                 level = merged + level[len(merged) * 2 :]
                 depth += 1
-            roots.append(level[0])
-        wait_for_workers(client, roots)
-        return client.gather(roots)
+            futures.append(level[0])
+        wait_for_workers(client, futures)
+        return client.gather(futures)
     except (CancelledError, KilledWorker, OSError):
         # A worker died holding chunks, or left before its chunks reached it (a closed
         # connection is an OSError): the graph that carries the chunks can always be resent.
@@ -118,29 +112,17 @@ def deal(x: Inputs, plan: Plan, workers: list[str]) -> dict[tuple[int, int], str
     return where
 
 
-def _rounds(where: dict) -> list[list[tuple[int, int]]]:
-    """The pairs of ``where`` in rounds: each worker's first pair (in the order dealt), then
-    each one's second, and so on."""
-    mine: dict[str, list] = {}
-    for pair, w in where.items():
-        mine.setdefault(w, []).append(pair)
-    depth = max(map(len, mine.values()), default=0)
-    return [[p[r] for p in mine.values() if r < len(p)] for r in range(depth)]
-
-
-def _scatter(client, plan: Plan, sources, where, batch, skip) -> dict:
-    """{("q", i) | ("k", j) | ("v", j): future} for the chunks the pairs of ``batch`` read
-    that are not in ``skip`` yet: each sent once, straight to every worker whose pairs (in all
-    of ``where``) read it, one scatter per set of workers (each call a round trip)."""
+def _scatter(client, plan: Plan, sources, where) -> dict:
+    """{("q", i) | ("k", j) | ("v", j): future}: each chunk sent once, straight to the workers
+    of the pairs that read it, one scatter per set of workers (each call a round trip)."""
     q, k, v = sources
     readers: dict[tuple[str, int], set[str]] = {}
     for (i, j), w in where.items():
         for key in (("q", i), ("k", j), ("v", j)):
             readers.setdefault(key, set()).add(w)
-    wanted = {key for i, j in batch for key in (("q", i), ("k", j), ("v", j))} - set(skip)
     groups: dict[tuple[str, ...], list] = {}
-    for key in sorted(wanted):
-        groups.setdefault(tuple(sorted(readers[key])), []).append(key)
+    for key, ws in sorted(readers.items()):
+        groups.setdefault(tuple(sorted(ws)), []).append(key)
     out = {}
     for ws, keys in groups.items():
         arrays = []
