@@ -104,3 +104,16 @@ def test_bench_against_a_scheduler_compares_with_blockwise_and_gives_a_verdict(c
     assert f"cluster {address}" in text
     assert "target: the cluster at most 25% over blockwise with threads=2" in text
     assert "PASS" in text or "FAIL" in text
+    # These workers keep Dask's default profiler on: the run says how to start quieter ones.
+    assert "its workers run Dask's profiler" in text
+
+
+def test_the_quiet_settings_spelled_as_environment_variables_read_back_the_same():
+    import dask
+
+    from attnlab.cli.distributed import QUIET_DASK, QUIET_ENV
+
+    env = dict(pair.split("=", 1) for pair in QUIET_ENV.split())
+    with dask.config.set(dask.config.collect_env(env)):
+        for key, value in QUIET_DASK.items():
+            assert dask.config.get(key) == value

@@ -30,6 +30,25 @@ from attnlab.cli.bench import bench_app
 TARGET = 0.25  # at most 25% over single-process blockwise with 2 workers
 MAX_WORKERS = 64  # worker processes per run, the labs' cap on their own pools
 
+#: Dask's housekeeping, slowed on the clusters this benchmark starts: the statistical profiler
+#: samples every worker thread's stack each 10 ms, and the event loops' watchdog (20 ms) and
+#: memory monitors (100 ms) wake as often. Idle, that cost each worker process about 5% of a
+#: core and the client's process (scheduler, nannies) 5% more; during a call at N = 8,192 it
+#: was 5-6 s of CPU beyond the tasks' own against 1.1-1.4 s slowed, on two cores that the
+#: tasks need (docs/bench.md). The workers still pause, spill and restart as before, once a
+#: second. Against --scheduler, the cluster runs as its owner started it (see QUIET_ENV).
+QUIET_DASK = {
+    "distributed.worker.profile.enabled": False,
+    "distributed.admin.tick.interval": "1s",
+    "distributed.admin.system-monitor.interval": "5s",
+    "distributed.worker.memory.monitor-interval": "1s",
+}
+#: The same settings as environment variables, for ``dask scheduler`` and ``dask worker``.
+QUIET_ENV = " ".join(
+    f"DASK_{key.upper().replace('.', '__').replace('-', '_')}={value}"
+    for key, value in QUIET_DASK.items()
+)
+
 
 def _flops(heads: int, n: int, d: int) -> float:
     # q kᵀ and p v: 2 N² d multiply-adds each per head, counted as 2 FLOPs each (§6.7's count).
@@ -70,6 +89,13 @@ def _run_on(client, q, k, v, repeats: int, q_chunks, kv_chunks):
     seconds, out = _time(call, repeats)
     rss = client.run(_peak_rss)
     return seconds, out, rss
+
+
+def _profiling() -> bool:
+    """Whether this worker process samples its threads' stacks (Dask's profiler)."""
+    import dask
+
+    return bool(dask.config.get("distributed.worker.profile.enabled", True))
 
 
 def _mib(b: float) -> str:
@@ -148,6 +174,7 @@ def distributed_command(
 
 def _rows(heads, n, d, repeats, counts, q_chunks, kv_chunks, scheduler, client) -> list:
     """One row per run: on the --scheduler's ``client``, or on LocalClusters of each count."""
+    import dask
     from distributed import Client, LocalCluster
 
     from attnlab.core._threads import blas_info
@@ -167,6 +194,13 @@ def _rows(heads, n, d, repeats, counts, q_chunks, kv_chunks, scheduler, client) 
     if client is not None:
         nthreads = sum(client.nthreads().values())
         err_console.print(f"[dim]  {scheduler}: {nthreads} worker thread(s)[/]")
+        if any(client.run(_profiling).values()):
+            err_console.print(
+                "[dim]  its workers run Dask's profiler (a stack sample every 10 ms, CPU the "
+                f"tasks could use); for the benchmark's settings start them with {QUIET_ENV}[/]",
+                highlight=False,
+                soft_wrap=True,
+            )
         # The same comparison as the local runs: blockwise on as many threads, here.
         err_console.print(f"[dim]  blockwise, threads={nthreads} ...[/]")
         ref_s, ref = _blockwise(q, k, v, nthreads, repeats)
@@ -181,6 +215,7 @@ def _rows(heads, n, d, repeats, counts, q_chunks, kv_chunks, scheduler, client) 
         for w in counts:
             err_console.print(f"[dim]  LocalCluster, {w} worker process(es) ...[/]")
             with (
+                dask.config.set(QUIET_DASK),  # the workers' processes inherit it
                 LocalCluster(
                     n_workers=w,
                     threads_per_worker=1,
