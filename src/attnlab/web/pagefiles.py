@@ -4,6 +4,10 @@
                        an import map that versions the modules' relative imports the same way,
                        and a <link rel="modulepreload"> per module of main.js's static graph, so
                        the browser fetches the whole graph in one round instead of level by level
+    first_answers(app) the API's answers to the requests the page makes at load with no state in
+                       its URL, asked of the app itself once per process; page_html() inlines
+                       them in a <script type="application/json" id="attnlab-first"> block, so
+                       the first screen needs no round trip (the page's api() looks there first)
     gzipped(path)      a large file (plotly.js) compressed once per process, not per request
     VersionedStatic    /static: a URL with ?v= is immutable (cached for a year, never asked
                        again); one without is "no-cache" (kept, revalidated by its ETag)
@@ -20,6 +24,7 @@ import json
 import re
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs
 
 from fastapi.staticfiles import StaticFiles
@@ -28,6 +33,7 @@ __all__ = [
     "CACHE_IMMUTABLE",
     "CACHE_REVALIDATE",
     "VersionedStatic",
+    "first_answers",
     "gzipped",
     "module_graph",
     "page_html",
@@ -66,8 +72,9 @@ def module_graph(root: Path, entry: str = ENTRY) -> list[str]:
     return seen
 
 
-def page_html(root: Path) -> bytes:
-    """index.html as served: versioned URLs, the import map and the module preloads."""
+def page_html(root: Path, answers: list[dict] | None = None) -> bytes:
+    """index.html as served: versioned URLs, the import map, the module preloads and ``answers``
+    (``first_answers``), if given, as the page's inlined data."""
     version = static_version(root)
     html = (root / "index.html").read_text(encoding="utf-8")
     html = _URL.sub(lambda m: f"{m[1]}{m[2]}?v={version}{m[3]}", html)
@@ -75,8 +82,81 @@ def page_html(root: Path) -> bytes:
     imports = {url: f"{url}?v={version}" for url in modules}
     head = [f'<script type="importmap">{json.dumps({"imports": imports})}</script>']
     head += [f'<link rel="modulepreload" href="{imports[url]}">' for url in modules]
+    if answers is not None:
+        # "</" could close the <script> early inside a JSON string; "<\/" reads the same in JSON.
+        data = json.dumps(answers, separators=(",", ":")).replace("</", "<\\/")
+        head.append(f'<script type="application/json" id="attnlab-first">{data}</script>')
     # The import map must come before the first module script, so it opens <head>.
     return html.replace("<head>", "<head>\n  " + "\n  ".join(head), 1).encode()
+
+
+def first_requests(cfg: dict) -> list[tuple[str, str, Any]]:
+    """(method, path, body) of every request the page's sections make at load when the URL holds
+    no state, as static/js/*.js builds them from the config (GET /api/config)."""
+    example = cfg["stepper"]["example"]
+    trace = {
+        **{name: example[name] for name in ("q", "k", "v")},
+        **{"causal": True, "scaled": True, "blocked": [], "grad_output": None},
+    }
+    gets = ["/api/config", "/api/equation", "/api/equations", "/api/predict", "/api/multihead"]
+    gets += ["/api/labs", "/api/exercises"]
+    gets.append(f"/api/histogram?d_k={cfg['histogram']['d_k_default']}&scaled=false")
+    posts = [
+        ("/api/trace", trace),
+        ("/api/permutation", {"order": None, "positions": False, "words": None}),
+    ]
+    return [("GET", path, None) for path in gets] + [("POST", path, body) for path, body in posts]
+
+
+async def _ask(app, method: str, target: str, body: Any) -> tuple[int, Any]:
+    """One request to ``app`` in-process (its whole middleware stack): (status, JSON answer)."""
+    path, _, query = target.partition("?")
+    payload = b"" if body is None else json.dumps(body).encode()
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": query.encode(),
+        "root_path": "",
+        "headers": [(b"host", b"127.0.0.1"), (b"content-type", b"application/json")],
+        "client": ("127.0.0.1", 0),
+        "server": ("127.0.0.1", 80),
+    }
+    messages = [{"type": "http.request", "body": payload, "more_body": False}]
+    status, chunks = 0, []
+
+    async def receive():
+        return messages.pop() if messages else {"type": "http.disconnect"}
+
+    async def send(message):
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+        elif message["type"] == "http.response.body":
+            chunks.append(message.get("body", b""))
+
+    await app(scope, receive, send)
+    return status, json.loads(b"".join(chunks) or b"null")
+
+
+async def first_answers(app) -> list[dict]:
+    """The answers to ``first_requests``, asked once per app and kept (they depend only on the
+    library, fixed while the server runs). An answer that is not a 200 is left out: the page
+    then asks for it as usual."""
+    kept = getattr(app.state, "first_answers", None)
+    if kept is None:
+        _, cfg = await _ask(app, "GET", "/api/config", None)
+        kept = []
+        for method, path, body in first_requests(cfg):
+            status, answer = await _ask(app, method, path, body)
+            if status == 200:
+                kept.append({"method": method, "path": path, "body": body, "answer": answer})
+        app.state.first_answers = kept
+    return kept
 
 
 class VersionedStatic(StaticFiles):
