@@ -13,6 +13,7 @@ request blocked.
 
 from __future__ import annotations
 
+from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
@@ -120,7 +121,7 @@ def test_an_export_before_plotly_loads_it_and_keeps_the_chart(cold):
         page.evaluate(
             "document.querySelector('#figure-sqrt-dk-histogram [data-export=\"svg\"]').click()"
         )
-    svg = open(got.value.path(), encoding="utf-8").read()
+    svg = Path(got.value.path()).read_text(encoding="utf-8")
     assert page.evaluate("typeof window.Plotly") == "object"
     assert svg.count("<image ") == 2  # both of the histogram's charts are in the picture
 

@@ -1,9 +1,10 @@
 """The page's own files, served so that a cold page loads at once and a warm one from cache.
 
     page_html()        index.html with every /static URL versioned (?v=<hash of the files>),
-                       an import map that versions the modules' relative imports the same way,
-                       and a <link rel="modulepreload"> per module of main.js's static graph, so
-                       the browser fetches the whole graph in one round instead of level by level
+                       an import map that versions every module's URL the same way (those that
+                       main.js loads later by import() too), and a <link rel="modulepreload">
+                       per module of main.js's static graph (the first screen's), so the
+                       browser fetches that graph in one round instead of level by level
     first_answers(app) the API's answers to the requests the page makes at load with no state in
                        its URL, asked of the app itself once per process; page_html() inlines
                        them in a <script type="application/json" id="attnlab-first"> block, so
@@ -82,10 +83,15 @@ def page_html(root: Path, answers: list[dict] | None = None) -> bytes:
     version = static_version(root)
     html = (root / "index.html").read_text(encoding="utf-8")
     html = _URL.sub(lambda m: f"{m[1]}{m[2]}?v={version}{m[3]}", html)
-    modules = [f"/static/{path}" for path in module_graph(root)]
-    imports = {url: f"{url}?v={version}" for url in modules}
+    # Every module is in the map (one loaded later by import() is versioned too); only the
+    # static graph, what the first screen runs, is preloaded.
+    every = sorted(p.relative_to(root).as_posix() for p in (root / "js").glob("*.js"))
+    imports = {f"/static/{path}": f"/static/{path}?v={version}" for path in every}
     head = [f'<script type="importmap">{json.dumps({"imports": imports})}</script>']
-    head += [f'<link rel="modulepreload" href="{imports[url]}">' for url in modules]
+    head += [
+        f'<link rel="modulepreload" href="{imports[f"/static/{path}"]}">'
+        for path in module_graph(root)
+    ]
     if answers is not None:
         # "</" could close the <script> early inside a JSON string; "<\/" reads the same in JSON.
         data = json.dumps(answers, separators=(",", ":")).replace("</", "<\\/")

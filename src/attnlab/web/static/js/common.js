@@ -188,7 +188,8 @@ export const PLOT_CONFIG = {
 const PLOTLY_URL = "/vendor/plotly.min.js";
 let wanted = null;
 let want = null;
-const chartsWanted = () => (wanted ??= new Promise((resolve) => { want = resolve; }));
+// Resolves once something has asked for the charts (and so for plotly.js).
+export const chartsWanted = () => (wanted ??= new Promise((resolve) => { want = resolve; }));
 let plotlyLoaded = null;
 
 // Fetch and run plotly.js now (once); resolves to Plotly, or null when it did not load.
