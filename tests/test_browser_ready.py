@@ -2,7 +2,8 @@
 in test_browser_class.py and docs/bench.md, never asserted here):
 
 - the first screen (the stepper's tables, the equation) is filled before plotly.js is asked for,
-  and the page asks the API nothing at load: the server inlined those answers in the HTML;
+  and the page asks the API nothing before ready, nor later for what the server inlined in the
+  HTML (the config, the stepper's trace, the figures' data);
 - plotly.js comes when a chart nears the viewport, when the browser is idle after ready, or when
   an export needs the picture, and the charts signal (body[data-charts]) follows every chart;
 - a link to a figure (#figure-multi-head) makes that figure part of the first screen.
@@ -93,7 +94,17 @@ def test_the_first_screen_is_ready_before_plotly_with_no_api_request(cold):
     for chart in ("#hist-plot", "#hist-curve", "#mh-tensor"):
         assert page.locator(f"{chart} .main-svg").count() > 0, chart
     assert page.locator("#perm-table tbody tr").count() == 5
-    assert [p for p in asked if p.startswith("/api/")] == []  # all of it came with the page
+    # Nothing from the API before ready, and nothing after it that came with the page.
+    early = page.evaluate(
+        """performance.getEntriesByType('resource').filter(e => e.name.includes('/api/')
+        && e.startTime < performance.getEntriesByName('attnlab-ready')[0].startTime).map(e => e.name)"""
+    )
+    assert early == []
+    inlined = page.evaluate(
+        "JSON.parse(document.getElementById('attnlab-first').textContent).map(a => a.path)"
+    )
+    assert {"/api/config", "/api/trace", "/api/equation"} <= {p.split("?")[0] for p in inlined}
+    assert not {p.split("?")[0] for p in inlined} & {p for p in asked if p.startswith("/api/")}
     # A request the page did not inline still goes to the server.
     with page.expect_request("**/api/trace"):
         page.locator("#stepper-causal").uncheck()

@@ -56,7 +56,7 @@ const start = (list) => list.map(async ([name, load]) => {
 // started, or sooner when a chart comes near the viewport). Charts: every section started and
 // every chart asked for drawn. Each mark lets a test read its time from navigation start
 // (performance.getEntriesByName("attnlab-ready"), "attnlab-charts").
-const idle = () => new Promise((resolve) => (window.requestIdleCallback ? requestIdleCallback(resolve, { timeout: 500 }) : setTimeout(resolve, 50)));
+const idle = () => new Promise((resolve) => (window.requestIdleCallback ? requestIdleCallback(resolve, { timeout: 400 }) : setTimeout(resolve, 50)));
 const first = Promise.allSettled(start(all.filter(([name]) => isFirst(name)))).then(() => {
   performance.mark("attnlab-ready");
   document.body.setAttribute("data-ready", "true");
