@@ -34,7 +34,8 @@ const words = async () => ({ init: async () => fillConfig(await config()) });
 
 // The first screen: the page's words, the equation and the stepper, and the section a link's
 // #fragment opens on (#figure-multi-head is a first screen too). The others start just after.
-const opened = document.getElementById(decodeURIComponent(location.hash.slice(1)))?.closest("[data-section]");
+const fragment = () => { try { return decodeURIComponent(location.hash.slice(1)); } catch { return ""; } }; // "#%E0" too
+const opened = document.getElementById(fragment())?.closest("[data-section]");
 const isFirst = (name) => ["words", "equation", "stepper", opened?.dataset.section].includes(name);
 const all = Object.entries({ words, ...sections });
 
