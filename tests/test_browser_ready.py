@@ -144,3 +144,8 @@ def test_a_link_to_a_figure_makes_it_the_first_screen(cold):
     assert page.locator("#mh-tensor .main-svg").count() > 0
     top = page.locator("#figure-multi-head").evaluate("e => e.getBoundingClientRect().top")
     assert abs(top) < 40  # the page still opens on the figure the link names
+
+
+def test_a_malformed_fragment_still_opens_the_page(cold):
+    page, _ = cold("/#%E0")  # not valid percent-encoding: decoding it throws
+    assert page.evaluate("window.atReady")["stepperTables"] == 3
