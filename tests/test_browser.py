@@ -118,7 +118,7 @@ class Pages:
         if requests is not None:
             page.on("request", lambda r: requests.append(urlparse(r.url)))
         page.goto(self.server + "/")
-        page.wait_for_selector("body[data-ready='true']", state="attached")
+        page.wait_for_selector("body[data-charts='drawn']", state="attached")
         self.contexts.append(context)
         self.offlines.append(offline)
         return page
@@ -149,7 +149,7 @@ def page(browser, server):
         ),
     )
     page.goto(server + "/")
-    page.wait_for_selector("body[data-ready='true']")
+    page.wait_for_selector("body[data-charts='drawn']")
     yield page
     context.close()
     assert offline.blocked == [], f"the page tried to reach the network: {offline.blocked}"

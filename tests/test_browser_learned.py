@@ -50,7 +50,7 @@ def _induction_head(model) -> int:
 def test_learned_mode_opens_a_head_in_the_stepper(browser, server, width):  # noqa: F811
     context, page, offline, problems = _page(browser, server, width)
     page.goto(server + "/learned")  # the old page's address opens the explorer in learned mode
-    page.wait_for_selector("body[data-ready='true']")
+    page.wait_for_selector("body[data-charts='drawn']")
     page.wait_for_function(READY)
     assert _param(page, "mh.mode") == "learned"
     assert page.locator("#mh-handset").is_hidden()
@@ -124,7 +124,7 @@ def test_learned_mode_opens_a_head_in_the_stepper(browser, server, width):  # no
 
     # A reload restores both: the learned mode on this sequence and the head in the stepper.
     page.reload()
-    page.wait_for_selector("body[data-ready='true']")
+    page.wait_for_selector("body[data-charts='drawn']")
     page.wait_for_function("document.getElementById('stepper-learned')?.hidden === false")
     assert page.locator("#figure-attention-stepper").get_attribute("data-step") == "weights"
     got = page.locator(cells).evaluate_all("els => els.map(e => Number(e.dataset.value))")
@@ -142,7 +142,7 @@ def test_learned_mode_opens_a_head_in_the_stepper(browser, server, width):  # no
 def test_learned_mode_by_keyboard_alone(browser, server):  # noqa: F811
     context, page, offline, problems = _page(browser, server, 1280)
     page.goto(server + "/")
-    page.wait_for_selector("body[data-ready='true']")
+    page.wait_for_selector("body[data-charts='drawn']")
     page.focus("#mh-mode input[value=handset]")
     page.keyboard.press("ArrowRight")  # the radio group's arrows pick the learned mode
     page.wait_for_function(READY)

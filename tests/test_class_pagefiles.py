@@ -1,9 +1,11 @@
 """The page's files served for a fast cold load: versioned URLs, an import map, module preloads
 for main.js's whole static graph, immutable caching for versioned files and ETag revalidation
-for the rest, and plotly.js compressed once.
+for the rest, plotly.js compressed once and kept off the page's head, and the first screen's
+API answers inlined in the page.
 
 Oracles: the module graph walked here independently (a plain scan of every import line), the
-files' own bytes, and HTTP's rules (304 on a matching If-None-Match).
+files' own bytes, HTTP's rules (304 on a matching If-None-Match), and the API itself (each
+inlined answer asked for again over HTTP).
 """
 
 from __future__ import annotations
@@ -48,13 +50,50 @@ def test_the_page_preloads_every_module_of_its_graph_versioned(client):
     )
     assert {name for name, _ in preloads} == _reachable("main.js", set())
     assert {v for _, v in preloads} == {version}
-    assert "proof.js" in {name for name, _ in preloads}  # loaded; it measures only when opened
+    # The first screen's graph only: the later sections come by import() after ready.
+    assert {"stepper.js", "equation.js"} <= {name for name, _ in preloads}
+    assert not {"why.js", "proof.js", "histogram.js"} & {name for name, _ in preloads}
     imports = json.loads(re.search(r'<script type="importmap">(.*?)</script>', page)[1])
     assert imports["imports"]["/static/js/common.js"] == f"/static/js/common.js?v={version}"
+    every = {p.name for p in (STATIC / "js").glob("*.js")}
+    assert imports["imports"] == {f"/static/js/{n}": f"/static/js/{n}?v={version}" for n in every}
     assert page.index('type="importmap"') < page.index('type="module"')
-    # Every /static URL in the page carries the version; plotly loads async, off the path.
+    # Every /static URL in the page carries the version; plotly.js is not in the page at all:
+    # common.js adds it when a chart is wanted.
     assert not re.search(r'(?:href|src)="/static/[^"?]+"', page)
-    assert re.search(r'<script src="/vendor/plotly\.min\.js" id="plotly-js" async>', page)
+    assert "/vendor/plotly" not in page
+    assert '"/vendor/plotly.min.js"' in (STATIC / "js" / "common.js").read_text()
+
+
+def _inlined(page: str) -> list[dict]:
+    block = re.search(r'<script type="application/json" id="attnlab-first">(.*?)</script>', page)
+    return json.loads(block[1])
+
+
+def test_the_page_inlines_the_apis_own_answers_to_its_first_requests(client):
+    answers = _inlined(client.get("/").text)
+    asked = {(a["method"], a["path"].partition("?")[0]) for a in answers}
+    # The stepper's trace, the figures' data and the page's constants: no round trip at load.
+    for needed in ["/api/config", "/api/equation", "/api/multihead", "/api/histogram"]:
+        assert ("GET", needed) in asked
+    assert {("POST", "/api/trace"), ("POST", "/api/permutation")} <= asked
+    for a in answers:
+        again = client.request(a["method"], a["path"], json=a["body"])
+        assert again.status_code == 200, a["path"]
+        assert again.json() == a["answer"], a["path"]
+    cfg = client.get("/api/config").json()
+    trace = next(a for a in answers if a["path"] == "/api/trace")["body"]
+    assert [trace[m] for m in "qkv"] == [cfg["stepper"]["example"][m] for m in "qkv"]
+
+
+def test_the_inlined_block_cannot_be_closed_by_its_data(client):
+    from attnlab.web.pagefiles import page_html
+
+    html = page_html(STATIC, [{"method": "GET", "path": "/x", "body": None, "answer": "</script>"}])
+    assert html.decode().count("</script>") == html.decode().count("<script")
+    assert _inlined(html.decode())[0]["answer"] == "</script>"
+    # HEAD: the same length as the GET with the data in it.
+    assert client.head("/").headers["content-length"] == str(len(client.get("/").content))
 
 
 def test_versioned_files_are_immutable_and_the_rest_revalidate(client):

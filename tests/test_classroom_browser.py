@@ -119,7 +119,7 @@ def test_keyboard_reaches_the_stepper_and_the_why_follows_the_figures(opened):
     assert _focused_in_stepper(page) == "step 1. Queries, keys and values"
     # The skip link is the first stop and lands on the stepper: one more Tab, its first step.
     page.reload()
-    page.wait_for_selector("body[data-ready='true']")
+    page.wait_for_selector("body[data-charts='drawn']")
     page.keyboard.press("Tab")
     assert page.evaluate("document.activeElement.className") == "skip"
     page.keyboard.press("Enter")

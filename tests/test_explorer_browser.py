@@ -41,7 +41,7 @@ def _open(browser, server, path="/", width=1280, height=900):  # noqa: F811
 
 
 def ready(page):
-    page.wait_for_selector("body[data-ready='true']")
+    page.wait_for_selector("body[data-charts='drawn']")
     page.wait_for_function("() => !document.querySelector('[aria-busy]')")
 
 

@@ -117,9 +117,10 @@ def create_app(hosts: Iterable[str] = ()) -> FastAPI:
     app.include_router(learned.router)
 
     @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
-    def index(request: Request) -> Response:
-        # Versioned URLs and module preloads (pagefiles.py); HEAD: the same headers, no body.
-        page = pagefiles.page_html(STATIC)
+    async def index(request: Request) -> Response:
+        # Versioned URLs, module preloads and the first screen's data (pagefiles.py), so the
+        # page needs no API round trip before it is usable; HEAD: the same headers, no body.
+        page = pagefiles.page_html(STATIC, await pagefiles.first_answers(request.app))
         headers = {"Cache-Control": CACHE_STATIC, "Content-Length": str(len(page))}
         body = b"" if request.method == "HEAD" else page
         return Response(body, media_type="text/html; charset=utf-8", headers=headers)

@@ -2,7 +2,7 @@
 // here from the numbers the server sent (CSV, JSON, Markdown, LaTeX); images are one SVG holding
 // a caption that states the figure's state, the Plotly chart (Plotly.toImage) and the tables, and
 // the PNG is that SVG drawn on a canvas. Nothing leaves the machine: downloads are blob: URLs.
-import { MASKED, el, fmt, isMasked } from "./common.js";
+import { MASKED, chartsDrawn, el, fmt, isMasked, loadPlotly } from "./common.js";
 import { togglePresentation } from "./present.js";
 import { linkTo } from "./state.js";
 
@@ -178,6 +178,8 @@ export function figureTools(root, { name, data, plots = () => [] }) {
   const present = el("button", { type: "button", class: "present-button", "aria-pressed": "false", onclick: () => togglePresentation(root) }, "Present");
   const only = el("input", { type: "checkbox", class: "figure-only" });
   const image = (format) => el("button", { type: "button", "data-export": format, onclick: async () => {
+    // The picture needs the chart: drawn by now, unless the export came before plotly.js did.
+    if (plots().length) await loadPlotly().then(chartsDrawn);
     const svg = await toSvg(data(), plots(), { figureOnly: only.checked });
     if (format === "svg") download(`${name}.svg`, svg, "image/svg+xml");
     else download(`${name}.png`, await toPng(svg), "image/png");

@@ -1,6 +1,6 @@
 // Figure sqrt-dk-histogram: raw and scaled scores on one axis at one width, and saturation
 // across every width (GET /api/histogram). The toggle says which of the two is in front.
-import { api, clearError, config, el, fmt, narrow, plot, showError } from "./common.js";
+import { api, clearError, config, el, fmt, grouped, narrow, plot, showError } from "./common.js";
 import { figureTools } from "./export.js";
 import { onUrlChange, readUrl, writeUrl } from "./state.js";
 
@@ -33,7 +33,7 @@ function drawScores(fig) {
   if (fig.scaled) traces.reverse(); // the one asked for is drawn last, on top
   const limit = 5 * Math.sqrt(cfg.d_k_max);
   plot($("#hist-plot"), traces, {
-    title: { text: `${fig.draws.toLocaleString("en")} scores, d_k = ${fig.d_k}: raw spread ${fmt(fig.series[0].std)}, scaled ${fmt(fig.series[1].std)}` },
+    title: { text: `${grouped(fig.draws)} scores, d_k = ${fig.d_k}: raw spread ${fmt(fig.series[0].std)}, scaled ${fmt(fig.series[1].std)}` },
     xaxis: { title: { text: "score" }, range: [-limit, limit], zeroline: true },
     yaxis: { title: { text: "share of draws per unit score" } },
     barmode: "overlay",
@@ -73,7 +73,7 @@ function render(fig) {
     `Two scores of one query at d_k = ${fig.d_k}: how often they differ by more than g`;
   $("#hist-gaps tbody").replaceChildren(...fig.gaps.map((g) => el("tr", {},
     el("th", { scope: "row", text: fmt(g.gap) }),
-    el("td", { text: Math.round(g.ratio).toLocaleString("en") }),
+    el("td", { text: grouped(g.ratio) }),
     el("td", { "data-value": String(g.unscaled_share), text: pairShare(g.unscaled_share) }),
     el("td", { "data-value": String(g.scaled_share), text: pairShare(g.scaled_share) }))));
   const rows = [

@@ -1,14 +1,8 @@
 // Start every section on its own, so one that fails cannot stop the others.
-import { chartsDrawn, config, fillConfig, setDigits } from "./common.js";
+import { chartsDrawn, chartsWanted, config, fillConfig, loadPlotly, setDigits } from "./common.js";
 import * as equation from "./equation.js";
-import * as exercises from "./exercises.js";
-import * as histogram from "./histogram.js";
-import * as labs from "./labs.js";
-import * as multihead from "./multihead.js";
-import * as permutation from "./permutation.js";
 import { onUrlChange, readUrl, redrawAll, writeUrl } from "./state.js";
 import * as stepper from "./stepper.js";
-import * as why from "./why.js";
 
 // The digits every number shows (digits= in the URL, 4 when absent), set before any figure draws.
 const digitsBox = document.querySelector("#digits");
@@ -22,14 +16,32 @@ digitsBox.addEventListener("change", () => {
   redrawAll();
 });
 
-const sections = { stepper, equation, why, histogram, permutation, multihead, labs, exercises };
+// Each section's module. The first screen's are imported above, so the browser fetches (and
+// pagefiles.py preloads) only their graph before ready; the rest load after it, by import().
+const sections = {
+  stepper: async () => stepper,
+  equation: async () => equation,
+  why: () => import("./why.js"),
+  histogram: () => import("./histogram.js"),
+  permutation: () => import("./permutation.js"),
+  multihead: () => import("./multihead.js"),
+  labs: () => import("./labs.js"),
+  exercises: () => import("./exercises.js"),
+};
 
 // The numbers quoted in the page's text come from the server's config, like the figures' own.
-const words = { init: async () => fillConfig(await config()) };
+const words = async () => ({ init: async () => fillConfig(await config()) });
 
-const started = Object.entries({ words, ...sections }).map(async ([name, module]) => {
+// The first screen: the page's words, the equation and the stepper, and the section a link's
+// #fragment opens on (#figure-multi-head is a first screen too). The others start just after.
+const fragment = () => { try { return decodeURIComponent(location.hash.slice(1)); } catch { return ""; } }; // "#%E0" too
+const opened = document.getElementById(fragment())?.closest("[data-section]");
+const isFirst = (name) => ["words", "equation", "stepper", opened?.dataset.section].includes(name);
+const all = Object.entries({ words, ...sections });
+
+const start = (list) => list.map(async ([name, load]) => {
   try {
-    await module.init();
+    await (await load()).init();
   } catch (err) {
     const box = document.querySelector(`[data-section="${name}"] .error`);
     if (box) {
@@ -40,9 +52,20 @@ const started = Object.entries({ words, ...sections }).map(async ([name, module]
   }
 });
 
-// Ready: every section started and every chart it asked for drawn. The mark lets a test read
-// the time from navigation start (performance.getEntriesByName("attnlab-ready")).
-Promise.allSettled(started).then(chartsDrawn).then(() => {
+// Ready: the first screen's sections started (tables filled, controls live); no chart is needed
+// for it, so plotly.js loads later (common.js: once the browser is idle after every section has
+// started, or sooner when a chart comes near the viewport). Charts: every section started and
+// every chart asked for drawn. Each mark lets a test read its time from navigation start
+// (performance.getEntriesByName("attnlab-ready"), "attnlab-charts").
+const idle = () => new Promise((resolve) => (window.requestIdleCallback ? requestIdleCallback(resolve, { timeout: 400 }) : setTimeout(resolve, 50)));
+const first = Promise.allSettled(start(all.filter(([name]) => isFirst(name)))).then(() => {
   performance.mark("attnlab-ready");
   document.body.setAttribute("data-ready", "true");
 });
+// (after a task boundary, so the browser can paint the first screen before the rest is built)
+first.then(() => new Promise((resolve) => setTimeout(resolve, 0)))
+  .then(() => Promise.allSettled(start(all.filter(([name]) => !isFirst(name)))))
+  .then(() => Promise.race([idle(), chartsWanted()])).then(loadPlotly).then(chartsDrawn).then(() => {
+    performance.mark("attnlab-charts");
+    document.body.setAttribute("data-charts", "drawn");
+  });

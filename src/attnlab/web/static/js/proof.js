@@ -1,6 +1,6 @@
 // The √d_k proof as a page: /api/labs/proof measures each step; the reader reveals them one at a
 // time. The d_k chooser takes its bounds and defaults from the lab's own spec (GET /api/labs).
-import { api, clearError, el, fmt, showError } from "./common.js";
+import { api, clearError, el, fmt, grouped, showError } from "./common.js";
 
 let rows = [];
 let shown = 0;
@@ -59,7 +59,7 @@ async function measure(root, lab) {
     rows = result.table.rows.map((r) => Object.fromEntries(cols.map((c, i) => [c, r[i]])));
     root.querySelector("#why-proof-steps").replaceChildren(...rows.map(stepItem));
     root.querySelector("#why-proof-summary").textContent =
-      `${result.params.draws.toLocaleString("en")} random pairs (q, k) at d_k = ${result.params.d_k}, seed ${result.params.seed}.`;
+      `${grouped(result.params.draws)} random pairs (q, k) at d_k = ${result.params.d_k}, seed ${result.params.seed}.`;
     root.dataset.dk = String(result.params.d_k);
     reveal(root, 0);
   } catch (err) {

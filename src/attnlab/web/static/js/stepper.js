@@ -2,7 +2,7 @@
 // forward to the output and then backward through the gradients dV, dA, dS, dQ and dK.
 // The figure always shows the last input the server accepted; a refused one leaves it marked
 // stale, with the refusal named, until an accepted input replaces it.
-import { api, clearError, config, el, fmt, isMasked, matrixTable, showError } from "./common.js";
+import { api, clearError, config, el, fmt, grouped, isMasked, matrixTable, showError } from "./common.js";
 import { figureTools } from "./export.js";
 import { isPresenting } from "./present.js";
 import { listFromUrl, matrixFromUrl, matrixToUrl, onUrlChange, readUrl, writeUrl } from "./state.js";
@@ -199,7 +199,7 @@ function working() {
     const shift = row.shift ? ` − ${fmt(row.shift)}` : "";
     const exps = T.masked.values[i].map((x, j) => (isMasked(x) ? null : `e^(${fmt(x)}${shift}) = ${fmt(row.exps[j])}`)).filter(Boolean).join(", ");
     const divs = row.exps.map((e, j) => (e === null ? null : `${fmt(e)} / ${fmt(row.total)} = ${fmt(row.weights[j])}`)).filter(Boolean).join(", ");
-    const gap = row.gap === null ? "" : ` Gap between the top two scores: ${fmt(row.gap)}, so the top key gets e^${fmt(row.gap)} ≈ ${row.gap_ratio === null ? "more than 10^300" : Math.round(row.gap_ratio) >= 1e3 ? Math.round(row.gap_ratio).toLocaleString("en") : fmt(row.gap_ratio)} times the weight of the next.`;
+    const gap = row.gap === null ? "" : ` Gap between the top two scores: ${fmt(row.gap)}, so the top key gets e^${fmt(row.gap)} ≈ ${row.gap_ratio === null ? "more than 10^300" : Math.round(row.gap_ratio) >= 1e3 ? grouped(row.gap_ratio) : fmt(row.gap_ratio)} times the weight of the next.`;
     return el("li", { "data-row": i, "data-total": String(row.total), "data-gap-ratio": String(row.gap_ratio) },
       el("strong", { text: `Row ${sub(i)}: ` }), `${exps}; sum = ${fmt(row.total)}; ${divs}.${gap}`);
   });
