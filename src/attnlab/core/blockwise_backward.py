@@ -51,6 +51,7 @@ at N = 2048 beside this form's 151 and 84, in one process.
 
 from __future__ import annotations
 
+import math
 import threading
 
 import numpy as np
@@ -58,6 +59,7 @@ import numpy as np
 from attnlab.core import blockwise
 from attnlab.core._backward_tiles import keep_tiles as _keep
 from attnlab.core._backward_tiles import scratch as _buffers
+from attnlab.core._fused import tile_exp
 from attnlab.core._grad import sum_to
 from attnlab.core._precision import narrow, too_wide, widen
 from attnlab.core._threads import pool_map
@@ -178,7 +180,9 @@ class _Kernel:
         self.floor = exp2_floor(dtype)  # exp2's fast path
         # Where numpy vectorises exp and not exp2 (``_tiles.natural_exp``), a tile's weights
         # are exp(s · ln 2): one quick multiply saves half of a scalar exp2's time.
-        self.ln2 = dtype.type(LN2) if natural_exp(dtype) else None
+        # The compiled exp (core/_fused.py) also works in natural units, fusing the multiply.
+        self.fused = tile_exp(dtype, math.prod(x.lead) * x.n * x.m)
+        self.ln2 = dtype.type(LN2) if natural_exp(dtype) or self.fused is not None else None
         self.lock = threading.Lock()
         self.empty = False
         self.watch = dtype == np.float32 and x.check_finite  # for scores far from 0
@@ -345,6 +349,8 @@ class _Kernel:
             np.maximum(p, tm.floor, out=p)
         if self.ln2 is None:
             np.exp2(p, out=p)
+        elif self.fused is not None:
+            self.fused(p, self.ln2)  # exp(p · ln 2) in one pass
         else:
             p *= self.ln2
             np.exp(p, out=p)
