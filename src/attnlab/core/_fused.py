@@ -12,26 +12,30 @@ of 256 rows over 4096 keys). The kernel below is exp written out in plain float3
 LLVM vectorises it without fast-math: 0.43 ms for the same tile, within ``ULPS`` of numpy's
 exp (a sweep of [-110, 90] in 2·10^6 steps measured at most 3).
 
-The choice, per call (``tile_exp``): the environment variable ATTNLAB_KERNEL = ``numpy``
+The choice, per call (``tile_kernels``): the environment variable ATTNLAB_KERNEL = ``numpy``
 (never compile), ``numba`` (always, float32; an error if numba is missing) or ``auto`` (the
 default: numba for float32 where numpy's exp is the scalar one, ``_tiles.natural_exp``, on
 calls with at least ``MIN_PAIRS`` score pairs, so a small call never pays numba's import).
 numba is imported on the first call that wants it, never by ``import attnlab``; the compiled
 kernel is cached on disk (``cache=True``), so only a machine's first such call compiles it.
-float64 always takes numpy's exp2 (the exact pass, too, stays numpy's in every case).
+The backward's dS = p ∘ (dP' − D) is fused the same way (``softmax_grad``, bit for bit
+numpy's). float64 always takes numpy's passes (the exact pass, too, stays numpy's in every
+case).
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
 from attnlab.core._tiles import natural_exp
 from attnlab.errors import AttnlabError
 
-__all__ = ["ENV", "MIN_PAIRS", "ULPS", "choice", "tile_exp"]
+__all__ = ["ENV", "MIN_PAIRS", "ULPS", "Kernels", "choice", "tile_kernels"]
 
 #: The environment variable that picks the tile exponential: numpy, numba or auto.
 ENV = "ATTNLAB_KERNEL"
@@ -58,9 +62,20 @@ def choice() -> str:
     return value
 
 
-def tile_exp(dtype, pairs: int):
-    """The compiled in-place ``exp(s, c)`` (s ← exp(s · c), s a float32 tile) for a call of
-    ``pairs`` score pairs in ``dtype``, or None where numpy's exponential is to run."""
+class Kernels(NamedTuple):
+    """The compiled tile passes, each in place on C-contiguous float32 tiles (rows, cols).
+
+    exp(s, c): s ← exp(s · c), within ``ULPS`` of numpy's float32 exp.
+    softmax_grad(dp, p, d): dp ← p ∘ (dp − d[:, None]), numpy's result bit for bit.
+    """
+
+    exp: Callable
+    softmax_grad: Callable
+
+
+def tile_kernels(dtype, pairs: int) -> Kernels | None:
+    """The compiled tile passes for a call of ``pairs`` score pairs (lead · N · M) in
+    ``dtype``, or None where numpy's passes are to run."""
     mode = choice()
     if mode == "numpy" or np.dtype(dtype) != np.float32:
         return None
@@ -76,12 +91,13 @@ def tile_exp(dtype, pairs: int):
 
 
 def _load():
-    """The compiled kernel, built on first use; None when numba cannot be imported."""
+    """The compiled kernels, loaded on first use; None when numba cannot be imported."""
     with _lock:
         if not _loaded:
             try:
-                from attnlab.core._fused_numba import exp_scaled
+                from attnlab.core import _fused_numba as nb
             except ImportError:
-                exp_scaled = None
-            _loaded.append(exp_scaled)
+                _loaded.append(None)
+            else:
+                _loaded.append(Kernels(nb.exp_scaled, nb.softmax_grad))
     return _loaded[0]

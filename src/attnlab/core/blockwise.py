@@ -61,7 +61,7 @@ import threading
 
 import numpy as np
 
-from attnlab.core._fused import tile_exp
+from attnlab.core._fused import tile_kernels
 from attnlab.core._online import solve as _solve
 from attnlab.core._precision import WIDE, narrow, widen
 from attnlab.core._threads import blas_info, pool_map
@@ -245,8 +245,11 @@ class _Call:
             natural = (self.c, dtype.type(x.softcap))
         # The fast pass's constants: natural units where numpy's exp is the vectorised one, or
         # where the compiled exp runs (core/_fused.py).
-        fused = tile_exp(dtype, math.prod(x.lead) * x.n * x.m)
-        self.fast = (*natural, True, fused) if natural_exp(dtype) or fused is not None else None
+        fused = tile_kernels(dtype, math.prod(x.lead) * x.n * x.m)
+        if fused is not None:
+            self.fast = (*natural, True, fused.exp)
+        else:
+            self.fast = (*natural, True, None) if natural_exp(dtype) else None
         self.sinks = None if x.sinks is None else x.sinks * dtype.type(LOG2E)  # log2 units
         # A row with one allowed key returns that key's value exactly: the lazy base never
         # makes its weight 1, and p · v / p can be an ulp off. (Not with a sink: then the
