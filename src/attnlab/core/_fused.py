@@ -29,6 +29,7 @@ case).
 
 from __future__ import annotations
 
+import importlib
 import os
 import threading
 from collections.abc import Callable
@@ -106,7 +107,7 @@ def _load():
     with _lock:
         if not _loaded:
             try:
-                from attnlab.core import _fused_numba as nb
+                nb = importlib.import_module("attnlab.core._fused_numba")  # imports numba
             except ImportError:
                 _loaded.append(None)
             else:
