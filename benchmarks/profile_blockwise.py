@@ -17,7 +17,7 @@ at a time, on one thread with OpenBLAS pinned to one thread (as every pool worke
             exponential numpy vectorises on this CPU (core/_tiles.py, natural_exp)
     wholeF  the same loop with the compiled exp (needs numba: the ``fast`` extra)
 
-CPU time (time.thread_time), median of ``--repeats`` sweeps; GFLOP/s for the two GEMMs counts
+CPU time (time.thread_time), median of ``--repeats`` rounds, each phase once a round; GFLOP/s for the two GEMMs counts
 2·Bq·Bk·d each; "x GEMM" compares the whole loop's useful rate (4·Bq·M·d) with a plain
 2048³ matmul on one thread. Run:
 
@@ -84,7 +84,7 @@ def profile(bq: int, bk: int, m: int, d: int, repeats: int) -> dict:
     phases["whole"] = lambda: _fast(q, kT1, v, steps, (), np.float32(1.0), None, natural)
     phases["wholeF"] = lambda: _fast(q, kT1, v, steps, (), np.float32(1.0), None, True, fused)
     with one_blas_thread():
-        out = {name: _cpu(fn, repeats) for name, fn in phases.items()}
+        out = _interleaved(phases, repeats)
         gemm = _gemm_rate(repeats)
     flops = 2 * bq * m * d
     out["qk_gflops"] = flops / out["qk"] / 1e9
@@ -93,6 +93,20 @@ def profile(bq: int, bk: int, m: int, d: int, repeats: int) -> dict:
     out["wholeF_gflops"] = 2 * flops / out["wholeF"] / 1e9
     out["gemm_gflops"] = gemm
     return out
+
+
+def _interleaved(phases: dict, repeats: int) -> dict:
+    """Median CPU time of each phase over ``repeats`` rounds, every phase once per round, so a
+    busy spell on a shared machine lands on all of them alike."""
+    for fn in phases.values():
+        fn()  # warm: pages, caches
+    runs: dict = {name: [] for name in phases}
+    for _ in range(repeats):
+        for name, fn in phases.items():
+            start = time.thread_time()
+            fn()
+            runs[name].append(time.thread_time() - start)
+    return {name: statistics.median(r) for name, r in runs.items()}
 
 
 _GEMM: list[float] = []

@@ -26,8 +26,9 @@ passes down:
 1. the scale is folded into q once, and each tile takes whichever exponential numpy
    vectorises on the CPU at hand (``_tiles.natural_exp``): with AVX-512, float32 exp2 is twice
    as fast as exp, so q carries scale · log2(e) and exp(s · scale) = exp2(s · scale · log2 e);
-   on AVX2 alone exp2 is a scalar loop at half exp's speed, so the fast pass uses exp. The
-   exact pass always works in log2 units (trick 4).
+   on AVX2 alone exp2 is a scalar loop at half exp's speed, so the fast pass uses exp (and,
+   with the ``fast`` extra, a compiled, vectorised exp: core/_fused.py). The exact pass
+   always works in log2 units (trick 4).
 2. base starts at 0 for every row, so the first matmul needs no correction at all; once an
    exact step has moved a base, -base rides along as an extra column of q against a row of
    ones in kᵀ, so the matmul returns score - base directly.
