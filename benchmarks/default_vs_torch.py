@@ -11,6 +11,10 @@ time. OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are dropped, so OpenBLAS picks its 
 
     python benchmarks/default_vs_torch.py --tree before=/tmp/old/src --tree after=src \\
         --n 2048,4096 --kinds fwd,step --rounds 3
+
+A tree may name the tile passes it runs with (ATTNLAB_KERNEL, core/_fused.py), so one source
+tree compares numpy's passes with the compiled ones: ``--tree numpy=src@numpy --tree
+numba=src@numba``. The warm call loads numba, so the timed calls see only its steady state.
 """
 
 from __future__ import annotations
@@ -78,6 +82,8 @@ def main() -> None:
         print(json.dumps(one(a.one[0], int(a.one[1]), a.one[2], a.one[3])))
         return
     trees = dict(t.split("=", 1) for t in a.tree) or {"attnlab": "src"}
+    kernels = {name: path.partition("@")[2] for name, path in trees.items()}
+    trees = {name: path.partition("@")[0] for name, path in trees.items()}
     impls = {**{name: os.path.abspath(path) for name, path in trees.items()}, "torch": None}
     drop = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
     env = {k: v for k, v in os.environ.items() if k not in drop}
@@ -91,7 +97,11 @@ def main() -> None:
                         child = [sys.executable, __file__, "--one", name if path is None else "a"]
                         proc = subprocess.run(
                             [*child, str(n), mask, kind],
-                            env={**env, "PYTHONPATH": src},
+                            env={
+                                **env,
+                                "PYTHONPATH": src,
+                                "ATTNLAB_KERNEL": kernels.get(name) or "auto",
+                            },
                             capture_output=True,
                             text=True,
                             check=True,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from attnlab.bench._measure import Result
 
 _HEAD = ("N", "mask", "method", "time ms", "GFLOP/s", "x torch", "x GEMM", "peak MiB")
@@ -64,6 +66,22 @@ def _table(report, results: list[Result]) -> list[str]:
     return lines
 
 
+def _tile_passes() -> str:
+    """Which exp the blockwise kernels' tiles take in this run (core/_fused.py)."""
+    import importlib.util
+
+    from attnlab.core import _fused
+    from attnlab.core._tiles import natural_exp
+
+    mode = _fused.choice()
+    has = importlib.util.find_spec("numba") is not None
+    if mode == "numpy" or not has:
+        return f"numpy ({_fused.ENV}={mode}{'' if has else ', numba not installed'})"
+    if mode == "auto" and not natural_exp(np.float32):
+        return f"numpy ({_fused.ENV}=auto: numpy's float32 exp2 is vectorised on this CPU)"
+    return f"numba ({_fused.ENV}={mode}; auto from {_fused.MIN_PAIRS:,} pairs, float32)"
+
+
 def format_report(report) -> str:
     m, s = report.machine, report.settings
     blas = m["blas"]
@@ -82,7 +100,7 @@ def format_report(report) -> str:
         f"machine: {m['cpu']}, {m['cores']} cores; numpy {m['numpy']} with "
         f"{blas.get('version') or blas['library']} "
         f"({kernel} kernel{', OPENBLAS_CORETYPE=' + coretype if coretype else ''}); "
-        f"torch {m['torch'] or 'not installed'}",
+        f"torch {m['torch'] or 'not installed'}; blockwise tile passes: {_tile_passes()}",
         f"GEMM ceiling: numpy float32 matmul 2048 x 2048 x 2048, best of 10: "
         f"{report.gemm_gflops:.0f} GFLOP/s",
         (

@@ -20,7 +20,7 @@ from attnlab.core.masks import tile_at as _pick
 __all__ = ["solve"]
 
 
-def _fast(q_rows, kT, v, steps, idx, c, cap=None, natural=False):
+def _fast(q_rows, kT, v, steps, idx, c, cap=None, natural=False, fused=None):
     """One query block of one lead element, every base left at 0: two matmuls, an exp2 and a
     row sum per step, nothing else. Returns (acc (Bq, d_v), l (Bq,)), to be checked by _solve.
 
@@ -29,6 +29,7 @@ def _fast(q_rows, kT, v, steps, idx, c, cap=None, natural=False):
     ``natural``: scores in natural units and np.exp instead of np.exp2, where numpy vectorises
     exp and not exp2 (``_tiles.natural_exp``); c and cap are then scale and softcap without
     log2 e, and masks add their natural biases. The sums are the same quantities either way.
+    ``fused``: the compiled exp (``_fused.tile_exp``) to run in place of np.exp, natural units.
     ``steps`` holds a ``Step`` per tile (see ``_tiles.Step``), unpacked by position: the loop
     runs once per tile and attribute look-ups would cost a GIL-holding call each.
     Few numpy calls per step matter with threads: each call takes the GIL, and a thread that
@@ -40,6 +41,11 @@ def _fast(q_rows, kT, v, steps, idx, c, cap=None, natural=False):
     acc = np.zeros((qs.shape[0], dv + 1), qs.dtype)  # (Bq, d_v + 1): Σ exp2(score) v | Σ exp2
     keys = kT[:-1]  # (d_k, M): the ones row is for the exact steps only
     exp = np.exp if natural else np.exp2
+    if fused is not None:
+
+        def exp(s, out):  # numpy's signature (out is s): the kernel works in place
+            fused(s, 1.0)
+
     for sl, c0, c1, s, r, ls, rl, ones, tm in steps:
         np.matmul(qs[sl], keys[:, c0:c1], out=s)  # (rows, cols): score, in log2 or natural units
         if cap is not None:
@@ -131,7 +137,7 @@ def _exact(q_rows, kT, v, steps, idx, c, floor, cap=None):
 
 def solve(q_rows, kT, v, steps, idx, c, floor, tiny, cap, fast=None):
     """(acc, l, base) of one query block: the fast pass, or the exact one where it fails.
-    ``fast``: (c, cap, natural) for the fast pass (see _fast), when they differ from the
+    ``fast``: (c, cap, natural, fused) for the fast pass (see _fast), when they differ from the
     exact pass's log2 constants c and cap."""
     acc, l, base = _fast(q_rows, kT, v, steps, idx, *(fast or (c, cap)))
     # Against a base of 0, exp2 overflows once a scaled score passes maxexp (f32: 128 in log2

@@ -26,8 +26,9 @@ passes down:
 1. the scale is folded into q once, and each tile takes whichever exponential numpy
    vectorises on the CPU at hand (``_tiles.natural_exp``): with AVX-512, float32 exp2 is twice
    as fast as exp, so q carries scale · log2(e) and exp(s · scale) = exp2(s · scale · log2 e);
-   on AVX2 alone exp2 is a scalar loop at half exp's speed, so the fast pass uses exp. The
-   exact pass always works in log2 units (trick 4).
+   on AVX2 alone exp2 is a scalar loop at half exp's speed, so the fast pass uses exp (and,
+   with the ``fast`` extra, a compiled, vectorised exp: core/_fused.py). The exact pass
+   always works in log2 units (trick 4).
 2. base starts at 0 for every row, so the first matmul needs no correction at all; once an
    exact step has moved a base, -base rides along as an extra column of q against a row of
    ones in kᵀ, so the matmul returns score - base directly.
@@ -61,6 +62,7 @@ import threading
 
 import numpy as np
 
+from attnlab.core._fused import tile_kernels
 from attnlab.core._online import solve as _solve
 from attnlab.core._precision import WIDE, narrow, widen
 from attnlab.core._threads import blas_info, pool_map
@@ -242,8 +244,13 @@ class _Call:
         else:  # q · scale / softcap, tanh, then · softcap · log2 e (see _fast)
             self.c, self.cap = dtype.type(x.scale / x.softcap), dtype.type(x.softcap * LOG2E)
             natural = (self.c, dtype.type(x.softcap))
-        # The fast pass's constants: natural units where numpy's exp is the vectorised one.
-        self.fast = (*natural, True) if natural_exp(dtype) else None
+        # The fast pass's constants: natural units where numpy's exp is the vectorised one, or
+        # where the compiled exp runs (core/_fused.py).
+        fused = tile_kernels(dtype, math.prod(x.lead) * x.n * x.m)
+        if fused is not None:
+            self.fast = (*natural, True, fused.exp)
+        else:
+            self.fast = (*natural, True, None) if natural_exp(dtype) else None
         self.sinks = None if x.sinks is None else x.sinks * dtype.type(LOG2E)  # log2 units
         # A row with one allowed key returns that key's value exactly: the lazy base never
         # makes its weight 1, and p · v / p can be an ulp off. (Not with a sink: then the

@@ -51,6 +51,7 @@ at N = 2048 beside this form's 151 and 84, in one process.
 
 from __future__ import annotations
 
+import math
 import threading
 
 import numpy as np
@@ -58,6 +59,7 @@ import numpy as np
 from attnlab.core import blockwise
 from attnlab.core._backward_tiles import keep_tiles as _keep
 from attnlab.core._backward_tiles import scratch as _buffers
+from attnlab.core._fused import tile_kernels
 from attnlab.core._grad import sum_to
 from attnlab.core._precision import narrow, too_wide, widen
 from attnlab.core._threads import pool_map
@@ -178,7 +180,9 @@ class _Kernel:
         self.floor = exp2_floor(dtype)  # exp2's fast path
         # Where numpy vectorises exp and not exp2 (``_tiles.natural_exp``), a tile's weights
         # are exp(s · ln 2): one quick multiply saves half of a scalar exp2's time.
-        self.ln2 = dtype.type(LN2) if natural_exp(dtype) else None
+        # The compiled exp (core/_fused.py) also works in natural units, fusing the multiply.
+        self.fused = tile_kernels(dtype, math.prod(x.lead) * x.n * x.m)
+        self.ln2 = dtype.type(LN2) if natural_exp(dtype) or self.fused is not None else None
         self.lock = threading.Lock()
         self.empty = False
         self.watch = dtype == np.float32 and x.check_finite  # for scores far from 0
@@ -278,8 +282,11 @@ class _Kernel:
                 self._dp_dv((p, dp), gl[rows], v_i[cols], dv_i[cols], bufs)
             else:
                 p, dp = tiles
-            dp -= d_row[rows, None]
-            dp *= p  # (rows, cols) dS, the gradient of the capped and masked scores
+            if self.fused is None:
+                dp -= d_row[rows, None]
+                dp *= p  # (rows, cols) dS, the gradient of the capped and masked scores
+            else:
+                self.fused.softmax_grad(dp, p, d_row[rows])  # the same, in one pass
             if self.dbias is not None:
                 self._add_bias(dp, idx, r0 + rows.start, cols)
             if self.cap is not None:  # through the cap: 1 − tanh², the tile's tanh again
@@ -349,6 +356,8 @@ class _Kernel:
             np.maximum(p, tm.floor, out=p)
         if self.ln2 is None:
             np.exp2(p, out=p)
+        elif self.fused is not None:
+            self.fused.exp(p, self.ln2)  # exp(p · ln 2) in one pass
         else:
             p *= self.ln2
             np.exp(p, out=p)
