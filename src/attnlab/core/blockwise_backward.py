@@ -40,13 +40,7 @@ Parallel work: each work item is one query block for a group of lead elements, s
 summed privately; dK_j and dV_j gather from every query block, each tile's product added under
 one lock, held only for that (Bk, d) add.
 
-Where the time goes (2-core AMD EPYC, AVX-512, 32 MiB L3, float32, one core, 512 x 512 tile,
-d = 64): a matmul ~0.37 ms, exp2 0.057, a subtraction, product or row dot 0.03, so the five
-matmuls are ~80% of a tile (2.4 ms measured on one thread). ``attnlab bench backward`` there
-(h = 8, both cores): N = 2048 173 ms against torch's 229 without a mask, 103 against 124
-causal; N = 4096 713 against 824 and 402 against 480. The FlashAttention-2 form this module
-had before (forward pass again, then 5 matmuls and an exp2 per tile) measured 200 and 120 ms
-at N = 2048 beside this form's 151 and 84, in one process.
+Where the time goes, per tile and per call beside torch: docs/fast-kernels.md.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterable
 from pathlib import Path
 
-from fastapi import FastAPI, Request, Response
+from fastapi import Depends, FastAPI, Request, Response
 from fastapi.responses import FileResponse, HTMLResponse
 from starlette.middleware.gzip import GZipMiddleware
 from starlette.middleware.trustedhost import TrustedHostMiddleware
@@ -34,6 +34,7 @@ from attnlab.web import (
     labs,
     learned,
     pagefiles,
+    queryform,
     schema,
     teach,
 )
@@ -102,6 +103,7 @@ def create_app(hosts: Iterable[str] = ()) -> FastAPI:
         docs_url=None,  # FastAPI's Swagger page loads from a CDN; /docs is served below instead
         redoc_url=None,
         max_body_size=MAX_BODY_BYTES,  # 413 before a large body is read
+        dependencies=[Depends(queryform.single_values)],  # ?query=9&query=1: 422, not "1"
     )
     errors.install(app)
     allowed = guard.allowed_hosts(hosts)
