@@ -149,3 +149,34 @@ def test_a_link_to_a_figure_makes_it_the_first_screen(cold):
 def test_a_malformed_fragment_still_opens_the_page(cold):
     page, _ = cold("/#%E0")  # not valid percent-encoding: decoding it throws
     assert page.evaluate("window.atReady")["stepperTables"] == 3
+
+
+# Holds back by 1.2 s the requests to a path whose body contains a text, so that a later
+# request (answered from the page's own inlined answers, or quickly) overtakes an earlier one.
+SLOW_PATH = """
+window.slowPath = (path, text) => {
+  const plain = window.fetch;
+  window.fetch = (url, options) => String(url).startsWith(path) && String(options?.body).includes(text)
+    ? new Promise((done) => setTimeout(done, 1200)).then(() => plain(url, options))
+    : plain(url, options);
+};
+"""
+
+TOKENS = (
+    "() => [...document.querySelectorAll('#perm-table tbody tr')].map(r => r.dataset.token).join()"
+)
+
+
+def test_a_slow_earlier_answer_never_overwrites_a_later_one(cold):
+    # "Swap" asks the server (held back), "As written" is answered at once: the page must end
+    # on the sentence as written, not on the swap whose answer arrived last.
+    page, _ = cold("/#figure-permutation-demo", scripts=(SLOW_PATH,))
+    page.wait_for_selector("body[data-charts='drawn']", state="attached")  # controls live
+    page.wait_for_function(f"{TOKENS} === '0,1,2,3,4'")
+    page.evaluate("""window.slowPath('/api/permutation', '"order":[')""")
+    page.click("#perm-swap")
+    page.wait_for_timeout(200)  # the swap's request is with the server (held back)
+    page.click("#perm-reset")
+    page.wait_for_timeout(2000)  # the held-back swap has been answered by now
+    assert page.evaluate(TOKENS) == "0,1,2,3,4"
+    assert "perm.order" not in page.url

@@ -217,3 +217,23 @@ def test_a_huge_cancelling_gradient_is_zero_on_both_paths(saved_lse):
         dq, dk, dv = al.attention_backward(q, k, v, g, method=method, lse=lse)
         assert np.array_equal(dq, np.zeros_like(dq)) and np.array_equal(dk, np.zeros_like(dk))
         assert dv[0, 0] == np.float32(-1e26 - 3)  # Σ_i P_i0 dO_i, P = 1
+
+
+def test_a_one_hot_row_with_a_huge_dp_and_key_answers_on_both_methods():
+    # The fuzz's float64 case: the query's weight is all on the last key (score 1e67), dP there
+    # is -1.6e257 and k there is -1e67. Exactly, dS = P ∘ (dP − D) = 0 (D = dP on that key), so
+    # dq = dk = 0 and dv puts dO on the last key. The dense pass took D = rowsum(dO ∘ O), an
+    # ulp of 1.6e257 away from dP, and dq = 1e241 · 1e67 overflowed: it refused while the
+    # blockwise pass answered. Its rerun now takes D from dP itself.
+    q = np.array([[-1.0]])
+    k = np.array([[-1.0], [-1.0], [-1.0], [-1e67]])
+    v = np.array([[-1.0, -1.0, -1.0]] * 3 + [[-1.625e186, -1e9, -1.0]])
+    g = np.array([[1e71, -1e232, -1.0]])
+    dq, dk, dv = al.attention_backward(q, k, v, g, method="dense")
+    assert (dq == 0).all() and (dk == 0).all()
+    np.testing.assert_array_equal(dv, np.vstack([np.zeros((3, 3)), g]))
+    bq, bk, bv = al.attention_backward(q, k, v, g, method="blockwise")
+    np.testing.assert_array_equal(bv[3], g[0])
+    # the blockwise pass gives the far keys its floor weight (about 2^-1016), not 0
+    assert np.abs(bv[:3]).max() <= 2.0**-1000 * np.abs(g).max()
+    assert np.abs(bq).max() <= 1e-40 and np.abs(bk).max() <= 1e-40

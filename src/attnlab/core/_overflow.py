@@ -102,18 +102,20 @@ def checked_forward(x: Inputs, result, rerun):
 
 def checked_backward(
     x: Inputs, grad_output: np.ndarray, grads, names=("q", "k", "v"), tables=None, rerun=None,
-    output=None,
+    output=None, rerun_variants=(False,),
 ):  # fmt: skip
     """``grads`` of a kernel (the gradients ``names``, attention_backward's ``wrt``, in its
     order), or a ``NonFiniteResultError`` naming the first table of the chain rule that
     overflowed. ``tables(x, g)`` gives the dense backward tables (the trace's names), used only
     to say where a non-finite gradient came from. ``rerun(g)`` runs the same kernel on another
     dO and ``output()`` gives the forward output (..., N, d_v): with both, gradients that
-    overflowed are tried again from a scaled dO (see the module docstring)."""
+    overflowed are tried again from a scaled dO (see the module docstring), ``rerun(g, v)`` for
+    each of the kernel's ``rerun_variants`` in turn until one fits (the dense kernel's second
+    takes D from dP itself, which cancels exactly where a row's weight is all on one key)."""
     if not x.check_finite or all(_finite(a) for a in grads):
         return grads
     if rerun is not None and output is not None:
-        again = _rescaled(x, grad_output, rerun, output)
+        again = _rescaled(x, grad_output, rerun, output, rerun_variants)
         if again is not None:
             return again
     given = {f"grad_{name}": a for name, a in zip(names, grads, strict=True)}
@@ -132,7 +134,7 @@ def checked_backward(
     _refuse("backward", first, given[first], x.q.dtype, "rescale grad_output, v, q or k")
 
 
-def _rescaled(x: Inputs, g: np.ndarray, rerun, output):
+def _rescaled(x: Inputs, g: np.ndarray, rerun, output, variants):
     """The gradients of dO · 2^-shift, times 2^shift (both exact but for underflow), with the
     shift that keeps every |dO_i · v_j| under a quarter of the dtype's range; None when D
     overflows, when dP could not have overflowed, or when the gradients still do not fit."""
@@ -147,9 +149,12 @@ def _rescaled(x: Inputs, g: np.ndarray, rerun, output):
     if over <= 0:
         return None  # dP fits: the overflow is in the gradients themselves
     shift = math.ceil(over)
-    with quiet():
-        grads = tuple(np.ldexp(a, shift) for a in rerun(np.ldexp(g, -shift)))
-    return grads if all(_finite(a) for a in grads) else None
+    for variant in variants:
+        with quiet():
+            grads = tuple(np.ldexp(a, shift) for a in rerun(np.ldexp(g, -shift), variant))
+        if all(_finite(a) for a in grads):
+            return grads
+    return None
 
 
 def checked_trace(x: Inputs, tables: dict) -> dict:

@@ -48,10 +48,12 @@ def dense_gradients(
     threads: int = 1,
     empty_rows: str = "raise",
     wrt: tuple[str, ...] = ("q", "k", "v"),
+    d_from_dp: bool = False,
 ) -> tuple[np.ndarray, ...]:
     """(dq, dk, dv), each of its input's shape: two N x M tables live at once (P and dP -> dS).
     ``wrt`` picks and orders the gradients (also "bias" and "sinks", see the module docstring);
-    ``empty_rows="zero"``: a row that allows no key gets gradient 0 instead of an error.
+    ``empty_rows="zero"``: a row that allows no key gets gradient 0 instead of an error;
+    ``d_from_dp``: step 3 as rowsum(dP ∘ P), the rerun after an overflow (see ``_chain``).
 
     >>> from attnlab.core._validate import validate
     >>> x = validate([[3, -3], [1, 1]], [[-3, 3], [1, 1]], [[0, -1], [1, 2]])
@@ -64,9 +66,12 @@ def dense_gradients(
     output, weights, lse = dense_weights(x, threads=threads, empty_rows=empty_rows, lse=True)
     if too_wide(x, lse):  # float32 scores far from 0: see core/_precision.py
         g = grad_output.astype(np.float64)
-        return narrow(dense_gradients(widen(x), g, threads=threads, empty_rows=empty_rows, wrt=wrt))
+        wide = dense_gradients(
+            widen(x), g, threads=threads, empty_rows=empty_rows, wrt=wrt, d_from_dp=d_from_dp
+        )
+        return narrow(wide)
     capped = _capped(x) if x.softcap is not None else None
-    grads = _chain(x, weights, output, grad_output, None, capped, lse, wrt)
+    grads = _chain(x, weights, output, grad_output, None, capped, lse, wrt, d_from_dp)
     return tuple(grads[w] for w in wrt)
 
 
@@ -96,17 +101,23 @@ def dense_grad_tables(x: Inputs, tables: dict, grad_output: np.ndarray) -> dict[
     return keep
 
 
-def _chain(x: Inputs, p, o, g, keep: dict | None, capped, lse, wrt) -> dict[str, np.ndarray]:
+def _chain(
+    x: Inputs, p, o, g, keep: dict | None, capped, lse, wrt, d_from_dp=False
+) -> dict[str, np.ndarray]:
     """Steps 1-6 of the module docstring; ``keep`` receives copies of dP and dS for a trace.
-    capped: the capped scores with a softcap, else None; lse (..., N): for a sink's weight."""
+    capped: the capped scores with a softcap, else None; lse (..., N): for a sink's weight.
+    d_from_dp: D from dP itself (N·M products), so that dP − D cancels to exactly 0 where a
+    row's weight is all on one key; the rerun after an overflow asks for it, since there
+    rowsum(dO ∘ O) and dO Vᵀ round apart by an ulp of a huge dP, which a huge k then carries
+    into dQ."""
     # 1) dV = Pᵀ dO
     dv = np.swapaxes(p, -1, -2) @ g  # (..., M, d_v)
     # 2) dP = dO Vᵀ
     ds = g @ np.swapaxes(x.v, -1, -2)  # (..., N, M): dP, made dS in place below
     if keep is not None:
         keep["grad_weights"] = ds.copy()
-    # 3) D = rowsum(dP ∘ P), computed as rowsum(dO ∘ O)
-    d = np.sum(g * o, axis=-1, keepdims=True)  # (..., N, 1)
+    # 3) D = rowsum(dP ∘ P), computed as rowsum(dO ∘ O) unless d_from_dp
+    d = np.sum(ds * p if d_from_dp else g * o, axis=-1, keepdims=True)  # (..., N, 1)
     # 4) dS = P ∘ (dP − D): blocked pairs have P = 0, so their gradient is exactly 0
     ds -= d
     ds *= p

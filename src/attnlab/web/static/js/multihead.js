@@ -121,13 +121,20 @@ function render(fig) {
   root.querySelectorAll("#mh-words input").forEach((input) => { input.checked = +input.value === fig.picked.query; });
 }
 
+// Only the latest pick's answer is drawn (the default query's answer comes at once, from the
+// page itself, and may overtake one still with the server).
+let latest = 0;
 async function pick(query, { push = true } = {}) {
+  const ticket = ++latest;
   try {
-    current = await api(`/api/multihead?query=${query}`);
+    const fig = await api(`/api/multihead?query=${query}`);
+    if (ticket !== latest) return;
+    current = fig;
     clearError($("#mh-error"));
     render(current);
     if (push !== null) writeUrl({ "mh.word": current.picked.query + 1 }, { push });
   } catch (err) {
+    if (ticket !== latest) return;
     showError($("#mh-error"), err);
   }
 }

@@ -95,11 +95,16 @@ function render(before) {
 }
 
 // change: the controls that differ from the current state. push: null leaves the URL alone.
+// Only the latest request's answer is drawn: Back twice in a row may ask for a state the page
+// already holds (answered at once) while the one before it is still with the server.
+let latest = 0;
 async function refresh(change = {}, { push = true } = {}) {
+  const ticket = ++latest;
   const next = { order: state.order, positions: state.positions, words: state.words, ...change };
   const before = state.fig ? positionsBefore() : null;
   try {
     const fig = await api("/api/permutation", { method: "POST", body: { order: next.order, positions: next.positions, words: next.words } });
+    if (ticket !== latest) return; // a later change is on its way, or drawn already
     Object.assign(state, next, { fig, order: fig.order });
     clearError($("#perm-error"));
     render(before);
@@ -112,6 +117,7 @@ async function refresh(change = {}, { push = true } = {}) {
       }, { push });
     }
   } catch (err) {
+    if (ticket !== latest) return;
     showError($("#perm-error"), err);
     $("#perm-positions").checked = state.positions;
   }

@@ -349,10 +349,15 @@ function fromUrl() {
 // -- asking the server ------------------------------------------------------------------------
 const inputs = () => ({ q: state.q, k: state.k, v: state.v, causal: state.causal, scaled: state.scaled, blocked: state.blocked, grad_output: state.grad_output });
 
+// Only the latest request's answer is drawn: the worked example's comes at once, from the page
+// itself, and may overtake an earlier one still with the server (Back twice, quickly).
+let latest = 0;
 async function submit(request, { push = true } = {}) {
+  const ticket = ++latest;
   const error = $("#stepper-error");
   try {
     const fig = await api("/api/trace", { method: "POST", body: request });
+    if (ticket !== latest) return false;
     Object.assign(state, request, { fig });
     clearError(error);
     root.classList.remove("stale");
@@ -361,6 +366,7 @@ async function submit(request, { push = true } = {}) {
     if (push !== null) writeUrl(urlEntries(), { push });
     return true;
   } catch (err) {
+    if (ticket !== latest) return false;
     refused(err);
     return false;
   }
