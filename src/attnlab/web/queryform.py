@@ -74,7 +74,7 @@ def _refusal(key: str, msg: str) -> dict:
     return {"type": "query_form", "loc": ("query", key), "msg": msg}
 
 
-def single_values(request: Request) -> None:
+async def single_values(request: Request) -> None:
     """Refuse (422, naming each key) a query key repeated where the route takes one value, or
     an integer parameter's value not written as an integer."""
     if not request.url.path.startswith(GUARDED_PREFIX):  # the page's own URL state is the page's
