@@ -131,7 +131,7 @@ def test_both_paths_agree_forward_and_backward(numba_kernels, kernel, dtype, mas
 
 
 def test_the_compiled_passes_are_the_ones_that_run(numba_kernels, kernel, monkeypatch):
-    calls = {"exp": 0, "softmax_grad": 0}
+    calls = {"exp": 0, "softmax_grad": 0, "softmax": 0}
 
     def counted(name):
         def run(*args):
@@ -141,7 +141,9 @@ def test_the_compiled_passes_are_the_ones_that_run(numba_kernels, kernel, monkey
         return run
 
     monkeypatch.setattr(
-        _fused, "_loaded", [_fused.Kernels(counted("exp"), counted("softmax_grad"))]
+        _fused,
+        "_loaded",
+        [_fused.Kernels(counted("exp"), counted("softmax_grad"), counted("softmax"))],
     )
     q, k, v, g = _inputs(np.float32, lead=(1,), n=128, m=192)
     kernel("numba")
@@ -157,7 +159,7 @@ def test_the_compiled_passes_are_the_ones_that_run(numba_kernels, kernel, monkey
 
 def test_auto_reads_the_call_the_cpu_and_the_dtype(kernel, monkeypatch):
     kernel("auto")
-    marker = _fused.Kernels(len, len)  # any loaded kernels: auto's rule is what is checked
+    marker = _fused.Kernels(len, len, len)  # any loaded kernels: auto's rule is what is checked
     monkeypatch.setattr(_fused, "_loaded", [marker])
     monkeypatch.setattr(_tiles, "_SIMD_EXP2", False)  # numpy's exp is the scalar one
     assert _fused.tile_kernels(np.float32, _fused.MIN_PAIRS) is marker

@@ -1,4 +1,4 @@
-"""The fast path's blocked tails (core/_small.py's ``_exp_prefix``): where a mask ends every
+"""The fast path's blocked tails (core/_small_exp.py's ``_exp_prefix``): where a mask ends every
 row's keys early (a causal mask), the row max, exp and mask passes run only up to where each
 band's keys end and write the exact 0 exp(-inf) gives past it.
 
@@ -13,17 +13,19 @@ import numpy as np
 import pytest
 
 import attnlab as al
-from attnlab.core import _small, _small_cores, _small_masks
+from attnlab.core import _small, _small_cores, _small_exp, _small_masks
 from attnlab.masks import Causal, Dense, Padding, SlidingWindow
 
 
 @pytest.fixture
 def roads(monkeypatch):
     """A function road(on) that switches the tails on or off and forgets kept tables, and the
-    list of calls ``_exp_prefix`` saw."""
+    list of calls ``_exp_prefix`` saw. numpy's passes: the compiled one skips the tails too
+    (tests/test_fused_softmax.py)."""
     seen: list[int] = []
+    monkeypatch.setenv("ATTNLAB_KERNEL", "numpy")
     monkeypatch.setattr(
-        _small, "_exp_prefix", lambda x, _p=_small._exp_prefix: seen.append(1) or _p(x)
+        _small_exp, "_exp_prefix", lambda x, _p=_small_exp._exp_prefix: seen.append(1) or _p(x)
     )
 
     def road(on: bool) -> None:
@@ -70,7 +72,7 @@ def test_the_tails_change_no_bit(roads, monkeypatch, shape, name, dtype, cores):
 
 
 @pytest.mark.parametrize("shape", [(8, 8, 128, 64), (1, 8, 512, 64)])
-def test_the_benchmarks_shapes_change_no_bit(roads, shape):
+def test_the_benchmarks_shapes_change_no_bit(roads, monkeypatch, shape):
     road, seen = roads
     q, k, v, _ = _inputs(shape, np.float32, seed=1)
     road(False)
@@ -113,12 +115,12 @@ def test_short_rows_keep_the_whole_table_path():
 @pytest.mark.parametrize(("n", "row_bytes"), [(64, 4096), (130, 4096), (512, 2**17), (512, 16)])
 def test_the_band_plan_covers_every_row_once_with_its_keys(n, row_bytes):
     reach = np.minimum(np.arange(1, n + 1) + 3, n)
-    plan = _small._band_plan(reach, row_bytes)
+    plan = _small_exp._band_plan(reach, row_bytes)
     assert [a for a, _, _ in plan] == [b for _, b, _ in [(0, 0, 0), *plan[:-1]]]
     assert plan[-1][1] == n
     for a, b, c in plan:
         assert c == reach[a:b].max()
-        assert (b - a) * row_bytes <= max(row_bytes, _small._BAND_BYTES)
+        assert (b - a) * row_bytes <= max(row_bytes, _small_exp._BAND_BYTES)
 
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])

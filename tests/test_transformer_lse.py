@@ -2,7 +2,7 @@
 then ``attention_backward(..., lse=lse)`` takes the weights from the lse, exp(score − lse),
 and computes no row maximum or row sum again.
 
-Work is counted, not timed: the fast path's row reductions (``core/_small.py``'s ``_max`` and
+Work is counted, not timed: the fast path's row reductions (``core/_small_exp.py``'s ``_max`` and
 ``_sum``) are wrapped to record the size of every (..., N, M) table they reduce. Gradients are
 checked against the same call without lse and against torch's autograd.
 """
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import attnlab as al
-from attnlab.core import _small
+from attnlab.core import _small, _small_exp
 from attnlab.masks import Causal, Padding
 from attnlab.transformer import TinyTransformer, _blocks
 from tolerances import BLOCKWISE_F32, BLOCKWISE_F64, for_dtype
@@ -38,12 +38,15 @@ def _table_reductions(monkeypatch) -> list[int]:
 
         return wrapper
 
-    monkeypatch.setattr(_small, "_max", counted(np.maximum.reduce))
-    monkeypatch.setattr(_small, "_sum", counted(np.add.reduce))
+    # numpy's passes, whose reductions are counted (the compiled pass fuses the row max:
+    # tests/test_fused_softmax.py checks that its backward reads the saved lse).
+    monkeypatch.setenv("ATTNLAB_KERNEL", "numpy")
+    monkeypatch.setattr(_small_exp, "_max", counted(np.maximum.reduce))
+    monkeypatch.setattr(_small_exp, "_sum", counted(np.add.reduce))
     # The score tables the fast path builds, so that no test passes by another path answering.
-    monkeypatch.setattr(
-        _small, "_scores", lambda x, _scores=_small._scores: seen.append("scores") or _scores(x)
-    )
+    made = lambda x, _scores=_small_exp.scores: seen.append("scores") or _scores(x)  # noqa: E731
+    monkeypatch.setattr(_small, "scores", made)
+    monkeypatch.setattr(_small_exp, "scores", made)
     return seen
 
 

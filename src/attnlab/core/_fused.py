@@ -23,13 +23,16 @@ machine's first use compiles them) costs ~1.3 s of CPU time once per process (me
 2-core AMD EPYC), about what the passes save over a dozen calls at N = 2048, h = 8.
 ``warm()`` loads it ahead (the benchmarks do, so it lands in no timed call).
 The backward's dS = p ∘ (dP' − D) is fused the same way (``softmax_grad``, bit for bit
-numpy's). float64 always takes numpy's passes (the exact pass, too, stays numpy's in every
-case).
+numpy's), and so is the dense paths' softmax of a plain call (``softmax``: scale, boolean
+mask, row max, shift and exp in two reads of each row; ``core/_small.py``, ``core/dense.py``,
+which take it on the same calls, so the two still agree bit for bit). float64 always takes
+numpy's passes (the exact pass, too, stays numpy's in every case).
 """
 
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import threading
 from collections.abc import Callable
@@ -40,18 +43,36 @@ import numpy as np
 from attnlab.core._tiles import natural_exp
 from attnlab.errors import AttnlabError
 
-__all__ = ["ENV", "MIN_PAIRS", "ULPS", "Kernels", "choice", "tile_kernels", "warm"]
+__all__ = [
+    "ENV",
+    "MIN_PAIRS",
+    "NO_BLOCKED",
+    "NO_REACH",
+    "ULPS",
+    "Kernels",
+    "choice",
+    "rows_softmax",
+    "tile_kernels",
+    "warm",
+]
 
 #: The environment variable that picks the tile exponential: numpy, numba or auto.
 ENV = "ATTNLAB_KERNEL"
 _CHOICES = ("auto", "numpy", "numba")
 #: ``auto`` runs the compiled passes on calls of this many score pairs (lead · N · M) or more:
-#: N = 2048 with h = 8, the smallest of the long-sequence targets. They save ~3 ns a pair
-#: (forward or backward, measured there: ~0.1 s a call), so smaller calls, which the dense
-#: path mostly takes anyway, would take many to repay the load.
-MIN_PAIRS = 2**25
+#: a tiny transformer's training batch, (B, h, N) = (64, 4, 32). They save 2-3 ns a pair
+#: (the softmax of a causal (8, 8, 128, 64) batch: 4.5 ms of numpy passes against 1.6 ms),
+#: about 0.5 ms a call here, so the one-off load (~1 s) is repaid within a few thousand such
+#: calls: what a training loop makes. Smaller calls (the chapter's examples, the explorer's
+#: figures) never load numba.
+MIN_PAIRS = 2**18
 #: The most units in the last place the compiled exp is from numpy's float32 exp (measured 3).
 ULPS = 4
+
+#: The kernels' "no mask" and "no reach" arguments (typed arrays, as numba needs).
+NO_BLOCKED = np.zeros((0, 0), bool)
+NO_REACH = np.zeros(0, np.int64)
+NO_BLOCKED.flags.writeable = NO_REACH.flags.writeable = False  # as the kept mask tables
 
 _lock = threading.Lock()
 _loaded: list = []  # [Kernels or None], once tried
@@ -73,10 +94,14 @@ class Kernels(NamedTuple):
 
     exp(s, c): s ← exp(s · c), within ``ULPS`` of numpy's float32 exp.
     softmax_grad(dp, p, d): dp ← p ∘ (dp − d[:, None]), numpy's result bit for bit.
+    softmax(s, a, b, scale, blocked, reach, top, given): rows [a, b) of a (P, R, C) score
+    table scaled, masked, shifted by their max and exponentiated in one pass per row
+    (``_fused_numba.softmax_rows``; see ``rows_softmax`` for its plain arguments).
     """
 
     exp: Callable
     softmax_grad: Callable
+    softmax: Callable
 
 
 def tile_kernels(dtype, pairs: int) -> Kernels | None:
@@ -96,6 +121,33 @@ def tile_kernels(dtype, pairs: int) -> Kernels | None:
     return kernels
 
 
+def rows_softmax(dtype, lead: tuple[int, ...], n: int, m: int, blocked, biases):
+    """The compiled softmax pass (``Kernels.softmax``) for a dense call, or None: float32 with
+    no float mask part (``biases``) and a boolean one (``blocked``, broadcastable to
+    (..., N, M), or None) the same for every batch element, on the calls ``tile_kernels``
+    picks from the score table's lead axes ``lead``. ``core/_small.py`` and ``core/dense.py``
+    ask it of the same call, so both paths round alike."""
+    if np.dtype(dtype) != np.float32 or biases:
+        return None
+    if blocked is not None and any(size != 1 for size in blocked.shape[:-2]):
+        return None  # the mask differs between batch elements
+    kernels = tile_kernels(dtype, math.prod(lead) * n * m)
+    return None if kernels is None else kernels.softmax
+
+
+def kernel_mask(blocked, n: int, m: int) -> np.ndarray:
+    """``blocked`` (broadcastable to (N, M), lead axes all 1, or None) as the kernel takes it:
+    a read-only C-contiguous (N, M) table, or ``NO_BLOCKED``. One array type for every call,
+    so numba compiles (and caches) one version of the kernel."""
+    if blocked is None:
+        return NO_BLOCKED
+    table = blocked.reshape(blocked.shape[-2:])
+    if table.shape != (n, m) or not table.flags.c_contiguous or table.flags.writeable:
+        table = np.ascontiguousarray(np.broadcast_to(table, (n, m)))
+        table.flags.writeable = False
+    return table
+
+
 def warm() -> Kernels | None:
     """Load the compiled passes now, unless ATTNLAB_KERNEL=numpy; None where numba is not
     installed (or not wanted). Changes no result: only when the one-off load happens."""
@@ -111,5 +163,5 @@ def _load():
             except ImportError:
                 _loaded.append(None)
             else:
-                _loaded.append(Kernels(nb.exp_scaled, nb.softmax_grad))
+                _loaded.append(Kernels(nb.exp_scaled, nb.softmax_grad, nb.softmax_rows))
     return _loaded[0]

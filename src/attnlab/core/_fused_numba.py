@@ -19,7 +19,7 @@ import numpy as np
 from numba import njit, types
 from numba.extending import intrinsic
 
-__all__ = ["exp_scaled", "softmax_grad"]
+__all__ = ["exp_scaled", "softmax_grad", "softmax_rows"]
 
 
 @intrinsic
@@ -33,38 +33,107 @@ def _float32_from_bits(typingctx, bits):
     return sig, codegen
 
 
-@njit(cache=True, fastmath=False, nogil=True)
-def exp_scaled(s, c):  # pragma: no cover - compiled; its Python body never runs
-    """s ← exp(s · c) in place, s a C-contiguous (rows, cols) float32 tile (every tile buffer
-    of the kernels is); s · c rounds to float32 first, as numpy's ``s *= c`` would."""
+@njit(cache=True, fastmath=False, inline="always")
+def _exp(x):  # pragma: no cover - compiled
+    """exp(x) for one float32 (see the module docstring); inlined into each loop below."""
     log2e = np.float32(1.4426950408889634)
     ln2_hi = np.float32(0.693359375)  # 8 significant bits: n · ln2_hi is exact for |n| < 2^16
     ln2_lo = np.float32(-2.12194440e-4)  # ln 2 − ln2_hi
     shift = np.float32(12582912.0)  # 1.5 · 2^23: adding it rounds to an integer
+    x = np.float32(89.0) if x > np.float32(89.0) else x
+    x = np.float32(-104.0) if x < np.float32(-104.0) else x
+    nf = (x * log2e + shift) - shift  # round(x / ln 2), as a float
+    r = (x - nf * ln2_hi) - nf * ln2_lo
+    p = np.float32(1.0 / 5040.0)
+    p = p * r + np.float32(1.0 / 720.0)
+    p = p * r + np.float32(1.0 / 120.0)
+    p = p * r + np.float32(1.0 / 24.0)
+    p = p * r + np.float32(1.0 / 6.0)
+    p = p * r + np.float32(0.5)
+    p = p * r + np.float32(1.0)
+    p = p * r + np.float32(1.0)
+    n = np.int32(nf)
+    half = n >> 1  # 2^n in two factors, each a normal float32 for n in [-150, 129]
+    rest = n - half
+    return (
+        p
+        * _float32_from_bits((half + np.int32(127)) << np.int32(23))
+        * _float32_from_bits((rest + np.int32(127)) << np.int32(23))
+    )
+
+
+@njit(cache=True, fastmath=False, nogil=True)
+def exp_scaled(s, c):  # pragma: no cover - compiled; its Python body never runs
+    """s ← exp(s · c) in place, s a C-contiguous (rows, cols) float32 tile (every tile buffer
+    of the kernels is); s · c rounds to float32 first, as numpy's ``s *= c`` would."""
     c = np.float32(c)
     flat = s.reshape(-1)  # a view of the contiguous tile: one loop (0.29 ms against 0.38 by rows)
     for j in range(flat.size):
-        x = flat[j] * c
-        x = np.float32(89.0) if x > np.float32(89.0) else x
-        x = np.float32(-104.0) if x < np.float32(-104.0) else x
-        nf = (x * log2e + shift) - shift  # round(x / ln 2), as a float
-        r = (x - nf * ln2_hi) - nf * ln2_lo
-        p = np.float32(1.0 / 5040.0)
-        p = p * r + np.float32(1.0 / 720.0)
-        p = p * r + np.float32(1.0 / 120.0)
-        p = p * r + np.float32(1.0 / 24.0)
-        p = p * r + np.float32(1.0 / 6.0)
-        p = p * r + np.float32(0.5)
-        p = p * r + np.float32(1.0)
-        p = p * r + np.float32(1.0)
-        n = np.int32(nf)
-        half = n >> 1  # 2^n in two factors, each a normal float32 for n in [-150, 129]
-        rest = n - half
-        flat[j] = (
-            p
-            * _float32_from_bits((half + np.int32(127)) << np.int32(23))
-            * _float32_from_bits((rest + np.int32(127)) << np.int32(23))
-        )
+        flat[j] = _exp(flat[j] * c)
+
+
+@njit(cache=True, fastmath=False, nogil=True)
+def softmax_rows(s, a, b, scale, blocked, reach, top, given):  # pragma: no cover - compiled
+    """Rows [a, b) of s (P, R, C), a C-contiguous float32 table of scores q kᵀ, in place:
+    each score scaled (``s * scale``, rounded as numpy rounds it), set to -inf where
+    ``blocked`` (R, C) is True, shifted by its row's max and exponentiated. Row i's max goes
+    to top[p, i − a] (``top`` is (P, b − a)), -inf for a row with no allowed key (shifted by
+    0: all its weights are 0). With ``given``, the shift is read from ``top`` instead (a saved
+    log-sum-exp: the weights themselves come out). ``reach`` (R,): keys from reach[i] on are
+    blocked for row i and written as exactly 0 without a look. A (0, 0) ``blocked`` or a
+    (0,) ``reach`` means none.
+
+    The scale, the mask and the shift round as numpy's ``*=``, ``copyto`` and ``-=`` do and
+    the max is exact, so only exp differs from numpy's passes (``_fused.ULPS``). Each row is
+    read twice while it sits in L1, where numpy makes five passes over the table (1.6 ms
+    against 4.5 for the scores of a causal (8, 8, 128, 64) batch on the 2-core AMD EPYC)."""
+    scale = np.float32(scale)
+    lowest = np.float32(-np.inf)
+    masked = blocked.shape[0] > 0
+    cols = s.shape[2]
+    for p in range(s.shape[0]):
+        for i in range(a, b):
+            row = s[p, i]
+            end = reach[i] if reach.shape[0] > 0 else cols
+            if masked:
+                shut = blocked[i]
+                for j in range(end):
+                    row[j] = lowest if shut[j] else row[j] * scale
+            else:
+                for j in range(end):
+                    row[j] = row[j] * scale
+            if given:
+                shift = top[p, i - a]
+            else:
+                shift = _row_max(row, end)
+                top[p, i - a] = shift
+                shift = shift if shift > lowest else np.float32(0.0)
+            for j in range(end):
+                row[j] = _exp(row[j] - shift)
+            for j in range(end, cols):
+                row[j] = np.float32(0.0)
+
+
+@njit(cache=True, fastmath=False, nogil=True)
+def _row_max(row, end):  # pragma: no cover - compiled
+    """max(row[:end]), -inf when empty: eight running maxima, so LLVM can keep them in one
+    vector register (max is exact in any order; the scores here hold no NaN)."""
+    m0 = m1 = m2 = m3 = m4 = m5 = m6 = m7 = np.float32(-np.inf)
+    j = 0
+    while j + 8 <= end:
+        m0 = max(m0, row[j])
+        m1 = max(m1, row[j + 1])
+        m2 = max(m2, row[j + 2])
+        m3 = max(m3, row[j + 3])
+        m4 = max(m4, row[j + 4])
+        m5 = max(m5, row[j + 5])
+        m6 = max(m6, row[j + 6])
+        m7 = max(m7, row[j + 7])
+        j += 8
+    while j < end:
+        m0 = max(m0, row[j])
+        j += 1
+    return max(max(max(m0, m1), max(m2, m3)), max(max(m4, m5), max(m6, m7)))
 
 
 @njit(cache=True, fastmath=False, nogil=True)

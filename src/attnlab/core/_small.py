@@ -32,10 +32,12 @@ import math
 import numpy as np
 
 from attnlab.core import blockwise
+from attnlab.core._fused import rows_softmax
 from attnlab.core._grad import sum_to
 from attnlab.core._precision import WIDE
 from attnlab.core._small_cores import join, on_cores
-from attnlab.core._small_masks import PREFIX_BAND, PREFIX_SPLIT, broadcast, mask_tables
+from attnlab.core._small_exp import exp_compiled, exp_scores, scores
+from attnlab.core._small_masks import broadcast, mask_tables
 from attnlab.core._validate import score_limit
 
 __all__ = ["SMALL_BYTES", "broadcast", "small_attention", "small_backward"]
@@ -43,11 +45,8 @@ __all__ = ["SMALL_BYTES", "broadcast", "small_attention", "small_backward"]
 #: The largest score table (..., N, M) the fast path takes: past it the dense kernel's bands
 #: and thread pool pay for their overhead.
 SMALL_BYTES = 2**23
-#: Rows of the softmax per pass: about 1 MiB of scores, as the dense kernel's bands.
-_BAND_BYTES = 2**20
 #: A quarter of ``_validate.score_limit``: a call near the limit goes to the general path.
 _LIMIT = {c: score_limit(np.dtype(c)) / 4 for c in "fd"}
-_LOWEST = {c: np.finfo(np.dtype(c)).min for c in "fd"}
 #: A result bounded below a quarter of the dtype's largest number is finite without a look.
 _ROOM = {c: float(np.finfo(np.dtype(c)).max) / 4 for c in "fd"}
 #: Up to this many elements of q, k, v (and dO) in all, their peaks come from one joined copy.
@@ -138,7 +137,7 @@ def _all_finite(a: np.ndarray) -> bool:
 def _forward(x, _g, return_weights: bool, return_lse: bool):
     """The dense kernel's forward pass on prepared inputs (see ``_prepare``): (output,), then
     the weights and the lse (..., N, 1) as asked; None where the general path must answer."""
-    s = _exp_scores(x)  # (..., N, M) unnormalised weights, their row sums and row maxima
+    s = exp_scores(x)  # (..., N, M) unnormalised weights, their row sums and row maxima
     if s is None:
         return None
     e, total, top = s
@@ -158,11 +157,14 @@ def _backward(x, g):
     q, k, v, sc = x[:4]
     if type(g) is tuple:  # the weights straight from the saved lse: no row max, no row sum
         g, lse = g
-        p = _scores(x)
-        p -= lse
-        np.exp(p, out=p)  # (..., N, M): the weights P
+        if x[11] is not None:
+            p = exp_compiled(x, np.array(np.broadcast_to(lse, x[5] + lse.shape[-2:])))[0]
+        else:
+            p = scores(x)
+            p -= lse
+            np.exp(p, out=p)  # (..., N, M): the weights P
     else:
-        s = _exp_scores(x)
+        s = exp_scores(x)
         if s is None:
             return None
         p, total, _ = s
@@ -224,7 +226,20 @@ def _prepare(q, k, v, mask, scale, method, g=None):
     # Rows need no check (a max of -inf, scores past ±WIDE) when no float part can move a
     # score, no row is blocked whole, and the scores' bound already keeps them within ±WIDE.
     sure = not biases and not hollow and (dtype.char == "d" or tops[3] <= WIDE)
-    return q, k, v, sc, lead, tlead, blocked, biases, sure, tops, reach
+    return (
+        q,
+        k,
+        v,
+        sc,
+        lead,
+        tlead,
+        blocked,
+        biases,
+        sure,
+        tops,
+        reach,
+        rows_softmax(dtype, tlead, n, m, blocked, biases),
+    )
 
 
 def _scale(scale, d_k: int) -> float | None:
@@ -272,92 +287,3 @@ def _peaks(arrays) -> list[float]:
     flat = np.concatenate(arrays, axis=None)  # (Σ sizes,)
     np.abs(flat, out=flat)
     return _max_at(flat, list(itertools.accumulate(sizes[:-1], initial=0))).tolist()
-
-
-def _scores(x) -> np.ndarray:
-    """q kᵀ · scale + mask, (..., N, M) with the score table's lead axes (blocked pairs -inf)."""
-    q, k, _, sc, _, tlead, blocked, biases = x[:8]
-    s = q @ k.mT  # (..., N, M)
-    if s.shape[:-2] != tlead:  # the mask varies along an axis q and k lack
-        s = np.array(np.broadcast_to(s, tlead + s.shape[-2:]))  # (..., N, M)
-    s *= s.dtype.type(sc)
-    if blocked is not None:
-        np.copyto(s, -np.inf, where=blocked)
-    for b in biases:
-        s += b
-    return s
-
-
-def _exp_scores(x):
-    """exp(masked scores − row max) in place (..., N, M), its row sums and row maxima (each
-    (..., N, 1)), or None when a row has no allowed key (the general path raises that error)
-    or float32 scores lie far from 0."""
-    if x[10] is not None:
-        return _exp_prefix(x)
-    s = _scores(x)
-    n, sure = s.shape[-2], x[8]
-    band = _BAND_BYTES // (s.size // n * s.itemsize) or 1
-    if band >= n:
-        return _softmax_rows(s, sure)
-    parts = []
-    for a in range(0, n, band):  # cache-sized bands, as the dense kernel's softmax
-        part = _softmax_rows(s[..., a : a + band, :], sure)
-        if part is None:
-            return None
-        parts.append(part[1:])
-    totals, tops = zip(*parts, strict=True)
-    return s, np.concatenate(totals, axis=-2), np.concatenate(tops, axis=-2)
-
-
-def _exp_prefix(x):
-    """``_exp_scores`` for a mask that blocks each row's tail (``_reach``), a band of rows at a
-    time, computing only the keys some row of the band allows: scores, scale, mask, max and
-    exp on (..., band, reach), and the exact 0 that exp(-inf) gives written past it. The row
-    sums still run over whole rows, so numpy adds the same numbers in the same order."""
-    q, k, _, sc, lead, _, blocked, _, sure = x[:9]
-    reach = x[10]  # (N,)
-    n, m = q.shape[-2], k.shape[-2]
-    # One matmul for the whole table: OpenBLAS rounds a product cut at another column otherwise.
-    s = q @ k.mT  # (..., N, M)
-    totals = np.empty(s.shape[:-1] + (1,), q.dtype)  # (..., N, 1)
-    tops = np.empty_like(totals)
-    blocked, scale = blocked.reshape(n, m), q.dtype.type(sc)
-    for a, b, c in _band_plan(reach, math.prod(lead) * m * q.itemsize):
-        head = s[..., a:b, :c]  # (..., band, reach)
-        head *= scale
-        np.copyto(head, -np.inf, where=blocked[a:b, :c])
-        s[..., a:b, c:] = 0.0
-        part = _softmax_rows(s[..., a:b, :], sure, c)
-        if part is None:
-            return None
-        totals[..., a:b, :], tops[..., a:b, :] = part[1], part[2]
-    return s, totals, tops
-
-
-def _band_plan(reach: np.ndarray, row_bytes: int) -> list[tuple[int, int, int]]:
-    """[(first row, end row, keys)]: bands of about an eighth of the rows (so a causal mask's
-    blocked triangle is skipped but for 1/16 of the table), at most ``_BAND_BYTES`` of scores,
-    each with the keys its rows reach."""
-    n = reach.shape[0]
-    band = max(1, min(_BAND_BYTES // row_bytes, max(PREFIX_BAND, -(-n // PREFIX_SPLIT))))
-    return [(a, min(n, a + band), int(_max(reach[a : a + band]))) for a in range(0, n, band)]
-
-
-def _softmax_rows(s, sure: bool, keys: int | None = None):
-    """(exp(s − row max) in place, row sums, row maxima) of masked scores s; None at doubt.
-    ``sure``: ``_prepare`` proved every row keeps a key and the scores lie within ±WIDE.
-    ``keys``: only s[..., :keys] is exponentiated, the rest already holds its weights (0)."""
-    head = s if keys is None else s[..., :keys]  # (..., rows, keys)
-    top = _max(head, -1, keepdims=True)  # (..., rows, 1)
-    if not sure:
-        if s.dtype == np.float32 and _max(np.abs(top), axis=None) > WIDE:
-            return None  # scores far from 0: the general path computes these in float64
-        # A row with no allowed key has max -inf; raise it to the lowest finite number so
-        # that -inf - max stays -inf (not NaN) and its sum is 0: the general path's case.
-        np.maximum(top, _LOWEST[s.dtype.char], out=top)
-    head -= top
-    np.exp(head, out=head)  # unnormalised weights
-    total = _sum(s, -1, keepdims=True)  # (..., rows, 1)
-    if not sure and not _all(total, axis=None):
-        return None
-    return s, total, top

@@ -25,7 +25,9 @@ import math
 
 import numpy as np
 
+from attnlab.core._fused import NO_REACH, kernel_mask, rows_softmax
 from attnlab.core._precision import narrow, too_wide, widen
+from attnlab.core._small_masks import mask_tables
 from attnlab.core._threads import on_threads, one_blas_thread
 from attnlab.core._validate import (
     Inputs,
@@ -69,6 +71,7 @@ class _Rows:
         self.risky = may_overflow(x)
         if self.risky:  # refused as the blockwise kernels refuse it, whichever path runs
             check_q_scale(x)
+        self.compiled = None if keep is not None else _compiled(x, self)
 
     def scores(self, rows) -> np.ndarray:
         with np.errstate(over="ignore", invalid="ignore"):  # overflow is checked at the max
@@ -111,6 +114,32 @@ class _Rows:
         if self.sink is not None:  # in the divisor, with no value: weights sum to < 1
             total += np.exp(self.sink - top)
 
+    def softmax_compiled(self, s: np.ndarray, rows, at: int) -> None:
+        """``softmax`` by the compiled pass (``_fused.rows_softmax``) for the call's rows
+        [r0, r1), which are rows [at, at + r1 − r0) of s (..., R, M), C-contiguous: the same
+        roundings as ``softmax`` but exp's, the keys past a row's reach written as 0."""
+        kernel, blocked, reach = self.compiled
+        r0, r1 = rows
+        s3 = s.reshape((-1,) + s.shape[-2:])  # (P, R, M), a view
+        top = np.empty((s3.shape[0], r1 - r0), s.dtype)  # (P, rows)
+        shut = blocked if blocked.size == 0 else blocked[r0 - at :]
+        kernel(
+            s3,
+            at,
+            at + r1 - r0,
+            self.x.scale,
+            shut,
+            reach if reach.size == 0 else reach[r0 - at :],
+            top,
+            False,
+        )
+        band = (..., slice(r0, r1), slice(None))
+        top = top.reshape(self.lead + (r1 - r0, 1))  # (..., rows, 1)
+        np.isneginf(top, out=self.hollow[band])
+        top[self.hollow[band]] = 0.0
+        self.row_max[band] = top
+        np.sum(s[..., at : at + r1 - r0, :], axis=-1, keepdims=True, out=self.total[band])
+
     def check_empty(self, empty_rows: str) -> None:
         if empty_rows == "raise" and self.hollow.any():
             raise_empty_rows(self.x, np.argwhere(self.hollow[..., 0]))
@@ -125,6 +154,25 @@ class _Rows:
 
     def row_bytes(self) -> int:
         return math.prod(self.lead) * self.x.m * self.x.q.dtype.itemsize
+
+
+def _compiled(x: Inputs, r: _Rows):
+    """(kernel, blocked (N, M), reach (N,)) where the compiled softmax takes this call (see
+    ``_fused.rows_softmax``: the question ``core/_small.py`` asks too), else None: a plain
+    float32 call (no cap, sinks or overflow risk, inputs checked finite) whose mask is
+    boolean and the same for every batch element."""
+    if x.q.dtype != np.float32 or x.softcap is not None or r.sink is not None:
+        return None
+    if r.risky or not x.check_finite:
+        return None
+    drawn = mask_tables(x.mask, x.n, x.m, x.lead, x.q.dtype)
+    if drawn is None:
+        return None
+    _, blocked, biases, _, reach = drawn
+    kernel = rows_softmax(x.q.dtype, r.lead, x.n, x.m, blocked, biases)
+    if kernel is None:
+        return None
+    return kernel, kernel_mask(blocked, x.n, x.m), NO_REACH if reach is None else reach
 
 
 def _each(fn, starts, threads: int, size: int, batched: bool = True) -> None:
@@ -160,9 +208,12 @@ def dense_output(x: Inputs, *, empty_rows: str = "raise", threads: int = 1, lse:
     def band_rows(r0: int) -> None:
         rows = (r0, min(n, r0 + band))
         s = r.scores(rows)  # (..., band, M)
-        for a in range(0, rows[1] - rows[0], sub):  # softmax in cache-sized pieces
-            b = min(rows[1] - rows[0], a + sub)
-            r.softmax(s[..., a:b, :], (rows[0] + a, rows[0] + b))
+        if r.compiled is not None:  # one pass per row, each in cache while it is read
+            r.softmax_compiled(s, rows, 0)
+        else:
+            for a in range(0, rows[1] - rows[0], sub):  # numpy's passes, in cache-sized pieces
+                b = min(rows[1] - rows[0], a + sub)
+                r.softmax(s[..., a:b, :], (rows[0] + a, rows[0] + b))
         part = s @ x.v  # (..., band, d_v)
         # Divide the small output, not the table; rows with no key: 0, not 0/0.
         t = r.total[..., rows[0] : rows[1], :]
@@ -183,8 +234,16 @@ def dense_weights(x: Inputs, *, empty_rows: str = "raise", threads: int = 1, lse
     r = _Rows(x)
     scores = r.scores((0, x.n))  # (..., N, M)
     band = max(1, _BAND_BYTES // r.row_bytes())
+
+    def softmax(r0: int) -> None:
+        rows = (r0, min(x.n, r0 + band))
+        if r.compiled is not None:
+            r.softmax_compiled(scores, rows, r0)
+        else:
+            r.softmax(scores[..., r0 : r0 + band, :], rows)
+
     _each(
-        lambda r0: r.softmax(scores[..., r0 : r0 + band, :], (r0, min(x.n, r0 + band))),
+        softmax,
         range(0, x.n, band),
         threads,
         scores.nbytes,

@@ -1,0 +1,145 @@
+"""The fast path's softmax of the scores (``core/_small.py``): q kᵀ scaled and masked, shifted
+by each row's max and exponentiated, in place, with each row's sum and max.
+
+Shape legend (the chapter's letters):
+    ...  leading batch axes          N  query rows          M  key rows
+
+Three roads, each the dense kernel's roundings (so the fast and general paths agree bit for
+bit): numpy's passes over cache-sized bands of rows; the same passes cut at the keys a
+causal-like mask lets each band reach (``_exp_prefix``); and, where ``_fused.rows_softmax``
+picks it, the compiled pass that does scale, mask, max, shift and exp in two reads of each row
+(``_exp_compiled``). ``x`` is ``_small._prepare``'s tuple throughout.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from attnlab.core._fused import NO_REACH, kernel_mask
+from attnlab.core._precision import WIDE
+from attnlab.core._small_masks import PREFIX_BAND, PREFIX_SPLIT
+
+__all__ = ["exp_compiled", "exp_scores", "scores"]
+
+#: Rows of the softmax per pass: about 1 MiB of scores, as the dense kernel's bands.
+_BAND_BYTES = 2**20
+_LOWEST = {c: np.finfo(np.dtype(c)).min for c in "fd"}
+_max, _sum, _all = np.maximum.reduce, np.add.reduce, np.logical_and.reduce
+
+
+def scores(x) -> np.ndarray:
+    """q kᵀ · scale + mask, (..., N, M) with the score table's lead axes (blocked pairs -inf)."""
+    q, k, _, sc, _, tlead, blocked, biases = x[:8]
+    s = q @ k.mT  # (..., N, M)
+    if s.shape[:-2] != tlead:  # the mask varies along an axis q and k lack
+        s = np.array(np.broadcast_to(s, tlead + s.shape[-2:]))  # (..., N, M)
+    s *= s.dtype.type(sc)
+    if blocked is not None:
+        np.copyto(s, -np.inf, where=blocked)
+    for b in biases:
+        s += b
+    return s
+
+
+def exp_scores(x):
+    """exp(masked scores − row max) in place (..., N, M), its row sums and row maxima (each
+    (..., N, 1)), or None when a row has no allowed key (the general path raises that error)
+    or float32 scores lie far from 0."""
+    if x[11] is not None:
+        return exp_compiled(x)
+    if x[10] is not None:
+        return _exp_prefix(x)
+    s = scores(x)
+    n, sure = s.shape[-2], x[8]
+    band = _BAND_BYTES // (s.size // n * s.itemsize) or 1
+    if band >= n:
+        return _softmax_rows(s, sure)
+    parts = []
+    for a in range(0, n, band):  # cache-sized bands, as the dense kernel's softmax
+        part = _softmax_rows(s[..., a : a + band, :], sure)
+        if part is None:
+            return None
+        parts.append(part[1:])
+    totals, tops = zip(*parts, strict=True)
+    return s, np.concatenate(totals, axis=-2), np.concatenate(tops, axis=-2)
+
+
+def exp_compiled(x, lse=None):
+    """``exp_scores`` by the compiled pass (``_fused.rows_softmax``): q kᵀ in one matmul,
+    then each row scaled, masked, shifted and exponentiated in two reads, the keys past its
+    reach left as 0.
+    With ``lse`` (..., N, 1) the rows are shifted by it (the weights come out; no max, no sum:
+    (weights, None, None))."""
+    q, k, _, sc, _, tlead, blocked, _, sure, _, reach, kernel = x
+    s = q @ k.mT  # (..., N, M)
+    if s.shape[:-2] != tlead:  # the mask varies along an axis q and k lack
+        s = np.array(np.broadcast_to(s, tlead + s.shape[-2:]))  # (..., N, M)
+    n, m = s.shape[-2:]
+    s3 = s.reshape(-1, n, m)  # (P, N, M), a view
+    top = np.empty(s3.shape[:2], s.dtype) if lse is None else lse.reshape(s3.shape[:2])
+    shut = kernel_mask(blocked, n, m)
+    kernel(s3, 0, n, sc, shut, NO_REACH if reach is None else reach, top, lse is not None)
+    if lse is not None:
+        return s, None, None
+    top = top.reshape(s.shape[:-1] + (1,))  # (..., N, 1)
+    if not sure:
+        if s.dtype == np.float32 and _max(np.abs(top), axis=None) > WIDE:
+            return None  # far from 0, or a row with no key (-inf): the general path answers
+    total = _sum(s, -1, keepdims=True)  # (..., N, 1)
+    return s, total, top
+
+
+def _exp_prefix(x):
+    """``exp_scores`` for a mask that blocks each row's tail (``_reach``), a band of rows at a
+    time, computing only the keys some row of the band allows: scores, scale, mask, max and
+    exp on (..., band, reach), and the exact 0 that exp(-inf) gives written past it. The row
+    sums still run over whole rows, so numpy adds the same numbers in the same order."""
+    q, k, _, sc, lead, _, blocked, _, sure = x[:9]
+    reach = x[10]  # (N,)
+    n, m = q.shape[-2], k.shape[-2]
+    # One matmul for the whole table: OpenBLAS rounds a product cut at another column otherwise.
+    s = q @ k.mT  # (..., N, M)
+    totals = np.empty(s.shape[:-1] + (1,), q.dtype)  # (..., N, 1)
+    tops = np.empty_like(totals)
+    blocked, scale = blocked.reshape(n, m), q.dtype.type(sc)
+    for a, b, c in _band_plan(reach, math.prod(lead) * m * q.itemsize):
+        head = s[..., a:b, :c]  # (..., band, reach)
+        head *= scale
+        np.copyto(head, -np.inf, where=blocked[a:b, :c])
+        s[..., a:b, c:] = 0.0
+        part = _softmax_rows(s[..., a:b, :], sure, c)
+        if part is None:
+            return None
+        totals[..., a:b, :], tops[..., a:b, :] = part[1], part[2]
+    return s, totals, tops
+
+
+def _band_plan(reach: np.ndarray, row_bytes: int) -> list[tuple[int, int, int]]:
+    """[(first row, end row, keys)]: bands of about an eighth of the rows (so a causal mask's
+    blocked triangle is skipped but for 1/16 of the table), at most ``_BAND_BYTES`` of scores,
+    each with the keys its rows reach."""
+    n = reach.shape[0]
+    band = max(1, min(_BAND_BYTES // row_bytes, max(PREFIX_BAND, -(-n // PREFIX_SPLIT))))
+    return [(a, min(n, a + band), int(_max(reach[a : a + band]))) for a in range(0, n, band)]
+
+
+def _softmax_rows(s, sure: bool, keys: int | None = None):
+    """(exp(s − row max) in place, row sums, row maxima) of masked scores s; None at doubt.
+    ``sure``: ``_prepare`` proved every row keeps a key and the scores lie within ±WIDE.
+    ``keys``: only s[..., :keys] is exponentiated, the rest already holds its weights (0)."""
+    head = s if keys is None else s[..., :keys]  # (..., rows, keys)
+    top = _max(head, -1, keepdims=True)  # (..., rows, 1)
+    if not sure:
+        if s.dtype == np.float32 and _max(np.abs(top), axis=None) > WIDE:
+            return None  # scores far from 0: the general path computes these in float64
+        # A row with no allowed key has max -inf; raise it to the lowest finite number so
+        # that -inf - max stays -inf (not NaN) and its sum is 0: the general path's case.
+        np.maximum(top, _LOWEST[s.dtype.char], out=top)
+    head -= top
+    np.exp(head, out=head)  # unnormalised weights
+    total = _sum(s, -1, keepdims=True)  # (..., rows, 1)
+    if not sure and not _all(total, axis=None):
+        return None
+    return s, total, top
