@@ -25,7 +25,9 @@ def roads(monkeypatch):
     seen: list[int] = []
     monkeypatch.setenv("ATTNLAB_KERNEL", "numpy")
     monkeypatch.setattr(
-        _small_exp, "_exp_prefix", lambda x, _p=_small_exp._exp_prefix: seen.append(1) or _p(x)
+        _small_exp,
+        "_exp_prefix",
+        lambda x, fresh, _p=_small_exp._exp_prefix: seen.append(1) or _p(x, fresh),
     )
 
     def road(on: bool) -> None:

@@ -36,7 +36,7 @@ from attnlab.core._fused import rows_softmax
 from attnlab.core._grad import sum_to
 from attnlab.core._precision import WIDE
 from attnlab.core._small_cores import join, on_cores
-from attnlab.core._small_exp import exp_compiled, exp_scores, scores
+from attnlab.core._small_exp import exp_compiled, exp_scores, scores, scratch
 from attnlab.core._small_masks import broadcast, mask_tables
 from attnlab.core._validate import score_limit
 
@@ -137,7 +137,8 @@ def _all_finite(a: np.ndarray) -> bool:
 def _forward(x, _g, return_weights: bool, return_lse: bool):
     """The dense kernel's forward pass on prepared inputs (see ``_prepare``): (output,), then
     the weights and the lse (..., N, 1) as asked; None where the general path must answer."""
-    s = exp_scores(x)  # (..., N, M) unnormalised weights, their row sums and row maxima
+    # (..., N, M) unnormalised weights (a scratch table unless they are returned), row sums, maxima
+    s = exp_scores(x, fresh=return_weights)
     if s is None:
         return None
     e, total, top = s
@@ -169,10 +170,17 @@ def _backward(x, g):
             return None
         p, total, _ = s
         p /= total  # (..., N, M): the weights P
-    o = p @ v  # (..., N, d_v)
+    # The tables that never leave the call go to scratch buffers (``_small_exp.scratch``).
+    mine = p.shape[:-2] == g.shape[:-2]  # P, O and dO share the output's lead axes
+    o = np.matmul(p, v, out=scratch("o", g.shape, g.dtype)) if mine else p @ v  # (..., N, d_v)
     dv = p.mT @ g  # 1) dV = Pᵀ dO (..., M, d_v)
-    ds = g @ v.mT  # 2) dP = dO Vᵀ (..., N, M), made dS in place
-    d = _sum(g * o, -1, keepdims=True)  # 3) D = rowsum(dO ∘ O) (..., N, 1)
+    ds = np.matmul(g, v.mT, out=scratch("ds", g.shape[:-1] + p.shape[-1:], g.dtype))
+    # 2) dP = dO Vᵀ (..., N, M), made dS in place; 3) D = rowsum(dO ∘ O) (..., N, 1)
+    d = _sum(
+        np.multiply(g, o, out=scratch("dO O", g.shape, g.dtype)) if mine else g * o,
+        -1,
+        keepdims=True,
+    )
     ds -= d  # 4) dS = P ∘ (dP − D)
     ds *= p
     scale = q.dtype.type(sc)
