@@ -55,27 +55,40 @@ def test_the_pass_is_numpys_but_for_exps_ulps(softmax, rows, cols, mask):
     if mask == "reach":
         reach = np.minimum(np.arange(1, rows + 1), cols).astype(np.int64)
     want, top_want = _numpy_passes(s, 0.3, blocked)
-    got, top = s.copy(), np.empty((3, rows), np.float32)
+    got, top, total = s.copy(), np.empty((3, rows), np.float32), np.empty((3, rows), np.float32)
     shut = _fused.NO_BLOCKED if blocked is None or mask == "reach" else blocked
-    softmax(got, 0, rows, 0.3, shut, reach, top, False)
+    softmax(got, 0, rows, 0.3, shut, reach, top, total, False)
     np.testing.assert_array_equal(top, top_want)  # the max is exact, -inf where no key
     np.testing.assert_array_equal(got == 0.0, want == 0.0)  # every blocked weight exactly 0
     assert _ulps(got, want).max() <= _fused.ULPS
+    np.testing.assert_array_equal(total, got.sum(-1))  # numpy's own sum of the kernel's weights
 
 
 def test_a_band_of_rows_and_a_given_shift(softmax):
     rng = np.random.default_rng(3)
     s = rng.standard_normal((2, 10, 12)).astype(np.float32)
-    got, top = s.copy(), np.empty((2, 4), np.float32)
-    softmax(got, 3, 7, 0.5, _fused.NO_BLOCKED, _fused.NO_REACH, top, False)
+    got, top, total = s.copy(), np.empty((2, 4), np.float32), np.empty((2, 4), np.float32)
+    softmax(got, 3, 7, 0.5, _fused.NO_BLOCKED, _fused.NO_REACH, top, total, False)
     np.testing.assert_array_equal(got[:, :3], s[:, :3])  # rows outside the band untouched
     np.testing.assert_array_equal(got[:, 7:], s[:, 7:])
     np.testing.assert_array_equal(top, (s[:, 3:7] * np.float32(0.5)).max(-1))  # top[p, i - a]
+    np.testing.assert_array_equal(total, got[:, 3:7].sum(-1))
     lse = np.full((2, 10), 0.25, np.float32)  # given: the shift is read, not computed
     given = s.copy()
-    softmax(given, 0, 10, 0.5, _fused.NO_BLOCKED, _fused.NO_REACH, lse, True)
+    softmax(given, 0, 10, 0.5, _fused.NO_BLOCKED, _fused.NO_REACH, lse, np.empty_like(lse), True)
     assert _ulps(given, np.exp(s * np.float32(0.5) - np.float32(0.25))).max() <= _fused.ULPS
     np.testing.assert_array_equal(lse, 0.25)
+
+
+def test_the_row_sum_is_numpys_pairwise_sum_bit_for_bit():
+    from attnlab.core._fused_numba import row_sum
+
+    rng = np.random.default_rng(5)
+    for n in [*range(0, 300), 511, 512, 513, 1000, 2048, 4097]:  # every branch of the split
+        row = (rng.random(n) * rng.random(n) ** 6).astype(np.float32)  # widely spread terms
+        assert row_sum(row, 0, n) == np.add.reduce(row), n
+        if n > 3:
+            assert row_sum(row, 3, n - 3) == np.add.reduce(row[3:]), n
 
 
 def test_the_rule_is_the_tile_rule_for_plain_float32_tables(monkeypatch):

@@ -94,9 +94,9 @@ class Kernels(NamedTuple):
 
     exp(s, c): s ← exp(s · c), within ``ULPS`` of numpy's float32 exp.
     softmax_grad(dp, p, d): dp ← p ∘ (dp − d[:, None]), numpy's result bit for bit.
-    softmax(s, a, b, scale, blocked, reach, top, given): rows [a, b) of a (P, R, C) score
-    table scaled, masked, shifted by their max and exponentiated in one pass per row
-    (``_fused_numba.softmax_rows``; see ``rows_softmax`` for its plain arguments).
+    softmax(s, a, b, scale, blocked, reach, top, total, given): rows [a, b) of a (P, R, C)
+    score table scaled, masked, shifted by their max, exponentiated and summed, a row at a
+    time (``_fused_numba.softmax_rows``; ``kernel_mask`` makes its ``blocked``).
     """
 
     exp: Callable

@@ -18,6 +18,7 @@ import threading
 
 import numpy as np
 
+from attnlab.core import _small_masks
 from attnlab.core._fused import NO_REACH, kernel_mask
 from attnlab.core._precision import WIDE
 from attnlab.core._small_masks import PREFIX_BAND, PREFIX_SPLIT
@@ -83,7 +84,7 @@ def exp_scores(x, fresh: bool = False):
     or float32 scores lie far from 0. The table is scratch unless ``fresh`` (``product``)."""
     if x[11] is not None:
         return exp_compiled(x, fresh=fresh)
-    if x[10] is not None:
+    if x[10] is not None and x[0].shape[-2] >= _small_masks.PREFIX_ROWS:
         return _exp_prefix(x, fresh)
     s = scores(x, fresh)
     n, sure = s.shape[-2], x[8]
@@ -111,16 +112,16 @@ def exp_compiled(x, lse=None, fresh: bool = False):
     n, m = s.shape[-2:]
     s3 = s.reshape(-1, n, m)  # (P, N, M), a view
     top = np.empty(s3.shape[:2], s.dtype) if lse is None else lse.reshape(s3.shape[:2])
+    total = np.empty(s3.shape[:2], s.dtype)  # (P, N)
     shut = kernel_mask(blocked, n, m)
-    kernel(s3, 0, n, sc, shut, NO_REACH if reach is None else reach, top, lse is not None)
+    kernel(s3, 0, n, sc, shut, NO_REACH if reach is None else reach, top, total, lse is not None)
     if lse is not None:
         return s, None, None
     top = top.reshape(s.shape[:-1] + (1,))  # (..., N, 1)
     if not sure:
         if s.dtype == np.float32 and _max(np.abs(top), axis=None) > WIDE:
             return None  # far from 0, or a row with no key (-inf): the general path answers
-    total = _sum(s, -1, keepdims=True)  # (..., N, 1)
-    return s, total, top
+    return s, total.reshape(top.shape), top
 
 
 def _exp_prefix(x, fresh: bool):

@@ -22,8 +22,9 @@ __all__ = ["PREFIX_BAND", "PREFIX_ROWS", "PREFIX_SPLIT", "broadcast", "mask_tabl
 _KEPT = (Causal, SlidingWindow, Padding)
 _kept: dict = {}
 _KEEP_AT_MOST = 256
-#: A mask's blocked tails are skipped from this many query rows (below, a call is all overhead),
-#: in bands of N / PREFIX_SPLIT rows, at least PREFIX_BAND.
+#: numpy's passes skip a mask's blocked tails from this many query rows (below, a call is all
+#: overhead), in bands of N / PREFIX_SPLIT rows, at least PREFIX_BAND; the compiled pass skips
+#: them at any N, a row at a time.
 PREFIX_ROWS, PREFIX_SPLIT, PREFIX_BAND = 64, 8, 16
 
 
@@ -80,8 +81,8 @@ def _render(mask, n: int, m: int, lead_ndim: int):
 def _reach(blocked, biases, n: int, m: int):
     """(N,) each row's last allowed key + 1 where the mask is boolean, the same for every
     batch element and blocks a tail of some rows (a causal mask's upper triangle); else None.
-    Past it a row's scores are -inf, its weights exactly 0 (``core/_small.py``, ``_band_plan``)."""
-    if blocked is None or biases or n < PREFIX_ROWS or any(s != 1 for s in blocked.shape[:-2]):
+    Past it a row's scores are -inf, its weights exactly 0 (``core/_small_exp.py``)."""
+    if blocked is None or biases or any(s != 1 for s in blocked.shape[:-2]):
         return None
     open_ = ~blocked.reshape(blocked.shape[-2:])  # (N or 1, M)
     last = m - np.argmax(open_[:, ::-1], axis=-1)  # (N or 1,); a row with no key gives m

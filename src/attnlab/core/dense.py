@@ -121,24 +121,17 @@ class _Rows:
         kernel, blocked, reach = self.compiled
         r0, r1 = rows
         s3 = s.reshape((-1,) + s.shape[-2:])  # (P, R, M), a view
-        top = np.empty((s3.shape[0], r1 - r0), s.dtype)  # (P, rows)
+        top = np.empty((s3.shape[0], r1 - r0), s.dtype)  # (P, rows): maxima, then sums
+        total = np.empty_like(top)
         shut = blocked if blocked.size == 0 else blocked[r0 - at :]
-        kernel(
-            s3,
-            at,
-            at + r1 - r0,
-            self.x.scale,
-            shut,
-            reach if reach.size == 0 else reach[r0 - at :],
-            top,
-            False,
-        )
+        reach = reach if reach.size == 0 else reach[r0 - at :]
+        kernel(s3, at, at + r1 - r0, self.x.scale, shut, reach, top, total, False)
         band = (..., slice(r0, r1), slice(None))
         top = top.reshape(self.lead + (r1 - r0, 1))  # (..., rows, 1)
         np.isneginf(top, out=self.hollow[band])
         top[self.hollow[band]] = 0.0
         self.row_max[band] = top
-        np.sum(s[..., at : at + r1 - r0, :], axis=-1, keepdims=True, out=self.total[band])
+        self.total[band] = total.reshape(top.shape)  # numpy's pairwise row sums, bit for bit
 
     def check_empty(self, empty_rows: str) -> None:
         if empty_rows == "raise" and self.hollow.any():
