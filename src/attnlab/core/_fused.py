@@ -69,6 +69,7 @@ MIN_PAIRS = 2**18
 #: The most units in the last place the compiled exp is from numpy's float32 exp (measured 3).
 ULPS = 4
 
+_F32 = np.dtype(np.float32)
 #: The kernels' "no mask" and "no reach" arguments (typed arrays, as numba needs).
 NO_BLOCKED = np.zeros((0, 0), bool)
 NO_REACH = np.zeros(0, np.int64)
@@ -80,7 +81,10 @@ _loaded: list = []  # [Kernels or None], once tried
 
 def choice() -> str:
     """The ATTNLAB_KERNEL setting, checked: "auto" (also when unset), "numpy" or "numba"."""
-    value = os.environ.get(ENV, "auto").strip().lower() or "auto"
+    raw = os.environ.get(ENV)
+    if raw is None:  # the common case, on every float32 call of the dense paths: no parsing
+        return "auto"
+    value = raw.strip().lower() or "auto"
     if value not in _CHOICES:
         raise AttnlabError(
             f"expected {ENV} to be one of auto, numpy, numba, but got {value!r}: it picks "
@@ -127,11 +131,14 @@ def rows_softmax(dtype, lead: tuple[int, ...], n: int, m: int, blocked, biases):
     (..., N, M), or None) the same for every batch element, on the calls ``tile_kernels``
     picks from the score table's lead axes ``lead``. ``core/_small.py`` and ``core/dense.py``
     ask it of the same call, so both paths round alike."""
-    if np.dtype(dtype) != np.float32 or biases:
+    if dtype != _F32 or biases:
         return None
     if blocked is not None and any(size != 1 for size in blocked.shape[:-2]):
         return None  # the mask differs between batch elements
-    kernels = tile_kernels(dtype, math.prod(lead) * n * m)
+    pairs = math.prod(lead) * n * m
+    if pairs < MIN_PAIRS and ENV not in os.environ:  # auto, and too small: the common tiny call
+        return None
+    kernels = tile_kernels(dtype, pairs)
     return None if kernels is None else kernels.softmax
 
 

@@ -31,6 +31,9 @@ __all__ = ["SCRATCH_BYTES", "exp_compiled", "exp_scores", "product", "scores", "
 #: large. Measured at (1, 8, 512, 64), 4 MiB tables: backward 31.4 -> 23.6 ms against a
 #: 2 MiB cap (interleaved, 2-core AMD EPYC); the forward, one table, is unchanged.
 SCRATCH_BYTES = 2**23
+#: Smaller tables are allocated fresh: numpy and malloc serve them without page faults, and a
+#: lookup would cost a few microseconds of a call of a few dozen (the worked example).
+KEEP_FROM = 2**16
 _local = threading.local()
 
 #: Rows of the softmax per pass: about 1 MiB of scores, as the dense kernel's bands.
@@ -46,7 +49,7 @@ def scratch(slot: str, shape: tuple[int, ...], dtype) -> np.ndarray:
     matmul result took 0.5-0.9 ms in the backward's sequence, against 0.2 ms into a buffer
     already mapped (measured on the 2-core AMD EPYC, one thread)."""
     nbytes = math.prod(shape) * np.dtype(dtype).itemsize
-    if nbytes > SCRATCH_BYTES:
+    if not KEEP_FROM <= nbytes <= SCRATCH_BYTES:
         return np.empty(shape, dtype)
     kept = getattr(_local, "kept", None)
     if kept is None:
@@ -62,11 +65,15 @@ def product(x, fresh: bool = False) -> np.ndarray:
     unless ``fresh`` (the table is returned to the caller: the weights)."""
     q, k, tlead = x[0], x[1], x[5]
     shape = tlead + (q.shape[-2], k.shape[-2])
-    if q.shape[:-2] != tlead or k.shape[:-2] != tlead:  # broadcast: numpy's own result
-        s = q @ k.mT
+    if fresh or q.shape[:-2] != tlead or k.shape[:-2] != tlead or _small(shape, q):
+        s = q @ k.mT  # numpy's own result (broadcast, returned, or too small to keep)
         return s if s.shape == shape else np.array(np.broadcast_to(s, shape))
-    out = np.empty(shape, q.dtype) if fresh else scratch("scores", shape, q.dtype)
-    return np.matmul(q, k.mT, out=out)
+    return np.matmul(q, k.mT, out=scratch("scores", shape, q.dtype))
+
+
+def _small(shape: tuple[int, ...], like: np.ndarray) -> bool:
+    """Whether a table of ``shape`` and ``like``'s dtype is below ``KEEP_FROM``."""
+    return math.prod(shape) * like.itemsize < KEEP_FROM
 
 
 def scores(x, fresh: bool = False) -> np.ndarray:
