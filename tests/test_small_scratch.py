@@ -59,9 +59,12 @@ def test_each_thread_has_its_own_tables():
             np.testing.assert_array_equal(x, y)
 
 
-def test_a_table_past_the_cap_is_not_kept(monkeypatch):
+def test_only_tables_between_the_two_sizes_are_kept(monkeypatch):
+    monkeypatch.setattr(_small_exp, "KEEP_FROM", 512)
     monkeypatch.setattr(_small_exp, "SCRATCH_BYTES", 1024)
     a = _small_exp.scratch("test", (16, 16), np.float32)  # 1 KiB: kept
     assert _small_exp.scratch("test", (16, 16), np.float32) is a
     big = _small_exp.scratch("test", (16, 17), np.float32)  # past the cap: fresh each time
     assert big is not _small_exp.scratch("test", (16, 17), np.float32)
+    small = _small_exp.scratch("test", (8, 8), np.float32)  # 256 bytes: not worth a lookup
+    assert small is not _small_exp.scratch("test", (8, 8), np.float32)
