@@ -66,8 +66,8 @@ def _table(report, results: list[Result]) -> list[str]:
     return lines
 
 
-def _tile_passes() -> str:
-    """Which exp the blockwise kernels' tiles take in this run (core/_fused.py)."""
+def tile_passes() -> str:
+    """Which passes (numpy or numba) float32 calls take in this run (core/_fused.py)."""
     import importlib.util
 
     from attnlab.core import _fused
@@ -100,7 +100,7 @@ def format_report(report) -> str:
         f"machine: {m['cpu']}, {m['cores']} cores; numpy {m['numpy']} with "
         f"{blas.get('version') or blas['library']} "
         f"({kernel} kernel{', OPENBLAS_CORETYPE=' + coretype if coretype else ''}); "
-        f"torch {m['torch'] or 'not installed'}; blockwise tile passes: {_tile_passes()}",
+        f"torch {m['torch'] or 'not installed'}; blockwise tile passes: {tile_passes()}",
         f"GEMM ceiling: numpy float32 matmul 2048 x 2048 x 2048, best of 10: "
         f"{report.gemm_gflops:.0f} GFLOP/s",
         (

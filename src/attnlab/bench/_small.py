@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from attnlab.bench._measure import run_isolated
+from attnlab.bench._report import tile_passes
 from attnlab.bench._suite import Target, machine_info, torch_available
 
 #: The table's shapes (B, h, N, d): a tiny transformer's batch, two wider ones, the worked example.
@@ -239,6 +240,7 @@ def format_small(report: SmallReport) -> str:
         )
         + f"); torch {m['torch'] or 'not installed'}"
         + (f" on {threads} threads" if threads else ""),
+        f"compiled passes (softmax, tiles): {tile_passes()}",
         "attnlab: attention(q, k, v, Causal()); general: the same with threads= set (no "
         "small-problem fast path); step: attention then attention_backward (torch: SDPA and "
         ".backward()); x torch = torch's time / attnlab's",
