@@ -156,3 +156,18 @@ def test_a_training_step_on_the_saved_lse_takes_the_kernel_too(monkeypatch):
     for a, b, c in zip(saved, again, wide, strict=True):
         np.testing.assert_allclose(a, b, **F32)
         np.testing.assert_allclose(a, c, **F32)
+
+
+def test_warm_loads_the_kernel_versions_the_dense_paths_call(monkeypatch):
+    monkeypatch.setenv(_fused.ENV, "numba")
+    kernels = _fused.warm()
+    loaded = {name: len(getattr(kernels, name).signatures) for name in kernels._fields}
+    assert all(loaded.values())  # each kernel ran once: its machine code is in memory
+    rng = np.random.default_rng(2)
+    q, k, v, g = (rng.standard_normal((2, 2, 96, 16)).astype(np.float32) for _ in range(4))
+    for mask in (None, Causal(), SlidingWindow(9)):
+        al.attention(q, k, v, mask)  # the fast path
+        al.attention(q, k, v, mask, threads=1)  # the general dense path
+        al.attention_backward(q, k, v, g, mask)
+    # no call needed a version warm() had not loaded (each costs a load from numba's cache)
+    assert len(kernels.softmax.signatures) == loaded["softmax"]
