@@ -171,3 +171,4 @@ def test_warm_loads_the_kernel_versions_the_dense_paths_call(monkeypatch):
         al.attention_backward(q, k, v, g, mask)
     # no call needed a version warm() had not loaded (each costs a load from numba's cache)
     assert len(kernels.softmax.signatures) == loaded["softmax"]
+    assert len(kernels.softmax_grad_rows.signatures) == loaded["softmax_grad_rows"]

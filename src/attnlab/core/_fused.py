@@ -51,6 +51,7 @@ __all__ = [
     "ULPS",
     "Kernels",
     "choice",
+    "loaded",
     "rows_softmax",
     "tile_kernels",
     "warm",
@@ -105,11 +106,14 @@ class Kernels(NamedTuple):
     softmax(s, a, b, scale, blocked, reach, top, total, given): rows [a, b) of a (P, R, C)
     score table scaled, masked, shifted by their max, exponentiated and summed, a row at a
     time (``_fused_numba.softmax_rows``; ``kernel_mask`` makes its ``blocked``).
+    softmax_grad_rows(ds, p, g, o): ds ← p ∘ (ds − rowsum(g ∘ o)), numpy's result bit for
+    bit (the dense backward's steps 3 and 4 in one read of each row).
     """
 
     exp: Callable
     softmax_grad: Callable
     softmax: Callable
+    softmax_grad_rows: Callable | None = None
 
 
 def tile_kernels(dtype, pairs: int) -> Kernels | None:
@@ -184,7 +188,15 @@ def warm() -> Kernels | None:
         top = np.zeros((1, 1), np.float32)
         rows = tile.reshape(1, 1, 8)
         kernels.softmax(rows, 0, 1, 1.0, NO_BLOCKED, NO_REACH, top, np.zeros_like(top), False)
+        if kernels.softmax_grad_rows is not None:
+            kernels.softmax_grad_rows(tile, tile, tile, tile)
     return kernels
+
+
+def loaded() -> Kernels | None:
+    """The compiled passes if an earlier call has loaded them, else None: for a path that
+    already holds one of them (``rows_softmax``'s pick) and wants the others."""
+    return _loaded[0] if _loaded else None
 
 
 def _load():
@@ -196,5 +208,7 @@ def _load():
             except ImportError:
                 _loaded.append(None)
             else:
-                _loaded.append(Kernels(nb.exp_scaled, nb.softmax_grad, nb.softmax_rows))
+                _loaded.append(
+                    Kernels(nb.exp_scaled, nb.softmax_grad, nb.softmax_rows, nb.softmax_grad_rows)
+                )
     return _loaded[0]

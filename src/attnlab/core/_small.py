@@ -31,7 +31,7 @@ import math
 import numpy as np
 
 from attnlab.core import blockwise
-from attnlab.core._fused import rows_softmax
+from attnlab.core._fused import loaded, rows_softmax
 from attnlab.core._grad import sum_to
 from attnlab.core._precision import WIDE
 from attnlab.core._small_cores import join, on_cores
@@ -60,7 +60,14 @@ def small_attention(q, k, v, mask, scale, method, return_weights, return_lse=Fal
     if x is None:
         return None
     with np.errstate(over="ignore", invalid="ignore"):
-        pieces = on_cores(_forward, x, None, return_weights, return_lse)
+        pieces = on_cores(
+            _forward,
+            x,
+            None,
+            return_weights,
+            return_lse,
+            shapes=_shapes(x, return_weights, return_lse),
+        )
     if pieces is None:
         return None
     out = tuple(join([p[i] for p in pieces], x[4]) for i in range(len(pieces[0])))
@@ -87,7 +94,7 @@ def small_backward(q, k, v, grad_output, mask, scale, method, lse=None):
         if g is None:
             return None
     with np.errstate(over="ignore", invalid="ignore"):
-        pieces = on_cores(_backward, x, g)
+        pieces = on_cores(_backward, x, g, shapes=_shapes(x), joined=True)
     if pieces is None:
         return None
     grads = tuple(join([p[i] for p in pieces], a.shape[:-2]) for i, a in enumerate((q, k, v)))
@@ -95,6 +102,16 @@ def small_backward(q, k, v, grad_output, mask, scale, method, lse=None):
         return grads  # no gradient can come near the dtype's range (see _grad_bound)
     # Gradients that overflowed are refused by name on the general path.
     return grads if all(_all_finite(a) for a in grads) else None
+
+
+def _shapes(x, weights: bool | None = None, lse: bool = False) -> tuple:
+    """The (rows, cols) of each array the forward (``weights`` given: the output, then the
+    weights and the lse as asked) or the backward (dq, dk, dv) returns."""
+    q, k, v = x[:3]
+    n, m = q.shape[-2], k.shape[-2]
+    if weights is None:
+        return (n, q.shape[-1]), (m, k.shape[-1]), (m, v.shape[-1])
+    return ((n, v.shape[-1]),) + (((n, m),) if weights else ()) + (((n, 1),) if lse else ())
 
 
 def _with_lse(x, g, lse):
@@ -133,27 +150,32 @@ def _all_finite(a: np.ndarray) -> bool:
         return math.isfinite(float(_sum(a, axis=None))) or bool(np.isfinite(a).all())
 
 
-def _forward(x, _g, return_weights: bool, return_lse: bool):
+def _forward(x, _g, return_weights: bool, return_lse: bool, out=None):
     """The dense kernel's forward pass on prepared inputs (see ``_prepare``): (output,), then
-    the weights and the lse (..., N, 1) as asked; None where the general path must answer."""
+    the weights and the lse (..., N, 1) as asked; None where the general path must answer.
+    ``out``: arrays of those shapes to write into (``on_cores``), or None."""
     # (..., N, M) unnormalised weights (a scratch table unless they are returned), row sums, maxima
     s = exp_scores(x, fresh=return_weights)
     if s is None:
         return None
     e, total, top = s
-    lse = (np.log(total) + top,) if return_lse else ()  # (..., N, 1), as dense.py's _Rows.lse
+    put = (None,) * 3 if out is None else out
+    lse = ()
+    if return_lse:  # (..., N, 1), as dense.py's _Rows.lse: log(total) + top, two roundings
+        lse = (np.add(np.log(total, out=put[-1]), top, out=put[-1]),)
     if return_weights:
         e /= total  # (..., N, M): rows sum to 1
-        return (e @ x[2], e, *lse)  # (..., N, d_v), (..., N, M)
-    out = e @ x[2]  # (..., N, d_v): divide the small output, not the table
-    out /= total
-    return (out, *lse)
+        return (np.matmul(e, x[2], out=put[0]), e, *lse)  # (..., N, d_v), (..., N, M)
+    o = np.matmul(e, x[2], out=put[0])  # (..., N, d_v): divide the small output, not the table
+    o /= total
+    return (o, *lse)
 
 
-def _backward(x, g):
+def _backward(x, g, out=None):
     """The dense backward pass, steps 1-6 of ``core/dense_backward.py``'s docstring in its
     order, on prepared inputs and dO (..., N, d_v) (or (dO, lse (..., N, 1)): the weights
-    from the saved lse); None where a row has no key."""
+    from the saved lse); None where a row has no key. ``out``: (dq, dk, dv) arrays of the
+    gradients' shapes to write into (``on_cores`` gives each piece its share), or None."""
     q, k, v, sc = x[:4]
     if type(g) is tuple:  # the weights straight from the saved lse: no row max, no row sum
         g, lse = g
@@ -173,24 +195,36 @@ def _backward(x, g):
     # P, O and dO share the output's lead axes, and the tables are worth keeping
     mine = p.shape[:-2] == g.shape[:-2] and p.nbytes >= KEEP_FROM
     o = np.matmul(p, v, out=scratch("o", g.shape, g.dtype)) if mine else p @ v  # (..., N, d_v)
-    dv = p.mT @ g  # 1) dV = Pᵀ dO (..., M, d_v)
+    dq, dk, dv = (None, None, None) if out is None else out
+    dv = np.matmul(p.mT, g, out=dv)  # 1) dV = Pᵀ dO (..., M, d_v)
     ds = (
         np.matmul(g, v.mT, out=scratch("ds", g.shape[:-1] + p.shape[-1:], g.dtype))
         if mine
         else g @ v.mT
     )
-    # 2) dP = dO Vᵀ (..., N, M), made dS in place; 3) D = rowsum(dO ∘ O) (..., N, 1)
-    d = _sum(
-        np.multiply(g, o, out=scratch("dO O", g.shape, g.dtype)) if mine else g * o,
-        -1,
-        keepdims=True,
-    )
-    ds -= d  # 4) dS = P ∘ (dP − D)
-    ds *= p
+    # 2) dP = dO Vᵀ (..., N, M), made dS in place: 3) D = rowsum(dO ∘ O) (..., N, 1),
+    # 4) dS = P ∘ (dP − D); numpy's four passes, or the compiled one with their bits
+    kernels = loaded() if mine and x[11] is not None else None
+    if kernels is not None and kernels.softmax_grad_rows is not None:
+        rows = (-1, p.shape[-1])
+        kernels.softmax_grad_rows(
+            ds.reshape(rows),
+            p.reshape(rows),
+            np.ascontiguousarray(g).reshape(-1, g.shape[-1]),
+            o.reshape(-1, g.shape[-1]),
+        )
+    else:
+        d = _sum(
+            np.multiply(g, o, out=scratch("dO O", g.shape, g.dtype)) if mine else g * o,
+            -1,
+            keepdims=True,
+        )
+        ds -= d
+        ds *= p
     scale = q.dtype.type(sc)
-    dq = ds @ k  # 5) dQ = dS K · scale (..., N, d_k)
+    dq = np.matmul(ds, k, out=dq)  # 5) dQ = dS K · scale (..., N, d_k)
     dq *= scale
-    dk = ds.mT @ q  # 6) dK = dSᵀ Q · scale (..., M, d_k)
+    dk = np.matmul(ds.mT, q, out=dk)  # 6) dK = dSᵀ Q · scale (..., M, d_k)
     dk *= scale
     return sum_to(dq, q.shape), sum_to(dk, k.shape), sum_to(dv, v.shape)
 

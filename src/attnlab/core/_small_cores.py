@@ -24,6 +24,7 @@ import threading
 
 import numpy as np
 
+from attnlab.core._small_exp import KEEP_FROM
 from attnlab.core._threads import one_blas_thread, pool_map
 
 __all__ = ["join", "on_cores"]
@@ -38,17 +39,24 @@ CORES = os.cpu_count() or 1
 POOL_PREFIX = "attnlab_"  # the names of the shared pool's threads (``_threads._shared_pool``)
 
 
-def on_cores(fn, x, g, *args) -> list | None:
+def on_cores(fn, x, g, *args, shapes=None, joined: bool = False) -> list | None:
     """[fn(piece, g's piece, *args) for each piece of the batch], or None if any piece is None.
 
     ``x`` is ``_small._prepare``'s tuple (q, k, v, scale, lead, table lead, blocked, biases,
     sure, peaks); ``g`` dO (..., N, d_v), a tuple of such per-row arrays (dO and the saved
     lse (..., N, 1)), or None. The batch is cut only when q, k, v (and g) carry the whole
-    leading shape; a broadcast input keeps the call in one piece."""
+    leading shape; a broadcast input keeps the call in one piece.
+
+    ``shapes``: the (rows, cols) of each array ``fn`` returns. Given them, and q, k, v with the
+    whole leading shape, the results are allocated here (``_outputs``) and ``fn`` gets them,
+    or its piece's share, as ``out=`` to write into; the list then holds one tuple, the whole
+    results (..., rows, cols), and nothing is joined afterwards. ``joined``: the results share
+    one block of memory (see ``_outputs``), for results that live and die together."""
     q, k, v, _, lead = x[:5]
     n, m, d_k, d_v = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
     count = math.prod(lead)
     whole = q.shape[:-2] == k.shape[:-2] == v.shape[:-2] == lead
+    outs = None if shapes is None or not whole else _outputs(shapes, count, q.dtype, joined)
     if (
         CORES > 1
         and count > 1
@@ -60,13 +68,64 @@ def on_cores(fn, x, g, *args) -> list | None:
     ):
         pieces = _cut(x, g, min(CORES, count))
         with pool_map(len(pieces), len(pieces)) as each:  # OpenBLAS pinned while it runs
-            out = each(lambda piece: fn(*piece, *args), pieces)
+            if outs is None:
+                out = each(lambda piece: fn(*piece, *args), pieces)
+            else:
+                out = each(
+                    lambda i: _into(fn, *pieces[i], args, outs, i, pieces), range(len(pieces))
+                )
     elif n * m * max(d_k, d_v) > BLAS_THREADED:
         with one_blas_thread():
-            out = [fn(x, g, *args)]
+            out = [_into(fn, x, g, args, outs)]
     else:
-        out = [fn(x, g, *args)]
-    return None if any(o is None for o in out) else out
+        out = [_into(fn, x, g, args, outs)]
+    if any(o is None for o in out):
+        return None
+    return out if outs is None else [tuple(a.reshape(lead + a.shape[1:]) for a in outs)]
+
+
+def _outputs(shapes, count: int, dtype, joined: bool) -> tuple[np.ndarray, ...] | None:
+    """Uninitialised (P, rows, cols) arrays for results of ``shapes`` (``joined``: views into
+    one block), or None below ``KEEP_FROM`` bytes (a call of microseconds keeps numpy's own
+    results).
+
+    One block, not one array each, for the backward's gradients: glibc hands a freed block back to the system once more than
+    twice its largest recent one lies free at the heap's top, and three freed 0.5 MiB
+    gradients (1.5 MiB against a 1 MiB threshold) were handed back after every call, so the
+    next call paid a page fault per 4 KiB to get them again. At (64, 4, 32, 16), one thread:
+    three held products took 2.0 ms against 0.34 for one (measured on the 2-core AMD EPYC)."""
+    sizes = [count * r * c for r, c in shapes]
+    if sum(sizes) * np.dtype(dtype).itemsize < KEEP_FROM:
+        return None
+    if not joined:
+        return tuple(np.empty((count, r, c), dtype) for r, c in shapes)
+    block = np.empty(sum(sizes), dtype)
+    starts = itertools.accumulate(sizes, initial=0)
+    return tuple(
+        block[a : a + size].reshape(count, r, c)
+        for a, size, (r, c) in zip(starts, sizes, shapes, strict=False)
+    )
+
+
+def _into(fn, x, g, args: tuple, outs, i: int = 0, pieces=None):
+    """fn(x, g, *args), with ``out=`` the results' arrays (piece ``i``'s share of ``outs``
+    when the batch is cut into ``pieces``) where ``outs`` is given; a result ``fn`` made
+    itself is copied in. None where ``fn`` gives None."""
+    if outs is None:
+        return fn(x, g, *args)
+    if pieces is None:
+        lead = x[4]
+        share = tuple(a.reshape(lead + a.shape[1:]) for a in outs)
+    else:
+        first = sum(p[0][4][0] for p in pieces[:i])
+        share = tuple(a[first : first + x[4][0]] for a in outs)
+    got = fn(x, g, *args, out=share)
+    if got is None:
+        return None
+    for mine, result in zip(share, got, strict=True):
+        if result is not mine:
+            np.copyto(mine, result)
+    return share
 
 
 def join(pieces: list[np.ndarray], lead: tuple[int, ...]) -> np.ndarray:
