@@ -125,7 +125,12 @@ def softmax_rows(s, a, b, scale, blocked, reach, top, total, given):  # pragma: 
                 row[j] = _exp(row[j] - shift)
             for j in range(end, cols):
                 row[j] = np.float32(0.0)
-            total[p, i - a] = _row_sum(row, 0, cols, stack, left)
+            # rows of up to 128 keys straight to the block sum: a call of ``_row_sum``, which
+            # takes three arrays, cost more than the sum of a 32-key row
+            if cols <= 128:
+                total[p, i - a] = _block_sum(row, 0, cols)
+            else:
+                total[p, i - a] = _row_sum(row, 0, cols, stack, left)
 
 
 @njit(cache=True, fastmath=False, nogil=True)
@@ -179,7 +184,7 @@ def _half(n):  # pragma: no cover - compiled
     return half - half % 8
 
 
-@njit(cache=True, fastmath=False, nogil=True)
+@njit(cache=True, fastmath=False, nogil=True, inline="always")
 def _block_sum(row, start, n):  # pragma: no cover - compiled
     """Up to 128 terms as numpy adds them: straight below 8, else eight running sums combined
     pairwise, then the last n % 8 terms one by one."""
@@ -208,7 +213,7 @@ def _block_sum(row, start, n):  # pragma: no cover - compiled
     return res
 
 
-@njit(cache=True, fastmath=False, nogil=True)
+@njit(cache=True, fastmath=False, nogil=True, inline="always")
 def _row_max(row, end):  # pragma: no cover - compiled
     """max(row[:end]), -inf when empty: eight running maxima, so LLVM can keep them in one
     vector register (max is exact in any order; the scores here hold no NaN)."""
@@ -259,7 +264,7 @@ def softmax_grad_rows(ds, p, g, o):  # pragma: no cover - compiled
     for i in range(rows):
         for j in range(width):
             prod[j] = g[i, j] * o[i, j]
-        di = _row_sum(prod, 0, width, stack, left)
+        di = _block_sum(prod, 0, width) if width <= 128 else _row_sum(prod, 0, width, stack, left)
         for j in range(cols):
             ds[i, j] = p[i, j] * (ds[i, j] - di)
 
