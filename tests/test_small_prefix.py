@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import attnlab as al
-from attnlab.core import _small, _small_cores, _small_exp, _small_masks
+from attnlab.core import _small_cores, _small_exp, _small_masks, _small_plan
 from attnlab.masks import Causal, Dense, Padding, SlidingWindow
 
 
@@ -133,6 +133,6 @@ def test_the_band_plan_covers_every_row_once_with_its_keys(n, row_bytes):
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
 def test_a_peak_is_not_finite_exactly_when_a_value_is_not(bad):
     a = np.arange(-5.0, 4.0)
-    assert _small._peak(a) == 5.0
+    assert _small_plan.peak(a) == 5.0
     a[3] = bad
-    assert not np.isfinite(_small._peak(a))
+    assert not np.isfinite(_small_plan.peak(a))

@@ -13,6 +13,8 @@ arithmetic takes a few. This module answers the common calls from the same numpy
 the same order as ``core/dense.py`` and ``core/dense_backward.py`` (so the same bits, which
 tests/test_small.py checks), with:
 
+- what the call's shapes, mask and scale decide worked out once and kept
+  (``core/_small_plan.py``);
 - validation as a handful of cheap tests that only ever say "fine" or "not sure": any doubt (a
   list instead of an array, mixed dtypes, a NaN, a score that might overflow, a bad mask, a row
   with no key) returns None, and the caller runs the general path, which raises its own error;
@@ -30,53 +32,43 @@ import math
 
 import numpy as np
 
-from attnlab.core import blockwise
-from attnlab.core._fused import loaded, rows_softmax
+from attnlab.core._fused import loaded
 from attnlab.core._grad import sum_to
 from attnlab.core._precision import WIDE
 from attnlab.core._small_cores import join, on_cores
 from attnlab.core._small_exp import KEEP_FROM, exp_compiled, exp_scores, scores, scratch
-from attnlab.core._small_masks import broadcast, mask_tables
-from attnlab.core._validate import score_limit
+from attnlab.core._small_masks import broadcast
+from attnlab.core._small_plan import SMALL_BYTES, peak, prepare
 
 __all__ = ["SMALL_BYTES", "broadcast", "small_attention", "small_backward"]
 
-#: The largest score table (..., N, M) the fast path takes: past it the dense kernel's bands
-#: and thread pool pay for their overhead.
-SMALL_BYTES = 2**23
-#: A quarter of ``_validate.score_limit``: a call near the limit goes to the general path.
-_LIMIT = {c: score_limit(np.dtype(c)) / 4 for c in "fd"}
 #: A result bounded below a quarter of the dtype's largest number is finite without a look.
 _ROOM = {c: float(np.finfo(np.dtype(c)).max) / 4 for c in "fd"}
-#: Up to this many elements of q, k, v (and dO) in all, their peaks come from one joined copy.
-_JOINED_PEAKS = 2**14
 
 
 def small_attention(q, k, v, mask, scale, method, return_weights, return_lse=False):
     """``attention(q, k, v, mask, scale=scale, method=method, return_weights=...,
     return_lse=...)`` for a small problem, or None when the general path must answer (see the
     module docstring)."""
-    x = _prepare(q, k, v, mask, scale, method)
+    x = prepare(q, k, v, mask, scale, method)
     if x is None:
         return None
-    with np.errstate(over="ignore", invalid="ignore"):
-        pieces = on_cores(
-            _forward,
-            x,
-            None,
-            return_weights,
-            return_lse,
-            shapes=_shapes(x, return_weights, return_lse),
-        )
+    shapes = _shapes(x, return_weights, return_lse)
+    # The kernel's unnormalised sum reaches M · max|v|: where that cannot overflow, no check.
+    roomy = x[9][2] * k.shape[-2] < _ROOM[q.dtype.char]
+    if x[8] and roomy:  # nothing can overflow or be invalid: no error-state context (~5 µs)
+        pieces = on_cores(_forward, x, None, return_weights, return_lse, shapes=shapes)
+    else:
+        with np.errstate(over="ignore", invalid="ignore"):
+            pieces = on_cores(_forward, x, None, return_weights, return_lse, shapes=shapes)
     if pieces is None:
         return None
-    out = tuple(join([p[i] for p in pieces], x[4]) for i in range(len(pieces[0])))
+    out = pieces[0] if len(pieces) == 1 else _joined(pieces, x[4])
     if return_lse:  # (..., N, 1) -> (..., N), of the output's leading shape
         lse = out[-1][..., 0]
         want = out[0].shape[:-1]
         out = out[:-1] + (lse if lse.shape == want else np.broadcast_to(lse, want).copy(),)
-    # The kernel's unnormalised sum reaches M · max|v|: where that cannot overflow, no check.
-    if x[9][2] * k.shape[-2] >= _ROOM[q.dtype.char] and not _all_finite(out[0]):
+    if not roomy and not _all_finite(out[0]):
         return None  # a sum of many large values overflowed: the general path rescales
     return out if len(out) > 1 else out[0]
 
@@ -85,7 +77,7 @@ def small_backward(q, k, v, grad_output, mask, scale, method, lse=None):
     """``attention_backward(q, k, v, grad_output, mask, scale=scale, method=method, lse=lse)``
     for a small problem, or None when the general path must answer. With the forward's lse
     (..., N) the weights come from it, exp(s − lse), without the softmax's row max and sum."""
-    x = _prepare(q, k, v, mask, scale, method, grad_output)
+    x = prepare(q, k, v, mask, scale, method, grad_output)
     if x is None:
         return None
     g = grad_output
@@ -93,13 +85,18 @@ def small_backward(q, k, v, grad_output, mask, scale, method, lse=None):
         g = _with_lse(x, g, lse)
         if g is None:
             return None
-    with np.errstate(over="ignore", invalid="ignore"):
+    # No gradient, nor O = P V, can come near the dtype's range (see _grad_bound)
+    bounded = lse is None and _grad_bound(x) < _ROOM[q.dtype.char]
+    if bounded and x[8]:  # nothing can overflow or be invalid: no error-state context
         pieces = on_cores(_backward, x, g, shapes=_shapes(x), joined=True)
+    else:
+        with np.errstate(over="ignore", invalid="ignore"):
+            pieces = on_cores(_backward, x, g, shapes=_shapes(x), joined=True)
     if pieces is None:
         return None
-    grads = tuple(join([p[i] for p in pieces], a.shape[:-2]) for i, a in enumerate((q, k, v)))
-    if lse is None and _grad_bound(x) < _ROOM[q.dtype.char]:
-        return grads  # no gradient can come near the dtype's range (see _grad_bound)
+    grads = pieces[0] if len(pieces) == 1 else _joined(pieces, x[4])
+    if bounded:
+        return grads
     # Gradients that overflowed are refused by name on the general path.
     return grads if all(_all_finite(a) for a in grads) else None
 
@@ -126,10 +123,15 @@ def _with_lse(x, g, lse):
         or x[5] != x[4]  # the scores' lead axes are the output's: lse lines up row for row
     ):
         return None
-    top = _peak(lse)  # NaN or inf (a row with no key: -inf) fail both tests
+    top = peak(lse)  # NaN or inf (a row with no key: -inf) fail both tests
     if not (top <= WIDE if q.dtype.char == "f" else math.isfinite(top)):
         return None
     return g, lse[..., None]  # (..., N, d_v), (..., N, 1)
+
+
+def _joined(pieces: list, lead: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+    """Each result of the pieces of a cut batch (``on_cores``) joined along the batch."""
+    return tuple(join([p[i] for p in pieces], lead) for i in range(len(pieces[0])))
 
 
 def _grad_bound(x) -> float:
@@ -151,7 +153,7 @@ def _all_finite(a: np.ndarray) -> bool:
 
 
 def _forward(x, _g, return_weights: bool, return_lse: bool, out=None):
-    """The dense kernel's forward pass on prepared inputs (see ``_prepare``): (output,), then
+    """The dense kernel's forward pass on prepared inputs (see ``_small_plan.prepare``): (output,), then
     the weights and the lse (..., N, 1) as asked; None where the general path must answer.
     ``out``: arrays of those shapes to write into (``on_cores``), or None."""
     # (..., N, M) unnormalised weights (a scratch table unless they are returned), row sums, maxima
@@ -229,110 +231,4 @@ def _backward(x, g, out=None):
     return sum_to(dq, q.shape), sum_to(dk, k.shape), sum_to(dv, v.shape)
 
 
-def _prepare(q, k, v, mask, scale, method, g=None):
-    """(q, k, v, scale, lead, table lead, blocked, biases, sure, peaks) when every check the
-    general path makes would pass (on dO ``g`` too, when given) and the problem is small;
-    None at any doubt. ``peaks``: max|q|, max|k|, max|v|, the bound on the scores, max|g|."""
-    if type(q) is not np.ndarray or type(k) is not np.ndarray or type(v) is not np.ndarray:
-        return None
-    dtype = q.dtype
-    if not (dtype.char in "fd" and dtype.isnative and k.dtype == dtype and v.dtype == dtype):
-        return None  # integers, float16 and mixed dtypes are converted by the general path
-    qs, ks, vs = q.shape, k.shape, v.shape
-    if len(qs) < 2 or len(ks) < 2 or len(vs) < 2 or 0 in qs or 0 in ks or 0 in vs:
-        return None
-    if qs[-1] != ks[-1] or ks[-2] != vs[-2]:
-        return None
-    lead = broadcast(qs[:-2], ks[:-2], vs[:-2])
-    n, m, d_k = qs[-2], ks[-2], qs[-1]
-    if lead is None or (
-        g is not None
-        and (type(g) is not np.ndarray or g.dtype != dtype or g.shape != lead + (n, vs[-1]))
-    ):
-        return None
-    table = math.prod(lead) * n * m * dtype.itemsize  # what method="auto" weighs
-    if method == "auto":
-        if table > blockwise.DEFAULT_MEMORY_BUDGET:
-            return None
-    elif method != "dense":
-        return None
-    sc = _scale(scale, d_k)
-    tops = None if sc is None else _finite_and_safe(sc, dtype, q, k, v, g)
-    drawn = None if tops is None else mask_tables(mask, n, m, lead, dtype)
-    if drawn is None:
-        return None
-    shape, blocked, biases, hollow, reach = drawn
-    tlead = broadcast(qs[:-2], ks[:-2], shape[:-2] or qs[:-2])  # the score table's lead axes
-    if (
-        tlead is None
-        or len(tlead) != len(lead)
-        or math.prod(tlead) * n * m * dtype.itemsize > SMALL_BYTES
-    ):
-        return None
-    # Rows need no check (a max of -inf, scores past ±WIDE) when no float part can move a
-    # score, no row is blocked whole, and the scores' bound already keeps them within ±WIDE.
-    sure = not biases and not hollow and (dtype.char == "d" or tops[3] <= WIDE)
-    return (
-        q,
-        k,
-        v,
-        sc,
-        lead,
-        tlead,
-        blocked,
-        biases,
-        sure,
-        tops,
-        reach,
-        rows_softmax(dtype, tlead, n, m, blocked, biases),
-    )
-
-
-def _scale(scale, d_k: int) -> float | None:
-    if scale is None:
-        return 1.0 / math.sqrt(d_k)  # §6.3: keeps Var(score) = 1 at any d_k
-    if type(scale) in (float, int, np.float64, np.float32) and abs(scale) < 2**1000:
-        return float(scale)  # finite (a NaN fails the test above)
-    return None
-
-
-def _finite_and_safe(scale: float, dtype, q, k, v, g):
-    """(max|q|, max|k|, max|v|, the bound on |scaled score|, max|g| or 0) when q, k, v (and g)
-    are finite and no score can come near overflow, else None: a peak is NaN or inf exactly
-    when its array holds one, and max|q|, max|k| bound the scores as
-    ``_validate.may_overflow`` does (see ``_LIMIT``)."""
-    top_q, top_k, top_v, *top_g = _peaks((q, k, v) if g is None else (q, k, v, g))
-    if not all(map(math.isfinite, (top_q, top_k, top_v, *top_g))):
-        return None
-    limit = _LIMIT[dtype.char]
-    top = top_q * abs(scale)
-    bound = top * top_k * q.shape[-1]
-    if not (top < limit and bound < limit):
-        return None
-    return top_q, top_k, top_v, bound, top_g[0] if top_g else 0.0
-
-
-# The ufuncs' reductions called directly: what ndarray.max, .sum and .all run, without the
-# Python layer in between (a microsecond each, on calls of a few dozen).
-_max, _min, _sum, _all = np.maximum.reduce, np.minimum.reduce, np.add.reduce, np.logical_and.reduce
-_max_at = np.maximum.reduceat
-
-
-def _peak(a: np.ndarray) -> float:
-    """max|a|: NaN or inf exactly when ``a`` holds one (both reductions carry a NaN). Two
-    passes that read ``a`` beat |a|'s fresh copy: 2 ms of a 20 ms call at (8, 8, 128, 64)."""
-    return max(float(_max(a, axis=None)), -float(_min(a, axis=None)))
-
-
-def _peaks(arrays) -> list[float]:
-    """[max|a| for a in arrays] (of one dtype): in three numpy calls when they are small,
-    where each call, not the arithmetic, is the cost (2.4x faster for the worked example)."""
-    starts, end = [], 0
-    for a in arrays:  # each array's first element in the joined copy
-        starts.append(end)
-        end += a.size
-    if end > _JOINED_PEAKS:
-        return [_peak(a) for a in arrays]
-    flat = np.concatenate(arrays, axis=None)  # (Σ sizes,)
-    np.abs(flat, out=flat)
-    return _max_at(flat, starts).tolist()
+_sum = np.add.reduce  # what ndarray.sum runs, without the Python layer in between

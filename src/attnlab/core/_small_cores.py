@@ -42,7 +42,7 @@ POOL_PREFIX = "attnlab_"  # the names of the shared pool's threads (``_threads._
 def on_cores(fn, x, g, *args, shapes=None, joined: bool = False) -> list | None:
     """[fn(piece, g's piece, *args) for each piece of the batch], or None if any piece is None.
 
-    ``x`` is ``_small._prepare``'s tuple (q, k, v, scale, lead, table lead, blocked, biases,
+    ``x`` is ``_small_plan.prepare``'s tuple (q, k, v, scale, lead, table lead, blocked, biases,
     sure, peaks); ``g`` dO (..., N, d_v), a tuple of such per-row arrays (dO and the saved
     lse (..., N, 1)), or None. The batch is cut only when q, k, v (and g) carry the whole
     leading shape; a broadcast input keeps the call in one piece.

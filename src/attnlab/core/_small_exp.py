@@ -8,7 +8,7 @@ Three roads, each the dense kernel's roundings (so the fast and general paths ag
 bit): numpy's passes over cache-sized bands of rows; the same passes cut at the keys a
 causal-like mask lets each band reach (``_exp_prefix``); and, where ``_fused.rows_softmax``
 picks it, the compiled pass that does scale, mask, max, shift and exp in two reads of each row
-(``_exp_compiled``). ``x`` is ``_small._prepare``'s tuple throughout.
+(``_exp_compiled``). ``x`` is ``_small_plan.prepare``'s tuple throughout.
 """
 
 from __future__ import annotations
