@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import attnlab as al
-from attnlab.core import _fused, _small
+from attnlab.core import _fused, _small, dense
 from attnlab.core.masks import Causal, Padding, SlidingWindow
 from tolerances import F32
 
@@ -102,6 +102,24 @@ def test_the_rule_is_the_tile_rule_for_plain_float32_tables(monkeypatch):
     assert _fused.rows_softmax(np.float32, (2,), 8, 8, per_batch, ()) is None
     monkeypatch.setenv(_fused.ENV, "numpy")
     assert _fused.rows_softmax(np.float32, (2,), 8, 8, causal, ()) is None
+
+
+def test_a_call_too_small_for_the_pass_draws_no_mask(monkeypatch):
+    monkeypatch.delenv(_fused.ENV, raising=False)
+    n = 16  # 2 * 16 * 16 pairs: far below MIN_PAIRS
+    assert not _fused.may_compile(np.dtype(np.float32), (2,), n, n)
+    assert _fused.may_compile(np.dtype(np.float32), (1,), 512, 512)
+    assert not _fused.may_compile(np.dtype(np.float64), (1,), 512, 512)
+
+    def drawn(*_):
+        raise AssertionError("the general dense path drew the mask for the compiled pass")
+
+    monkeypatch.setattr(dense, "mask_tables", drawn)
+    q, k, v = (np.ones((2, n, 4), np.float32) for _ in range(3))
+    out = al.attention(q, k, v, Causal(), threads=1, method="dense")
+    np.testing.assert_allclose(out, np.ones((2, n, 4)), **F32)  # equal values: any average is 1
+    monkeypatch.setenv(_fused.ENV, "numba")  # set, the rule is asked at any size
+    assert _fused.may_compile(np.dtype(np.float32), (2,), n, n)
 
 
 MASKS = {

@@ -52,6 +52,7 @@ __all__ = [
     "Kernels",
     "choice",
     "loaded",
+    "may_compile",
     "rows_softmax",
     "tile_kernels",
     "warm",
@@ -148,15 +149,18 @@ def rows_softmax(dtype, lead: tuple[int, ...], n: int, m: int, blocked, biases):
     (..., N, M), or None) the same for every batch element, on the calls ``tile_kernels``
     picks from the score table's lead axes ``lead``. ``core/_small.py`` and ``core/dense.py``
     ask it of the same call, so both paths round alike."""
-    if dtype != _F32 or biases:
+    if biases or not may_compile(dtype, lead, n, m):
         return None
     if blocked is not None and any(size != 1 for size in blocked.shape[:-2]):
         return None  # the mask differs between batch elements
-    pairs = math.prod(lead) * n * m
-    if pairs < MIN_PAIRS and not _env_set():  # auto, and too small: the common tiny call
-        return None
-    kernels = tile_kernels(dtype, pairs)
+    kernels = tile_kernels(dtype, math.prod(lead) * n * m)
     return None if kernels is None else kernels.softmax
+
+
+def may_compile(dtype, lead: tuple[int, ...], n: int, m: int) -> bool:
+    """False where ``rows_softmax`` is sure to say None from the call's size and dtype alone
+    (the common tiny call, with ATTNLAB_KERNEL unset): a caller can skip drawing the mask."""
+    return dtype == _F32 and (math.prod(lead) * n * m >= MIN_PAIRS or _env_set())
 
 
 def kernel_mask(blocked, n: int, m: int) -> np.ndarray:

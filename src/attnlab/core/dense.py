@@ -25,7 +25,7 @@ import math
 
 import numpy as np
 
-from attnlab.core._fused import NO_REACH, kernel_mask, rows_softmax
+from attnlab.core._fused import NO_REACH, kernel_mask, may_compile, rows_softmax
 from attnlab.core._precision import narrow, too_wide, widen
 from attnlab.core._small_masks import mask_tables
 from attnlab.core._threads import on_threads, one_blas_thread
@@ -156,8 +156,8 @@ def _compiled(x: Inputs, r: _Rows):
     boolean and the same for every batch element."""
     if x.q.dtype != np.float32 or x.softcap is not None or r.sink is not None:
         return None
-    if r.risky or not x.check_finite:
-        return None
+    if r.risky or not x.check_finite or not may_compile(x.q.dtype, r.lead, x.n, x.m):
+        return None  # (the last: too small a call; asked before the mask is drawn)
     drawn = mask_tables(x.mask, x.n, x.m, x.lead, x.q.dtype)
     if drawn is None:
         return None
