@@ -33,7 +33,14 @@ def test_cli_refuses_a_bad_shape():
 
 
 def test_one_shape_in_its_own_process():
-    job = {"shape": [1, 1, 4, 2], "rounds": 1, "torch": False, "isolated": True, "block_s": 0.001}
+    job = {
+        "shape": [1, 1, 4, 2],
+        "rounds": 1,
+        "torch": False,
+        "isolated": True,
+        "block_s": 0.001,
+        "gap_s": 0.0,
+    }
     row = small_bench._isolated(job)
     assert row.error is None and row.shape == (1, 1, 4, 2)
     assert row.seconds["forward"] > 0 and row.seconds["step_general"] > 0
@@ -58,3 +65,15 @@ def test_targets_from_measured_numbers():
     assert verdicts["forward >= 0.5x torch, 64x4x32x16 causal"] == (False, 0.4)
     missing = [t for t in small_bench.targets(report) if t.value is None]
     assert [t.name for t in missing] == ["forward + backward >= 0.8x torch, 64x4x32x16 causal"]
+
+
+def test_each_timed_block_starts_after_an_idle_pause(monkeypatch):
+    pauses = []
+    monkeypatch.setattr(small_bench.time, "sleep", pauses.append)
+    job = {"shape": [1, 1, 4, 2], "rounds": 2, "torch": False, "block_s": 0.001, "gap_s": 0.03}
+    row = small_bench.measure_shape(job)
+    assert row.error is None and len(row.seconds) == 4  # attnlab's four calls, no torch
+    assert pauses == [0.03] * (2 * 4)  # before every block of every round
+    report = small_bench.small([(1, 1, 4, 2)], rounds=1, use_torch=False, isolate=False,
+                               block_s=0.001, gap_s=0.02)  # fmt: skip
+    assert "each after 20 ms idle" in report.format()

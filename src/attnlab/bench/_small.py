@@ -6,7 +6,8 @@ causal.
 A tiny transformer's training batch, the shapes of the chapter's examples and the worked example
 itself run in microseconds to milliseconds, where validation, mask building and dispatch weigh
 as much as the arithmetic. Each shape runs in its own process, which times four calls
-interleaved, a block of each in turn, so that a busy machine slows all of them alike:
+interleaved, a block of each in turn after a short idle pause (``GAP_S``), so that a busy
+machine slows all of them alike and no block runs beside another library's spinning threads:
 
 - forward: ``attnlab.attention(q, k, v, Causal())`` beside torch's SDPA (``is_causal``, in
   inference mode), and attnlab's general path (the same call with ``threads`` set, which skips
@@ -38,6 +39,11 @@ SHAPES = ((64, 4, 32, 16), (8, 8, 128, 64), (1, 8, 512, 64), (1, 1, 4, 2))
 WORKED_EXAMPLE = (1, 1, 4, 2)
 CALLS = ("forward", "forward_general", "torch_forward", "step", "step_general", "torch_step")
 BLOCK_S = 0.02  # each timed block: about this long, so the clock's resolution does not matter
+#: A pause before each timed block. torch's OpenMP threads keep spinning on the cores for a
+#: while after a call returns, waiting for the next parallel region; without a pause the
+#: block after torch's ran beside them (at (1, 8, 512, 64) attnlab's forward took 13-15 ms
+#: right after a torch call against 7-9 ms back to back, on the 2-core AMD EPYC).
+GAP_S = 0.05
 
 
 @dataclass
@@ -80,6 +86,7 @@ def small(
     use_torch: bool = True,
     isolate: bool = True,
     block_s: float = BLOCK_S,
+    gap_s: float = GAP_S,
     progress=None,
 ) -> SmallReport:
     """Time every shape (forward, and forward + backward) beside torch; check the targets.
@@ -90,10 +97,17 @@ def small(
         use_torch: include torch's SDPA when it can be imported.
         isolate: each shape in its own process (default); False runs them here, for tests.
         block_s: the length of each timed block in seconds.
+        gap_s: the idle pause before each block, in seconds (see ``GAP_S``).
         progress: called with each Row as it is measured.
     """
     with_torch = use_torch and torch_available()
-    settings = {"rounds": rounds, "torch": with_torch, "isolated": isolate, "block_s": block_s}
+    settings = {
+        "rounds": rounds,
+        "torch": with_torch,
+        "isolated": isolate,
+        "block_s": block_s,
+        "gap_s": gap_s,
+    }
     report = SmallReport(machine_info(), {**settings, "shapes": [list(s) for s in shapes]})
     for shape in shapes:
         job = {"shape": list(shape), **settings}
@@ -115,6 +129,7 @@ def measure_shape(job: dict) -> Row:
         reps = {name: _calibrate(call, job["block_s"]) for name, call in calls.items()}
         for _ in range(job["rounds"]):
             for name, call in calls.items():
+                time.sleep(job["gap_s"])  # each block starts on idle cores (see GAP_S)
                 start = time.perf_counter()
                 for _ in range(reps[name]):
                     call()
@@ -230,6 +245,7 @@ def format_small(report: SmallReport) -> str:
     lines = [
         "attention at small shapes, float32, causal: time per call, the median of "
         f"{s['rounds']} interleaved blocks of about {s['block_s'] * 1e3:.0f} ms"
+        + (f", each after {s['gap_s'] * 1e3:.0f} ms idle" if s.get("gap_s") else "")
         + ("; each shape in its own process" if s["isolated"] else ""),
         f"machine: {m['cpu']}, {m['cores']} cores; numpy {m['numpy']} with "
         f"{blas.get('version') or blas['library']} ({blas.get('kernel') or '?'} kernel"
