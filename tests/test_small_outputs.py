@@ -105,3 +105,54 @@ def test_small_results_keep_numpys_own_arrays():
     assert [a.shape for a in block] == [(64, 32, 16)] * 2 and block[0].base is block[1].base
     apart = _small_cores._outputs([(32, 16), (32, 16)], 64, np.float32, False)
     assert apart[0].base is None and apart[1].base is None
+
+
+def _head_views(b, h, n, e, seed):
+    """(B, h, N, e) transposed views of (B, N, h·e) arrays: how a transformer's projections
+    hand attention its heads (``transformer/_blocks.heads_of``)."""
+    rng = np.random.default_rng(seed)
+    flat = [rng.standard_normal((b, n, h * e)).astype(np.float32) for _ in range(4)]
+    return [a.reshape(b, n, h, e).transpose(0, 2, 1, 3) for a in flat]
+
+
+@pytest.mark.parametrize("cores", [2, 3])
+@pytest.mark.parametrize("dims", [(32, 4, 32, 16), (1, 8, 64, 16), (3, 2, 48, 8), (2, 4, 24, 8)])
+def test_a_batch_of_strided_heads_is_cut_without_copies_and_matches(monkeypatch, cores, dims):
+    monkeypatch.setattr(_small_cores, "CORES", cores)
+    monkeypatch.setattr(_small_cores, "SPLIT_WORK", 1)  # every one of these is cut
+    seen = []
+    monkeypatch.setattr(
+        _small_cores, "_cut_axis", lambda *a, f=_small_cores._cut_axis: seen.append(a[3]) or f(*a)
+    )
+    q, k, v, g = _head_views(*dims, seed=sum(dims))
+    assert not q.flags.c_contiguous
+    out, lse = al.attention(q, k, v, Causal(), return_lse=True)
+    grads = al.attention_backward(q, k, v, g, Causal(), lse=lse)
+    again = al.attention_backward(q, k, v, g, Causal())
+    b = dims[0]
+    # the first leading axis longer than 1, when it has an entry for every core
+    axis = 0 if b > 1 else 1
+    assert seen == ([axis] * 3 if dims[axis] >= cores else [])
+    general = al.attention(q, k, v, Causal(), return_lse=True, threads=1)
+    np.testing.assert_array_equal(out, general[0])
+    np.testing.assert_array_equal(lse, general[1])
+    for a, c in zip(again, al.attention_backward(q, k, v, g, Causal(), threads=1), strict=True):
+        np.testing.assert_array_equal(a, c)
+    wide = [a.astype(np.float64) for a in (q, k, v, g)]
+    np.testing.assert_allclose(out, al.attention(*wide[:3], Causal()), **F32)
+    for a, c in zip(grads, al.attention_backward(*wide, Causal()), strict=True):
+        np.testing.assert_allclose(a, c, **F32)
+
+
+def test_a_padding_mask_is_sliced_with_its_piece(monkeypatch):
+    monkeypatch.setattr(_small_cores, "CORES", 2)
+    monkeypatch.setattr(_small_cores, "SPLIT_WORK", 1)
+    from attnlab.core.masks import Padding
+
+    q, k, v, g = _head_views(4, 2, 24, 8, seed=5)
+    mask = Padding([24, 17, 9, 3])  # one length per batch element: differs across the cut
+    out = al.attention(q, k, v, mask)
+    grads = al.attention_backward(q, k, v, g, mask)
+    np.testing.assert_array_equal(out, al.attention(q, k, v, mask, threads=1))
+    for a, c in zip(grads, al.attention_backward(q, k, v, g, mask, threads=1), strict=True):
+        np.testing.assert_array_equal(a, c)

@@ -35,7 +35,7 @@ import numpy as np
 from attnlab.core._fused import loaded
 from attnlab.core._grad import sum_to
 from attnlab.core._precision import WIDE
-from attnlab.core._small_cores import join, on_cores
+from attnlab.core._small_cores import on_cores
 from attnlab.core._small_exp import KEEP_FROM, exp_compiled, exp_scores, scores, scratch
 from attnlab.core._small_masks import broadcast
 from attnlab.core._small_plan import SMALL_BYTES, peak, prepare
@@ -57,13 +57,12 @@ def small_attention(q, k, v, mask, scale, method, return_weights, return_lse=Fal
     # The kernel's unnormalised sum reaches M · max|v|: where that cannot overflow, no check.
     roomy = x[9][2] * k.shape[-2] < _ROOM[q.dtype.char]
     if x[8] and roomy:  # nothing can overflow or be invalid: no error-state context (~5 µs)
-        pieces = on_cores(_forward, x, None, return_weights, return_lse, shapes=shapes)
+        out = on_cores(_forward, x, None, return_weights, return_lse, shapes=shapes)
     else:
         with np.errstate(over="ignore", invalid="ignore"):
-            pieces = on_cores(_forward, x, None, return_weights, return_lse, shapes=shapes)
-    if pieces is None:
+            out = on_cores(_forward, x, None, return_weights, return_lse, shapes=shapes)
+    if out is None:
         return None
-    out = pieces[0] if len(pieces) == 1 else _joined(pieces, x[4])
     if return_lse:  # (..., N, 1) -> (..., N), of the output's leading shape
         lse = out[-1][..., 0]
         want = out[0].shape[:-1]
@@ -88,13 +87,12 @@ def small_backward(q, k, v, grad_output, mask, scale, method, lse=None):
     # No gradient, nor O = P V, can come near the dtype's range (see _grad_bound)
     bounded = lse is None and _grad_bound(x) < _ROOM[q.dtype.char]
     if bounded and x[8]:  # nothing can overflow or be invalid: no error-state context
-        pieces = on_cores(_backward, x, g, shapes=_shapes(x), joined=True)
+        grads = on_cores(_backward, x, g, shapes=_shapes(x), joined=True)
     else:
         with np.errstate(over="ignore", invalid="ignore"):
-            pieces = on_cores(_backward, x, g, shapes=_shapes(x), joined=True)
-    if pieces is None:
+            grads = on_cores(_backward, x, g, shapes=_shapes(x), joined=True)
+    if grads is None:
         return None
-    grads = pieces[0] if len(pieces) == 1 else _joined(pieces, x[4])
     if bounded:
         return grads
     # Gradients that overflowed are refused by name on the general path.
@@ -127,11 +125,6 @@ def _with_lse(x, g, lse):
     if not (top <= WIDE if q.dtype.char == "f" else math.isfinite(top)):
         return None
     return g, lse[..., None]  # (..., N, d_v), (..., N, 1)
-
-
-def _joined(pieces: list, lead: tuple[int, ...]) -> tuple[np.ndarray, ...]:
-    """Each result of the pieces of a cut batch (``on_cores``) joined along the batch."""
-    return tuple(join([p[i] for p in pieces], lead) for i in range(len(pieces[0])))
 
 
 def _grad_bound(x) -> float:

@@ -27,7 +27,7 @@ import numpy as np
 from attnlab.core._small_exp import KEEP_FROM
 from attnlab.core._threads import one_blas_thread, pool_map
 
-__all__ = ["join", "on_cores"]
+__all__ = ["on_cores"]
 
 #: Multiply-adds, P·N·M·(d_k + d_v), from which the batch is shared out over the cores: about
 #: 0.1 ms of arithmetic on one core, several times the pool's hand-over.
@@ -39,24 +39,23 @@ CORES = os.cpu_count() or 1
 POOL_PREFIX = "attnlab_"  # the names of the shared pool's threads (``_threads._shared_pool``)
 
 
-def on_cores(fn, x, g, *args, shapes=None, joined: bool = False) -> list | None:
-    """[fn(piece, g's piece, *args) for each piece of the batch], or None if any piece is None.
+def on_cores(fn, x, g, *args, shapes, joined: bool = False):
+    """The results of fn(x, g, *args, out=...): a tuple of arrays (..., rows, cols), one per
+    entry of ``shapes`` (their (rows, cols)), or None where fn gave None.
 
-    ``x`` is ``_small_plan.prepare``'s tuple (q, k, v, scale, lead, table lead, blocked, biases,
-    sure, peaks); ``g`` dO (..., N, d_v), a tuple of such per-row arrays (dO and the saved
-    lse (..., N, 1)), or None. The batch is cut only when q, k, v (and g) carry the whole
-    leading shape; a broadcast input keeps the call in one piece.
-
-    ``shapes``: the (rows, cols) of each array ``fn`` returns. Given them, and q, k, v with the
-    whole leading shape, the results are allocated here (``_outputs``) and ``fn`` gets them,
-    or its piece's share, as ``out=`` to write into; the list then holds one tuple, the whole
-    results (..., rows, cols), and nothing is joined afterwards. ``joined``: the results share
-    one block of memory (see ``_outputs``), for results that live and die together."""
+    ``x`` is ``_small_plan.prepare``'s tuple (q, k, v, scale, lead, table lead, blocked,
+    biases, sure, peaks, ...); ``g`` dO (..., N, d_v), a tuple of such per-row arrays (dO and
+    the saved lse (..., N, 1)), or None. A batch with enough work is cut into one piece per
+    core when q, k, v (and g) carry the whole leading shape (a broadcast input keeps the call
+    in one piece), and each piece runs on the pool. The results are allocated here, whole,
+    and fn gets them, or its piece's share, as ``out=`` to write into (a result fn makes
+    itself is copied in), so no piece's results are joined afterwards. ``joined``: the
+    results share one block of memory (see ``_outputs``), for results that live and die
+    together."""
     q, k, v, _, lead = x[:5]
     n, m, d_k, d_v = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
     count = math.prod(lead)
     whole = q.shape[:-2] == k.shape[:-2] == v.shape[:-2] == lead
-    outs = None if shapes is None or not whole else _outputs(shapes, count, q.dtype, joined)
     if (
         CORES > 1
         and count > 1
@@ -66,36 +65,37 @@ def on_cores(fn, x, g, *args, shapes=None, joined: bool = False) -> list | None:
         # behind the very items that wait for them.
         and not threading.current_thread().name.startswith(POOL_PREFIX)
     ):
+        outs = _outputs(shapes, count, q.dtype, joined, 0)  # (P, rows, cols) each
         pieces = _cut(x, g, min(CORES, count))
         with pool_map(len(pieces), len(pieces)) as each:  # OpenBLAS pinned while it runs
-            if outs is None:
-                out = each(lambda piece: fn(*piece, *args), pieces)
-            else:
-                out = each(
-                    lambda i: _into(fn, *pieces[i], args, outs, i, pieces), range(len(pieces))
-                )
-    elif n * m * max(d_k, d_v) > BLAS_THREADED:
+            done = each(
+                lambda piece: _into(fn, piece[0], piece[1], args, tuple(map(piece[2], outs))),
+                pieces,
+            )
+        if any(d is None for d in done):
+            return None
+        return tuple(a.reshape(lead + a.shape[1:]) for a in outs)
+    outs = _outputs(shapes, count, q.dtype, joined) if whole else None
+    share = None if outs is None else tuple(a.reshape(lead + a.shape[1:]) for a in outs)
+    if n * m * max(d_k, d_v) > BLAS_THREADED:
         with one_blas_thread():
-            out = [_into(fn, x, g, args, outs)]
-    else:
-        out = [_into(fn, x, g, args, outs)]
-    if any(o is None for o in out):
-        return None
-    return out if outs is None else [tuple(a.reshape(lead + a.shape[1:]) for a in outs)]
+            return _into(fn, x, g, args, share)
+    return _into(fn, x, g, args, share)
 
 
-def _outputs(shapes, count: int, dtype, joined: bool) -> tuple[np.ndarray, ...] | None:
+def _outputs(shapes, count: int, dtype, joined: bool, floor: int = KEEP_FROM):
     """Uninitialised (P, rows, cols) arrays for results of ``shapes`` (``joined``: views into
-    one block), or None below ``KEEP_FROM`` bytes (a call of microseconds keeps numpy's own
+    one block), or None below ``floor`` bytes (a call of microseconds keeps numpy's own
     results).
 
-    One block, not one array each, for the backward's gradients: glibc hands a freed block back to the system once more than
-    twice its largest recent one lies free at the heap's top, and three freed 0.5 MiB
-    gradients (1.5 MiB against a 1 MiB threshold) were handed back after every call, so the
-    next call paid a page fault per 4 KiB to get them again. At (64, 4, 32, 16), one thread:
-    three held products took 2.0 ms against 0.34 for one (measured on the 2-core AMD EPYC)."""
+    One block, not one array each, for the backward's gradients: glibc hands a freed block
+    back to the system once more than twice its largest recent one lies free at the heap's
+    top, and three freed 0.5 MiB gradients (1.5 MiB against a 1 MiB threshold) were handed
+    back after every call, so the next call paid a page fault per 4 KiB to get them again. At
+    (64, 4, 32, 16), one thread: three held products took 2.0 ms against 0.34 for one
+    (measured on the 2-core AMD EPYC)."""
     sizes = [count * r * c for r, c in shapes]
-    if sum(sizes) * np.dtype(dtype).itemsize < KEEP_FROM:
+    if sum(sizes) * np.dtype(dtype).itemsize < floor:
         return None
     if not joined:
         return tuple(np.empty((count, r, c), dtype) for r, c in shapes)
@@ -107,18 +107,11 @@ def _outputs(shapes, count: int, dtype, joined: bool) -> tuple[np.ndarray, ...] 
     )
 
 
-def _into(fn, x, g, args: tuple, outs, i: int = 0, pieces=None):
-    """fn(x, g, *args), with ``out=`` the results' arrays (piece ``i``'s share of ``outs``
-    when the batch is cut into ``pieces``) where ``outs`` is given; a result ``fn`` made
-    itself is copied in. None where ``fn`` gives None."""
-    if outs is None:
+def _into(fn, x, g, args: tuple, share):
+    """fn(x, g, *args), with ``out=share`` (the results' arrays) where ``share`` is given; a
+    result ``fn`` made itself is copied in. None where ``fn`` gives None."""
+    if share is None:
         return fn(x, g, *args)
-    if pieces is None:
-        lead = x[4]
-        share = tuple(a.reshape(lead + a.shape[1:]) for a in outs)
-    else:
-        first = sum(p[0][4][0] for p in pieces[:i])
-        share = tuple(a[first : first + x[4][0]] for a in outs)
     got = fn(x, g, *args, out=share)
     if got is None:
         return None
@@ -128,16 +121,49 @@ def _into(fn, x, g, args: tuple, outs, i: int = 0, pieces=None):
     return share
 
 
-def join(pieces: list[np.ndarray], lead: tuple[int, ...]) -> np.ndarray:
-    """The pieces' results (P_i, rows, cols) back as one array (..., rows, cols)."""
-    if len(pieces) == 1:
-        return pieces[0]
-    whole = np.concatenate(pieces, axis=0)  # (P, rows, cols)
-    return whole.reshape(lead + whole.shape[-2:])  # (..., rows, cols)
-
-
 def _cut(x, g, count: int) -> list:
-    """``count`` pieces (x's tuple, g) along the flattened batch axis P."""
+    """``count`` pieces [(x's tuple, g, take)] of the batch, ``take`` giving a piece's share of
+    a (P, rows, cols) result. Cut along the first leading axis longer than 1 where it has
+    ``count`` entries or more and those before it are 1: views, whatever the inputs' strides
+    (the tiny transformer's q, k, v, dO are transposed views (B, h, N, e) of (B, N, h·e), and
+    flattening them copied each call: 1.3 ms of a 3.3 ms backward at (32, 4, 32, 16)).
+    Otherwise along the flattened batch axis P."""
+    lead = x[4]
+    ax = next((i for i, size in enumerate(lead) if size > 1), 0)
+    if lead[ax] >= count and all(size == 1 for size in lead[:ax]):
+        return _cut_axis(x, g, count, ax)
+    return _cut_flat(x, g, count)
+
+
+def _cut_axis(x, g, count: int, ax: int) -> list:
+    """``_cut`` along leading axis ``ax``: every array sliced there, a view."""
+    q, k, v, sc, lead, _, blocked, biases, *rest = x
+    size = lead[ax]
+
+    def table(t, at):  # a mask table: whole where it is the same for every batch element
+        if t is None or all(s == 1 for s in t.shape[:-2]):
+            return t
+        return np.broadcast_to(t, lead + t.shape[-2:])[at]
+
+    pieces = []
+    for a, b in itertools.pairwise([size * i // count for i in range(count + 1)]):
+        at = (slice(None),) * ax + (slice(a, b),)  # into (..., rows, cols)
+        part = lead[:ax] + (b - a,) + lead[ax + 1 :]
+        mine = (q[at], k[at], v[at], sc, part, part, table(blocked, at))
+        mine += (tuple(table(t, at) for t in biases), *rest)
+        gs = None if g is None else tuple(t[at] for t in g) if type(g) is tuple else g[at]
+        pieces.append((mine, gs, _taker(lead, at)))
+    return pieces
+
+
+def _taker(lead: tuple[int, ...], at: tuple):
+    """A piece's share of a (P, rows, cols) result: its (..., rows, cols) view at ``at``."""
+    return lambda a: a.reshape(lead + a.shape[1:])[at]
+
+
+def _cut_flat(x, g, count: int) -> list:
+    """``_cut`` along the flattened batch axis P (a copy of each input that cannot be viewed
+    so)."""
     q, k, v, sc, lead, _, blocked, biases, *rest = x
     total = math.prod(lead)
 
@@ -155,21 +181,10 @@ def _cut(x, g, count: int) -> list:
     q, k, v = flat(q), flat(k), flat(v)
     g = None if g is None else tuple(map(flat, g)) if type(g) is tuple else flat(g)
     blocked, biases = table(blocked), tuple(table(t) for t in biases)
-    bounds = [total * i // count for i in range(count + 1)]
-    return [
-        (
-            (
-                q[a:b],
-                k[a:b],
-                v[a:b],
-                sc,
-                (b - a,),
-                (b - a,),
-                share(blocked, a, b),
-                tuple(share(t, a, b) for t in biases),
-                *rest,
-            ),
-            None if g is None else tuple(t[a:b] for t in g) if type(g) is tuple else g[a:b],
-        )
-        for a, b in itertools.pairwise(bounds)
-    ]
+    pieces = []
+    for a, b in itertools.pairwise([total * i // count for i in range(count + 1)]):
+        mine = (q[a:b], k[a:b], v[a:b], sc, (b - a,), (b - a,), share(blocked, a, b))
+        mine += (tuple(share(t, a, b) for t in biases), *rest)
+        gs = None if g is None else tuple(t[a:b] for t in g) if type(g) is tuple else g[a:b]
+        pieces.append((mine, gs, lambda arr, a=a, b=b: arr[a:b]))
+    return pieces
