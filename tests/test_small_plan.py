@@ -122,3 +122,13 @@ def test_calls_without_an_error_state_context_raise_no_floating_point_warning(sh
         out = al.attention(q, k, v, Causal())  # blocked pairs are -inf, their weights 0
         grads = al.attention_backward(q, k, v, g, Causal())
     assert np.isfinite(out).all() and all(np.isfinite(a).all() for a in grads)
+
+
+def test_plans_with_large_mask_tables_are_not_kept():
+    q, k, v, _ = _inputs((1, 1, 600, 2))  # a 600 x 600 causal table: 360,000 bytes of bools
+    out = al.attention(q, k, v, Causal())
+    assert not _small_plan._plans
+    np.testing.assert_array_equal(out, al.attention(q, k, v, Causal(), threads=1))
+    q, k, v, _ = _inputs((1, 1, 64, 2))
+    al.attention(q, k, v, Causal())
+    assert len(_small_plan._plans) == 1

@@ -38,6 +38,9 @@ _JOINED_PEAKS = 2**14
 #: Plans kept (``_plan``); past it the dict starts again, as the mask tables' cache does.
 _PLANS_AT_MOST = 256
 _plans: dict = {}
+#: Plans whose mask tables take more than this are not kept, so that the kept plans hold at most
+#: _PLANS_AT_MOST of these (64 MiB): a call past it spends milliseconds on its arithmetic.
+_KEEP_TABLES_UP_TO = 2**18
 _NO_PLAN = object()  # a kept "the general path answers"
 
 
@@ -79,10 +82,18 @@ def _plan(qs, ks, vs, gs, dtype, mask, scale, method):
         return _static(qs, ks, vs, gs, dtype, mask, scale, method)
     if plan is None or _env_set():
         plan = _static(qs, ks, vs, gs, dtype, mask, scale, method)
+        if plan is not None and _held(plan) > _KEEP_TABLES_UP_TO:
+            return plan  # a call this large spends nothing worth keeping on its plan
         if len(_plans) >= _PLANS_AT_MOST:
             _plans.clear()
         _plans[key] = _NO_PLAN if plan is None else plan
     return None if plan is _NO_PLAN else plan
+
+
+def _held(plan) -> int:
+    """Bytes of the mask tables a plan holds (its blocked pairs and float parts)."""
+    blocked, biases = plan[3], plan[4]
+    return (0 if blocked is None else blocked.nbytes) + sum(b.nbytes for b in biases)
 
 
 def _static(qs, ks, vs, gs, dtype, mask, scale, method):
