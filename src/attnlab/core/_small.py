@@ -37,7 +37,7 @@ from attnlab.core._grad import sum_to
 from attnlab.core._precision import WIDE
 from attnlab.core._small_cores import on_cores
 from attnlab.core._small_exp import KEEP_FROM, exp_compiled, exp_scores, scores, scratch
-from attnlab.core._small_masks import broadcast
+from attnlab.core._small_masks import BANDED_ROWS, banded_output, broadcast, gemm_bands
 from attnlab.core._small_plan import SMALL_BYTES, peak, prepare
 
 __all__ = ["SMALL_BYTES", "broadcast", "small_attention", "small_backward"]
@@ -150,7 +150,8 @@ def _forward(x, _g, return_weights: bool, return_lse: bool, out=None):
     the weights and the lse (..., N, 1) as asked; None where the general path must answer.
     ``out``: arrays of those shapes to write into (``on_cores``), or None."""
     # (..., N, M) unnormalised weights (a scratch table unless they are returned), row sums, maxima
-    s = exp_scores(x, fresh=return_weights)
+    bands = None if return_weights else _bands(x)  # the weights keep general's whole products
+    s = exp_scores(x, fresh=return_weights, bands=bands)
     if s is None:
         return None
     e, total, top = s
@@ -161,9 +162,27 @@ def _forward(x, _g, return_weights: bool, return_lse: bool, out=None):
     if return_weights:
         e /= total  # (..., N, M): rows sum to 1
         return (np.matmul(e, x[2], out=put[0]), e, *lse)  # (..., N, d_v), (..., N, M)
-    o = np.matmul(e, x[2], out=put[0])  # (..., N, d_v): divide the small output, not the table
+    if bands is None:
+        o = np.matmul(e, x[2], out=put[0])  # (..., N, d_v): divide the small output, not the table
+    else:  # each band of rows on the keys it reaches: past them its weights are 0
+        n = e.shape[-2]
+        o = np.empty(x[4] + (n, x[2].shape[-1]), e.dtype) if put[0] is None else put[0]
+        banded_output(e, x[2], o, bands, (0, n))
     o /= total
     return (o, *lse)
+
+
+def _bands(x):
+    """``gemm_bands`` for a forward whose q kᵀ and P V may skip a causal-like mask's blocked
+    keys, else None: on the calls where ``core/dense.py``'s ``dense_output`` does the same
+    (the compiled softmax, a reach, N >= BANDED_ROWS, q and k with the table's lead axes)."""
+    q, k, tlead, reach = x[0], x[1], x[5], x[10]
+    n = q.shape[-2]
+    if x[11] is None or reach is None or n < BANDED_ROWS:
+        return None
+    if q.shape[:-2] != tlead or k.shape[:-2] != tlead:
+        return None
+    return gemm_bands(reach, n)
 
 
 def _backward(x, g, out=None):

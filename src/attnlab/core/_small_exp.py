@@ -21,7 +21,7 @@ import numpy as np
 from attnlab.core import _small_masks
 from attnlab.core._fused import NO_REACH, kernel_mask
 from attnlab.core._precision import WIDE
-from attnlab.core._small_masks import PREFIX_BAND, PREFIX_SPLIT
+from attnlab.core._small_masks import PREFIX_BAND, PREFIX_SPLIT, banded_scores
 
 __all__ = ["SCRATCH_BYTES", "exp_compiled", "exp_scores", "product", "scores", "scratch"]
 
@@ -89,12 +89,12 @@ def scores(x, fresh: bool = False) -> np.ndarray:
     return s
 
 
-def exp_scores(x, fresh: bool = False):
+def exp_scores(x, fresh: bool = False, bands=None):
     """exp(masked scores − row max) in place (..., N, M), its row sums and row maxima (each
     (..., N, 1)), or None when a row has no allowed key (the general path raises that error)
     or float32 scores lie far from 0. The table is scratch unless ``fresh`` (``product``)."""
     if x[11] is not None:
-        return exp_compiled(x, fresh=fresh)
+        return exp_compiled(x, fresh=fresh, bands=bands)
     if x[10] is not None and x[0].shape[-2] >= _small_masks.PREFIX_ROWS:
         return _exp_prefix(x, fresh)
     s = scores(x, fresh)
@@ -112,14 +112,20 @@ def exp_scores(x, fresh: bool = False):
     return s, np.concatenate(totals, axis=-2), np.concatenate(tops, axis=-2)
 
 
-def exp_compiled(x, lse=None, fresh: bool = False):
+def exp_compiled(x, lse=None, fresh: bool = False, bands=None):
     """``exp_scores`` by the compiled pass (``_fused.rows_softmax``): q kᵀ in one matmul,
     then each row scaled, masked, shifted and exponentiated in two reads, the keys past its
     reach left as 0.
     With ``lse`` (..., N, 1) the rows are shifted by it (the weights come out; no max, no sum:
-    (weights, None, None))."""
+    (weights, None, None)). With ``bands`` (``_small_masks.gemm_bands``) q kᵀ is computed
+    band by band on the keys each band reaches, the rest left for the pass to write as 0."""
     sc, blocked, sure, reach, kernel = x[3], x[6], x[8], x[10], x[11]
-    s = product(x, fresh)  # (..., N, M)
+    if bands is None:
+        s = product(x, fresh)  # (..., N, M)
+    else:  # q, k carry the table's lead axes (``_small._bands``); s is never returned
+        q, k = x[0], x[1]
+        s = scratch("scores", x[5] + (q.shape[-2], k.shape[-2]), q.dtype)
+        banded_scores(q, k, s, bands, (0, q.shape[-2]))
     n, m = s.shape[-2:]
     s3 = s.reshape(-1, n, m)  # (P, N, M), a view
     top = np.empty(s3.shape[:2], s.dtype) if lse is None else lse.reshape(s3.shape[:2])

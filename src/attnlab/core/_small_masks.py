@@ -16,7 +16,17 @@ import numpy as np
 
 from attnlab.core.masks import Causal, Mask, Padding, SlidingWindow, as_mask
 
-__all__ = ["PREFIX_BAND", "PREFIX_ROWS", "PREFIX_SPLIT", "broadcast", "mask_tables"]
+__all__ = [
+    "BANDED_ROWS",
+    "PREFIX_BAND",
+    "PREFIX_ROWS",
+    "PREFIX_SPLIT",
+    "banded_output",
+    "banded_scores",
+    "broadcast",
+    "gemm_bands",
+    "mask_tables",
+]
 
 #: Mask kinds whose rendered tables are kept (hashable, frozen specs).
 _KEPT = (Causal, SlidingWindow, Padding)
@@ -26,6 +36,11 @@ _KEEP_AT_MOST = 256
 #: overhead), in bands of N / PREFIX_SPLIT rows, at least PREFIX_BAND; the compiled pass skips
 #: them at any N, a row at a time.
 PREFIX_ROWS, PREFIX_SPLIT, PREFIX_BAND = 64, 8, 16
+
+
+#: From this many query rows the dense forwards' two products skip a causal-like mask's blocked
+#: keys (``gemm_bands``); below, the extra matmul calls cost more than the keys they skip.
+BANDED_ROWS = 64
 
 
 def mask_tables(mask, n: int, m: int, lead: tuple[int, ...], dtype):
@@ -111,3 +126,37 @@ def broadcast(*shapes: tuple[int, ...]) -> tuple[int, ...] | None:
                 elif size != 1:
                     return None
     return tuple(out)
+
+
+def gemm_bands(reach: np.ndarray, n: int) -> list[tuple[int, int, int]]:
+    """[(first row, end row, keys)]: the rows of a mask that ends each row's keys early (each
+    row's ``_reach``) in bands of max(PREFIX_BAND, ⌈N / PREFIX_SPLIT⌉), each with the keys its
+    rows reach. The dense forwards (``core/_small.py``, ``core/dense.py``) compute q kᵀ and P V
+    band by band on these keys only: a causal mask's blocked triangle costs 1/16 of the table
+    instead of half. The plan depends on the reach and N alone, so both paths make the same
+    products, and OpenBLAS, which rounds a product cut at another key otherwise, rounds them
+    alike."""
+    band = max(PREFIX_BAND, -(-n // PREFIX_SPLIT))
+    return [(a, min(n, a + band), int(reach[a : a + band].max())) for a in range(0, n, band)]
+
+
+def banded_scores(q, k, s, bands, rows: tuple[int, int]) -> None:
+    """s[..., i − r0, :c] ← q[..., i, :] k[..., :c, :]ᵀ for the rows i in rows = [r0, r1), each
+    with its band's keys c (``gemm_bands``); s (..., r1 − r0, M), the keys past c untouched."""
+    r0, r1 = rows
+    for a, b, c in bands:
+        lo, hi = max(a, r0), min(b, r1)
+        if lo < hi:
+            np.matmul(q[..., lo:hi, :], k[..., :c, :].mT, out=s[..., lo - r0 : hi - r0, :c])
+
+
+def banded_output(p, v, out, bands, rows: tuple[int, int]) -> None:
+    """out[..., i − r0, :] ← p[..., i − r0, :c] v[..., :c, :] for the rows i in rows = [r0, r1),
+    each with its band's keys c: the weights past a row's reach are 0 and left out."""
+    r0, r1 = rows
+    for a, b, c in bands:
+        lo, hi = max(a, r0), min(b, r1)
+        if lo < hi:
+            np.matmul(
+                p[..., lo - r0 : hi - r0, :c], v[..., :c, :], out=out[..., lo - r0 : hi - r0, :]
+            )

@@ -27,7 +27,13 @@ import numpy as np
 
 from attnlab.core._fused import NO_REACH, kernel_mask, may_compile, rows_softmax
 from attnlab.core._precision import narrow, too_wide, widen
-from attnlab.core._small_masks import mask_tables
+from attnlab.core._small_masks import (
+    BANDED_ROWS,
+    banded_output,
+    banded_scores,
+    gemm_bands,
+    mask_tables,
+)
 from attnlab.core._threads import on_threads, one_blas_thread
 from attnlab.core._validate import (
     Inputs,
@@ -78,6 +84,15 @@ class _Rows:
             s = self.x.q[..., rows[0] : rows[1], :] @ self.kT  # (..., rows, M)
         if s.shape[:-2] != self.lead:  # the mask varies along an axis only v (or it) carries
             s = np.array(np.broadcast_to(s, self.lead + s.shape[-2:]))  # (..., rows, M)
+        return s
+
+    def banded_scores(self, rows, bands) -> np.ndarray:
+        """``scores`` on the keys each band of rows reaches (``_small_masks.gemm_bands``), the
+        rest of each row left unset for the compiled pass to write as 0."""
+        x = self.x
+        s = np.empty(self.lead + (rows[1] - rows[0], x.m), x.q.dtype)  # (..., rows, M)
+        with np.errstate(over="ignore", invalid="ignore"):  # overflow is checked at the max
+            banded_scores(x.q, x.k, s, bands, rows)
         return s
 
     def softmax(self, s: np.ndarray, rows) -> None:
@@ -168,6 +183,18 @@ def _compiled(x: Inputs, r: _Rows):
     return kernel, kernel_mask(blocked, x.n, x.m), NO_REACH if reach is None else reach
 
 
+def _bands(x: Inputs, r: _Rows):
+    """``_small_masks.gemm_bands`` where ``dense_output``'s two products may skip a causal-like
+    mask's blocked keys: the compiled softmax (which writes each row's tail as 0 past its
+    reach), a reach, N >= BANDED_ROWS, and q and k with the table's lead axes; the fast path
+    asks the same (``_small._bands``), so both make the same products. Else None."""
+    if r.compiled is None or r.compiled[2].size == 0 or x.n < BANDED_ROWS:
+        return None
+    if x.q.shape[:-2] != r.lead or x.k.shape[:-2] != r.lead:
+        return None
+    return gemm_bands(r.compiled[2], x.n)
+
+
 def _each(fn, starts, threads: int, size: int, batched: bool = True) -> None:
     """fn(start) for each band, on the thread pool when there is enough work to share.
 
@@ -197,17 +224,22 @@ def dense_output(x: Inputs, *, empty_rows: str = "raise", threads: int = 1, lse:
     out = np.empty(np.broadcast_shapes(r.lead, x.v.shape[:-2]) + (n, x.v.shape[-1]), x.q.dtype)
     band = max(1, _OUT_BAND_BYTES // r.row_bytes())
     sub = max(1, _BAND_BYTES // r.row_bytes())
+    bands = _bands(x, r)
 
     def band_rows(r0: int) -> None:
         rows = (r0, min(n, r0 + band))
-        s = r.scores(rows)  # (..., band, M)
+        s = r.scores(rows) if bands is None else r.banded_scores(rows, bands)  # (..., band, M)
         if r.compiled is not None:  # one pass per row, each in cache while it is read
             r.softmax_compiled(s, rows, 0)
         else:
             for a in range(0, rows[1] - rows[0], sub):  # numpy's passes, in cache-sized pieces
                 b = min(rows[1] - rows[0], a + sub)
                 r.softmax(s[..., a:b, :], (rows[0] + a, rows[0] + b))
-        part = s @ x.v  # (..., band, d_v)
+        if bands is None:
+            part = s @ x.v  # (..., band, d_v)
+        else:  # each row on the keys its band reaches (the weights past them are 0)
+            part = np.empty(out.shape[:-2] + (rows[1] - rows[0], out.shape[-1]), out.dtype)
+            banded_output(s, x.v, part, bands, rows)
         # Divide the small output, not the table; rows with no key: 0, not 0/0.
         t = r.total[..., rows[0] : rows[1], :]
         part /= np.where(t == 0.0, 1.0, t).astype(part.dtype, copy=False)
