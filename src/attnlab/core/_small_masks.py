@@ -39,8 +39,11 @@ PREFIX_ROWS, PREFIX_SPLIT, PREFIX_BAND = 64, 8, 16
 
 
 #: From this many query rows the dense forwards' two products skip a causal-like mask's blocked
-#: keys (``gemm_bands``); below, the extra matmul calls cost more than the keys they skip.
-BANDED_ROWS = 64
+#: keys (``gemm_bands``); below, the extra matmul calls cost more than the keys they skip. At
+#: (8, 8, 128, 64) causal, bands of 16 rows made the fast path's forward 10.3 -> 12.0-12.8 ms;
+#: at (1, 8, 512, 64) bands of 64 rows made it 14.7 -> 12.1-12.9 ms (bench small, 2-core AMD
+#: EPYC).
+BANDED_ROWS = 256
 
 
 def mask_tables(mask, n: int, m: int, lead: tuple[int, ...], dtype):
