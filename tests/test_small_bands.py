@@ -90,3 +90,21 @@ def test_keys_past_a_band_never_reach_the_answer(counted):
     got = al.attention(q, k, v, Causal())
     assert np.isfinite(got).all()
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("rows", [7, 11])  # the plan's bands are 33 rows: never aligned
+def test_general_bands_that_split_the_plans_bands_give_the_same_answer(counted, monkeypatch, rows):
+    """``dense_output`` cuts its own bands of rows by bytes; each must take, row by row, the
+    keys of the plan's band the row belongs to, wherever the two kinds of band split. (Bit
+    for bit it need not agree here: OpenBLAS rounds a product of 7 rows apart from one of 33.
+    At its own band size, 16 MiB of scores, the general path takes every table the fast path
+    takes in one band, and the two agree bit for bit: see the tests above.)"""
+    rng = np.random.default_rng(6)
+    q, k, v = (rng.standard_normal((1, 1, 257, 8)).astype(np.float32) for _ in range(3))
+    fast = al.attention(q, k, v, Causal())
+    monkeypatch.setattr(dense, "_OUT_BAND_BYTES", rows * 257 * 4)  # rows of 257 float32 scores
+    general = al.attention(q, k, v, Causal(), threads=1)
+    assert counted["general"] == -(-257 // rows)  # one banded product per band of rows
+    np.testing.assert_allclose(general, fast, **F32)
+    wide = al.attention(*(a.astype(np.float64) for a in (q, k, v)), Causal())
+    np.testing.assert_allclose(general, wide, **F32)
