@@ -122,7 +122,7 @@ def exp_compiled(x, lse=None, fresh: bool = False, bands=None):
     sc, blocked, sure, reach, kernel = x[3], x[6], x[8], x[10], x[11]
     if bands is None:
         s = product(x, fresh)  # (..., N, M)
-    else:  # q, k carry the table's lead axes (``_small._bands``); s is never returned
+    else:  # q, k carry the table's lead axes (``_small_masks.forward_bands``); s is never returned
         q, k = x[0], x[1]
         s = scratch("scores", x[5] + (q.shape[-2], k.shape[-2]), q.dtype)
         banded_scores(q, k, s, bands, (0, q.shape[-2]))

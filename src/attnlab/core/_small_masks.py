@@ -24,6 +24,7 @@ __all__ = [
     "banded_output",
     "banded_scores",
     "broadcast",
+    "forward_bands",
     "gemm_bands",
     "mask_tables",
 ]
@@ -141,6 +142,20 @@ def gemm_bands(reach: np.ndarray, n: int) -> list[tuple[int, int, int]]:
     alike."""
     band = max(PREFIX_BAND, -(-n // PREFIX_SPLIT))
     return [(a, min(n, a + band), int(reach[a : a + band].max())) for a in range(0, n, band)]
+
+
+def forward_bands(compiled: bool, reach, q, k, lead: tuple[int, ...]):
+    """``gemm_bands`` where a dense forward's q kᵀ and P V skip a causal-like mask's blocked
+    keys, else None: the compiled softmax runs (``compiled``: it writes each row's tail past
+    its reach as 0), the mask has a ``reach``, N >= BANDED_ROWS, and q and k carry the score
+    table's lead axes ``lead``. The one rule both dense paths ask, so they make the same
+    products."""
+    n = q.shape[-2]
+    if not compiled or reach is None or reach.size == 0 or n < BANDED_ROWS:
+        return None
+    if q.shape[:-2] != lead or k.shape[:-2] != lead:
+        return None
+    return gemm_bands(reach, n)
 
 
 def banded_scores(q, k, s, bands, rows: tuple[int, int]) -> None:

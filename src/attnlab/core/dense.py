@@ -27,13 +27,7 @@ import numpy as np
 
 from attnlab.core._fused import NO_REACH, kernel_mask, may_compile, rows_softmax
 from attnlab.core._precision import narrow, too_wide, widen
-from attnlab.core._small_masks import (
-    BANDED_ROWS,
-    banded_output,
-    banded_scores,
-    gemm_bands,
-    mask_tables,
-)
+from attnlab.core._small_masks import banded_output, banded_scores, forward_bands, mask_tables
 from attnlab.core._threads import on_threads, one_blas_thread
 from attnlab.core._validate import (
     Inputs,
@@ -183,18 +177,6 @@ def _compiled(x: Inputs, r: _Rows):
     return kernel, kernel_mask(blocked, x.n, x.m), NO_REACH if reach is None else reach
 
 
-def _bands(x: Inputs, r: _Rows):
-    """``_small_masks.gemm_bands`` where ``dense_output``'s two products may skip a causal-like
-    mask's blocked keys: the compiled softmax (which writes each row's tail as 0 past its
-    reach), a reach, N >= BANDED_ROWS, and q and k with the table's lead axes; the fast path
-    asks the same (``_small._bands``), so both make the same products. Else None."""
-    if r.compiled is None or r.compiled[2].size == 0 or x.n < BANDED_ROWS:
-        return None
-    if x.q.shape[:-2] != r.lead or x.k.shape[:-2] != r.lead:
-        return None
-    return gemm_bands(r.compiled[2], x.n)
-
-
 def _each(fn, starts, threads: int, size: int, batched: bool = True) -> None:
     """fn(start) for each band, on the thread pool when there is enough work to share.
 
@@ -224,7 +206,8 @@ def dense_output(x: Inputs, *, empty_rows: str = "raise", threads: int = 1, lse:
     out = np.empty(np.broadcast_shapes(r.lead, x.v.shape[:-2]) + (n, x.v.shape[-1]), x.q.dtype)
     band = max(1, _OUT_BAND_BYTES // r.row_bytes())
     sub = max(1, _BAND_BYTES // r.row_bytes())
-    bands = _bands(x, r)
+    reach = None if r.compiled is None else r.compiled[2]  # the fast path asks the same rule
+    bands = forward_bands(r.compiled is not None, reach, x.q, x.k, r.lead)
 
     def band_rows(r0: int) -> None:
         rows = (r0, min(n, r0 + band))
