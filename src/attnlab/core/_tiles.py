@@ -131,18 +131,18 @@ def _strips(mask: Mask, rows, cols, n: int, m: int, lead_ndim: int):
 
 
 # At least this many work items per thread, so uneven items (causal: later rows see more keys)
-# and a core shared with another process even out; measured flat from 2 to 8 at N = 2048 in the
-# forward kernel, slower at 16 (more renders).
-_ITEMS_PER_THREAD = 4
+# and a core shared with another process even out. The backward renders its masks per item,
+# so it asks for few (measured flat from 2 to 8 at N = 2048, slower at 16: more renders).
+ITEMS_PER_THREAD = 4
 
 
-def work_items(blocks, plans: dict, lead: tuple[int, ...], threads: int) -> list:
+def work_items(
+    blocks, plans: dict, lead: tuple[int, ...], threads: int, per_thread: int = ITEMS_PER_THREAD
+) -> list:
     """The work of a blockwise kernel, forward or backward: (query block, group of lead
-    indices) items, enough to give every thread _ITEMS_PER_THREAD or more, longest first."""
+    indices) items, enough to give every thread ``per_thread`` or more, longest first."""
     lead_idx = list(np.ndindex(lead)) if lead else [()]
-    per_item = max(
-        1, min(len(lead_idx), len(blocks) * len(lead_idx) // (_ITEMS_PER_THREAD * threads))
-    )
+    per_item = max(1, min(len(lead_idx), len(blocks) * len(lead_idx) // (per_thread * threads)))
     items = [
         (rows, lead_idx[i : i + per_item])
         for rows in blocks
