@@ -3,8 +3,9 @@
 Shape legend: B = 1, h = 8 heads, N queries = M keys, d = 64, float32.
 
 Times ``al.attention(q, k, v, mask)`` ("fwd") or a training step, ``attention`` then
-``attention_backward`` ("step"), for each attnlab source tree given, beside torch's SDPA
-(forward, or forward + ``.backward()``). Every measurement is a fresh process (one warm call,
+``attention_backward`` ("step"; "step_lse": the forward's ``return_lse=True`` handed to the
+backward as ``lse=``, as a training loop keeps it), for each attnlab source tree given, beside
+torch's SDPA (forward, or forward + ``.backward()``). Every measurement is a fresh process (one warm call,
 the best of 2 timed calls); the implementations take turns, round by round, and each row prints
 medians of CPU time (all threads: a shared machine inflates wall time, not CPU time) and wall
 time. OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are dropped, so OpenBLAS picks its native kernel.
@@ -39,7 +40,8 @@ def one(impl: str, n: int, mask: str, kind: str) -> tuple[float, float]:
         import torch  # an oracle for the benchmark only
         import torch.nn.functional as F
 
-        tq, tk, tv = (torch.from_numpy(a).requires_grad_(kind == "step") for a in (q, k, v))
+        train = kind != "fwd"  # both steps are one forward and one backward on torch's side
+        tq, tk, tv = (torch.from_numpy(a).requires_grad_(train) for a in (q, k, v))
 
         def call():
             if kind == "fwd":
@@ -57,6 +59,10 @@ def one(impl: str, n: int, mask: str, kind: str) -> tuple[float, float]:
         spec = Causal() if causal else None
 
         def call():
+            if kind == "step_lse":  # the forward's lse kept: the backward needs no row stats
+                _, lse = al.attention(q, k, v, spec, return_lse=True)
+                al.attention_backward(q, k, v, g, spec, lse=lse)
+                return
             al.attention(q, k, v, spec)
             if kind == "step":
                 al.attention_backward(q, k, v, g, spec)
