@@ -47,7 +47,8 @@ def test_a_declared_signature_binds_as_python_does():
 
 
 _RUN = (
-    "quick: 'bool' = False, repeats: 'int | None' = None, use_torch: 'bool' = True, "
+    "quick: 'bool' = False, repeats: 'int | None' = None, rounds: 'int' = 1, "
+    "use_torch: 'bool' = True, "
     "isolate: 'bool' = True, checks: 'bool | None' = None, "
     "progress: 'Callable[[Result], None] | None' = None"
 )

@@ -14,7 +14,16 @@ from dataclasses import replace
 
 from attnlab._signature import declared
 from attnlab.bench._measure import Config
-from attnlab.bench._suite import RUN_CONTROLS, SIZES, Report, Target, plan_run, sweep, torch_targets
+from attnlab.bench._suite import (
+    RUN_CONTROLS,
+    SIZES,
+    Report,
+    Target,
+    check_rounds,
+    plan_run,
+    sweep,
+    torch_targets,
+)
 
 DEFAULT_NS = (1024, 2048, 4096, 8192)
 QUICK_NS = (512, 1024)
@@ -23,7 +32,7 @@ MEMORY_LIMIT_MIB = 256.0
 
 
 @declared(SIZES, RUN_CONTROLS, returns="Report")
-def backward(ns, heads, d, masks, quick, repeats, use_torch, isolate, checks, progress):
+def backward(ns, heads, d, masks, quick, repeats, rounds, use_torch, isolate, checks, progress):
     """Run the backward benchmark: attnlab dense and blockwise beside torch, and the targets.
 
     Args:
@@ -33,6 +42,8 @@ def backward(ns, heads, d, masks, quick, repeats, use_torch, isolate, checks, pr
         quick: small sizes and 3 timed runs: a fast look, not the targets.
         repeats: timed runs per configuration after the first (default 7, 3 with quick);
             a configuration stops after 20 s once it has 3.
+        rounds: measure every row this many times, the rows taking turns, each row's time
+            the median of all its runs (as ``bench.attention``).
         use_torch: include torch's SDPA forward and backward when importable.
         isolate: each configuration in its own subprocess (default; its peak memory is its own).
         checks: also run the memory check (blockwise, N = 16384, h = 1); default: only for the
@@ -45,10 +56,11 @@ def backward(ns, heads, d, masks, quick, repeats, use_torch, isolate, checks, pr
     for mask in masks:
         if mask not in ("none", "causal"):
             raise ValueError(f"expected masks among 'none', 'causal', but got {mask!r}")
+    check_rounds(rounds)
     ns, repeats, checks, with_torch, run = plan_run(
         ns, (QUICK_NS if quick else DEFAULT_NS), quick, repeats, checks, use_torch, isolate
     )
-    settings = {"isolated": isolate, "torch": with_torch, "backward": True}
+    settings = {"isolated": isolate, "torch": with_torch, "backward": True, "rounds": rounds}
     report, measured = sweep(ns, heads, d, masks, repeats, run, progress, settings)
     if checks:
         base = Config("blockwise", MEMORY_N, 1, d, backward=True)

@@ -27,7 +27,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
@@ -264,6 +264,16 @@ def measure(cfg: Config) -> Result:
     except Exception as exc:  # a benchmark reports a failed configuration and goes on
         result.error = f"{type(exc).__name__}: {exc}"
     return result
+
+
+def merge_rounds(first: Result, later: Result) -> Result:
+    """One row measured in two rounds (``bench.attention(rounds=...)``): every timed run
+    pooled and its time their median; the first round's cold call, peak memory and threads;
+    the error of either round, if one failed."""
+    if first.error or later.error:
+        return first if first.error else later
+    runs = first.runs + later.runs
+    return replace(first, runs=runs, seconds=statistics.median(runs) if runs else first.seconds)
 
 
 def measure_isolated(cfg: Config, timeout_s: float = 900.0) -> Result:

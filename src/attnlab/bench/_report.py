@@ -82,6 +82,12 @@ def tile_passes() -> str:
     return f"numba ({_fused.ENV}={mode}; auto from {_fused.MIN_PAIRS:,} pairs, float32)"
 
 
+def _rounds(rounds: int) -> str:
+    if rounds == 1:
+        return ""
+    return f" in each of {rounds} rounds, the rows taking turns (the median of all of a row's runs)"
+
+
 def format_report(report) -> str:
     m, s = report.machine, report.settings
     blas = m["blas"]
@@ -96,6 +102,7 @@ def format_report(report) -> str:
     lines = [
         f"{what}, float32, B=1, h={s['heads']}, d={s['d']}: time is the median of up to "
         f"{s['repeats']} runs after a first call"
+        + (_rounds(s.get("rounds", 1)))
         + ("; each configuration in its own process" if s["isolated"] else ""),
         f"machine: {m['cpu']}, {m['cores']} cores; numpy {m['numpy']} with "
         f"{blas.get('version') or blas['library']} "

@@ -16,7 +16,14 @@ from importlib.metadata import PackageNotFoundError, version
 import numpy as np
 
 from attnlab._signature import KEYWORD, POSITIONAL, declared, group
-from attnlab.bench._measure import Config, Result, gemm_ceiling, measure, measure_isolated
+from attnlab.bench._measure import (
+    Config,
+    Result,
+    gemm_ceiling,
+    measure,
+    measure_isolated,
+    merge_rounds,
+)
 from attnlab.core.blockwise import blas_info
 
 DEFAULT_NS = (512, 1024, 2048, 4096, 8192, 16384)
@@ -123,6 +130,9 @@ SIZES = [
     *group(KEYWORD, [("masks", ("none", "causal"), "Sequence[str]")]),
 ]
 
+#: The most rounds a benchmark run takes (``rounds``): each is a whole suite.
+MAX_ROUNDS = 20
+
 #: How both benchmarks run (keyword-only, after the sizes), declared once for their signatures
 #: (attnlab._signature); ``plan_run`` reads them.
 RUN_CONTROLS = group(
@@ -130,6 +140,7 @@ RUN_CONTROLS = group(
     [
         ("quick", False, "bool"),
         ("repeats", None, "int | None"),
+        ("rounds", 1, "int"),
         ("use_torch", True, "bool"),
         ("isolate", True, "bool"),
         ("checks", None, "bool | None"),
@@ -179,7 +190,9 @@ def _measure_checks(measured, report: Report, base: Config, ns, *, quick: bool, 
     RUN_CONTROLS,
     returns="Report",
 )
-def attention(ns, heads, d, masks, window, quick, repeats, use_torch, isolate, checks, progress):
+def attention(
+    ns, heads, d, masks, window, quick, repeats, rounds, use_torch, isolate, checks, progress
+):
     """Run the benchmark: attnlab dense and blockwise beside PyTorch's SDPA, and the checks.
 
     Args:
@@ -189,6 +202,9 @@ def attention(ns, heads, d, masks, window, quick, repeats, use_torch, isolate, c
         quick: small sizes and 3 timed runs: a fast look, not the targets.
         repeats: timed runs per configuration after the first (default 7, 3 with quick);
             a configuration stops after 20 s once it has 3.
+        rounds: measure every row this many times, the rows taking turns (dense, blockwise,
+            torch, ..., then all again), each row's time the median of all its runs: a machine
+            whose speed drifts over minutes then slows both sides of a ratio alike.
         use_torch: include torch.nn.functional.scaled_dot_product_attention when importable.
         isolate: measure each configuration in its own subprocess (default; needed for peak
             memory to belong to one configuration). False runs them here, for tests.
@@ -203,10 +219,11 @@ def attention(ns, heads, d, masks, window, quick, repeats, use_torch, isolate, c
     for mask in masks:
         if mask not in ("none", "causal", "window"):
             raise ValueError(f"expected masks among 'none', 'causal', 'window', but got {mask!r}")
+    check_rounds(rounds)
     ns, repeats, checks, with_torch, run = plan_run(
         ns, (QUICK_NS if quick else DEFAULT_NS), quick, repeats, checks, use_torch, isolate
     )
-    settings = {"window": window, "isolated": isolate, "torch": with_torch}
+    settings = {"window": window, "isolated": isolate, "torch": with_torch, "rounds": rounds}
     report, measured = sweep(ns, heads, d, masks, repeats, run, progress, settings)
 
     base = Config("blockwise", 0, heads, d, repeats=repeats)
@@ -234,14 +251,30 @@ def sweep(ns, heads: int, d: int, masks, repeats: int, run, progress, settings: 
 
     methods = ["dense", "blockwise"] + (["torch"] if settings.get("torch") else [])
     window = settings.get("window")
-    for n in ns:
-        for mask in masks:
-            for method in methods:
-                if method == "dense" and (1 + backward) * heads * n * n * 4 > DENSE_LIMIT:
-                    continue  # its table(s) alone would not fit a sane budget
-                cfg = Config(method, n, heads, d, mask, window if mask == "window" else None)
-                measured(replace(cfg, repeats=repeats, backward=backward), report.results)
+    configs = [
+        Config(method, n, heads, d, mask, window if mask == "window" else None, repeats=repeats)
+        for n in ns
+        for mask in masks
+        for method in methods
+        # dense's table(s) alone would not fit a sane budget past DENSE_LIMIT
+        if method != "dense" or (1 + backward) * heads * n * n * 4 <= DENSE_LIMIT
+    ]
+    rows: list = [None] * len(configs)
+    for _ in range(settings.get("rounds", 1)):
+        for i, cfg in enumerate(configs):  # every row once a round, in turn
+            got = measured(replace(cfg, backward=backward), [])
+            rows[i] = got if rows[i] is None else merge_rounds(rows[i], got)
+    report.results.extend(rows)
     return report, measured
+
+
+def check_rounds(rounds) -> int:
+    """``rounds``, checked: a whole number from 1 to MAX_ROUNDS."""
+    if type(rounds) is not int or not 1 <= rounds <= MAX_ROUNDS:
+        raise ValueError(
+            f"expected rounds to be a whole number from 1 to {MAX_ROUNDS}, but got {rounds!r}"
+        )
+    return rounds
 
 
 def torch_targets(report: Report, ns, name: str, goal: float) -> list[Target]:

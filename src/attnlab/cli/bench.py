@@ -42,6 +42,15 @@ CausalOnly = Annotated[bool, typer.Option(help="Causal rows only (default: no ma
 Repeats = Annotated[
     int | None, typer.Option(min=1, help="Timed runs per row (default 7; 3 with --quick).")
 ]
+Rounds = Annotated[
+    int,
+    typer.Option(
+        min=1,
+        max=20,
+        help="Measure every row this many times, the rows taking turns; each row's time is "
+        "the median of all its runs, so a machine whose speed drifts slows every row alike.",
+    ),
+]
 Isolate = Annotated[
     bool, typer.Option(help="Run each configuration in its own process (peak memory is its own).")
 ]
@@ -83,6 +92,7 @@ def attention_command(
         bool, typer.Option(help="N = 512 to 2048, 3 runs each: about 20 s on 2 cores.")
     ] = False,
     repeats: Repeats = None,
+    rounds: Rounds = 1,
     torch: Annotated[bool, typer.Option(help="Time PyTorch's SDPA beside attnlab.")] = True,
     isolate: Isolate = True,
     json_path: JsonPath = None,
@@ -90,6 +100,7 @@ def attention_command(
 ) -> None:
     """Time attnlab dense and blockwise attention beside torch SDPA, and check the speed targets of docs/bench.md."""
     extra = {"masks": ["window"] if window is not None else [], "window": window or 512}
+    extra["rounds"] = rounds
     _measure("attention", n, (heads, d, causal), quick, repeats, torch, isolate, (json_path, force),
              **extra)  # fmt: skip
 
@@ -144,6 +155,7 @@ def backward_command(
     causal: CausalOnly = False,
     quick: Annotated[bool, typer.Option(help="N = 512 and 1024, 3 runs each.")] = False,
     repeats: Repeats = None,
+    rounds: Rounds = 1,
     torch: Annotated[
         bool, typer.Option(help="Time PyTorch's SDPA forward + backward beside attnlab.")
     ] = True,
@@ -152,7 +164,8 @@ def backward_command(
     force: Force = False,
 ) -> None:
     """Time attnlab's gradients (dense and blockwise) beside torch's fused backward (docs/bench.md)."""
-    _measure("backward", n, (heads, d, causal), quick, repeats, torch, isolate, (json_path, force))
+    _measure("backward", n, (heads, d, causal), quick, repeats, torch, isolate, (json_path, force),
+             rounds=rounds)  # fmt: skip
 
 
 @bench_app.command("labs")
