@@ -122,7 +122,7 @@ def test_short_rows_keep_numpys_whole_table_path(roads):
 @pytest.mark.parametrize(("n", "row_bytes"), [(64, 4096), (130, 4096), (512, 2**17), (512, 16)])
 def test_the_band_plan_covers_every_row_once_with_its_keys(n, row_bytes):
     reach = np.minimum(np.arange(1, n + 1) + 3, n)
-    plan = _small_exp._band_plan(reach, row_bytes)
+    plan = _small_masks.gemm_bands(reach, n, _small_exp._BAND_BYTES // row_bytes)
     assert [a for a, _, _ in plan] == [b for _, b, _ in [(0, 0, 0), *plan[:-1]]]
     assert plan[-1][1] == n
     for a, b, c in plan:

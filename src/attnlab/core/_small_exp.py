@@ -21,7 +21,7 @@ import numpy as np
 from attnlab.core import _small_masks
 from attnlab.core._fused import NO_REACH, kernel_mask
 from attnlab.core._precision import WIDE
-from attnlab.core._small_masks import PREFIX_BAND, PREFIX_SPLIT, banded_scores
+from attnlab.core._small_masks import banded_scores, gemm_bands
 
 __all__ = ["SCRATCH_BYTES", "exp_compiled", "exp_scores", "product", "scores", "scratch"]
 
@@ -154,7 +154,8 @@ def _exp_prefix(x, fresh: bool):
     totals = np.empty(s.shape[:-1] + (1,), q.dtype)  # (..., N, 1)
     tops = np.empty_like(totals)
     blocked, scale = blocked.reshape(n, m), q.dtype.type(sc)
-    for a, b, c in _band_plan(reach, math.prod(lead) * m * q.itemsize):
+    # bands of an eighth of the rows, each at most _BAND_BYTES of scores
+    for a, b, c in gemm_bands(reach, n, _BAND_BYTES // (math.prod(lead) * m * q.itemsize)):
         head = s[..., a:b, :c]  # (..., band, reach)
         head *= scale
         np.copyto(head, -np.inf, where=blocked[a:b, :c])
@@ -164,15 +165,6 @@ def _exp_prefix(x, fresh: bool):
             return None
         totals[..., a:b, :], tops[..., a:b, :] = part[1], part[2]
     return s, totals, tops
-
-
-def _band_plan(reach: np.ndarray, row_bytes: int) -> list[tuple[int, int, int]]:
-    """[(first row, end row, keys)]: bands of about an eighth of the rows (so a causal mask's
-    blocked triangle is skipped but for 1/16 of the table), at most ``_BAND_BYTES`` of scores,
-    each with the keys its rows reach."""
-    n = reach.shape[0]
-    band = max(1, min(_BAND_BYTES // row_bytes, max(PREFIX_BAND, -(-n // PREFIX_SPLIT))))
-    return [(a, min(n, a + band), int(_max(reach[a : a + band]))) for a in range(0, n, band)]
 
 
 def _softmax_rows(s, sure: bool, keys: int | None = None):

@@ -132,15 +132,17 @@ def broadcast(*shapes: tuple[int, ...]) -> tuple[int, ...] | None:
     return tuple(out)
 
 
-def gemm_bands(reach: np.ndarray, n: int) -> list[tuple[int, int, int]]:
+def gemm_bands(reach: np.ndarray, n: int, most: int | None = None) -> list[tuple[int, int, int]]:
     """[(first row, end row, keys)]: the rows of a mask that ends each row's keys early (each
-    row's ``_reach``) in bands of max(PREFIX_BAND, ⌈N / PREFIX_SPLIT⌉), each with the keys its
-    rows reach. The dense forwards (``core/_small.py``, ``core/dense.py``) compute q kᵀ and P V
-    band by band on these keys only: a causal mask's blocked triangle costs 1/16 of the table
-    instead of half. The plan depends on the reach and N alone, so both paths make the same
-    products, and OpenBLAS, which rounds a product cut at another key otherwise, rounds them
-    alike."""
+    row's ``_reach``) in bands of max(PREFIX_BAND, ⌈N / PREFIX_SPLIT⌉) rows (at most ``most``,
+    at least 1, where given), each with the keys its rows reach. The dense forwards
+    (``core/_small.py``, ``core/dense.py``) compute q kᵀ and P V band by band on these keys
+    only: a causal mask's blocked triangle costs 1/16 of the table instead of half. Without
+    ``most`` the plan depends on the reach and N alone, so both paths make the same products,
+    and OpenBLAS, which rounds a product cut at another key otherwise, rounds them alike."""
     band = max(PREFIX_BAND, -(-n // PREFIX_SPLIT))
+    if most is not None:
+        band = max(1, min(most, band))
     return [(a, min(n, a + band), int(reach[a : a + band].max())) for a in range(0, n, band)]
 
 
