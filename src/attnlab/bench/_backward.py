@@ -19,7 +19,6 @@ from attnlab.bench._suite import (
     SIZES,
     Report,
     Target,
-    check_rounds,
     plan_run,
     sweep,
     torch_targets,
@@ -56,9 +55,8 @@ def backward(ns, heads, d, masks, quick, repeats, rounds, use_torch, isolate, ch
     for mask in masks:
         if mask not in ("none", "causal"):
             raise ValueError(f"expected masks among 'none', 'causal', but got {mask!r}")
-    check_rounds(rounds)
     ns, repeats, checks, with_torch, run = plan_run(
-        ns, (QUICK_NS if quick else DEFAULT_NS), quick, repeats, checks, use_torch, isolate
+        ns, (QUICK_NS if quick else DEFAULT_NS), quick, repeats, rounds, checks, use_torch, isolate
     )
     settings = {"isolated": isolate, "torch": with_torch, "backward": True, "rounds": rounds}
     report, measured = sweep(ns, heads, d, masks, repeats, run, progress, settings)

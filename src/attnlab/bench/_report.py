@@ -102,7 +102,7 @@ def format_report(report) -> str:
     lines = [
         f"{what}, float32, B=1, h={s['heads']}, d={s['d']}: time is the median of up to "
         f"{s['repeats']} runs after a first call"
-        + (_rounds(s.get("rounds", 1)))
+        + _rounds(s.get("rounds", 1))
         + ("; each configuration in its own process" if s["isolated"] else ""),
         f"machine: {m['cpu']}, {m['cores']} cores; numpy {m['numpy']} with "
         f"{blas.get('version') or blas['library']} "

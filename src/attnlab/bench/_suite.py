@@ -149,10 +149,12 @@ RUN_CONTROLS = group(
 )
 
 
-def plan_run(ns, default_ns, quick: bool, repeats, checks, use_torch: bool, isolate: bool):
+def plan_run(ns, default_ns, quick: bool, repeats, rounds, checks, use_torch: bool, isolate: bool):
     """What a benchmark run measures, the same for every suite: (lengths, timed runs, whether
-    to run the target checks, whether torch runs beside attnlab, the measuring function).
-    The checks default to on only for the full default run (no ``ns``, not ``quick``)."""
+    to run the target checks, whether torch runs beside attnlab, the measuring function), once
+    ``rounds`` is checked (``check_rounds``). The checks default to on only for the full
+    default run (no ``ns``, not ``quick``)."""
+    check_rounds(rounds)
     full = ns is None and not quick
     return (
         tuple(ns or default_ns),
@@ -219,9 +221,8 @@ def attention(
     for mask in masks:
         if mask not in ("none", "causal", "window"):
             raise ValueError(f"expected masks among 'none', 'causal', 'window', but got {mask!r}")
-    check_rounds(rounds)
     ns, repeats, checks, with_torch, run = plan_run(
-        ns, (QUICK_NS if quick else DEFAULT_NS), quick, repeats, checks, use_torch, isolate
+        ns, (QUICK_NS if quick else DEFAULT_NS), quick, repeats, rounds, checks, use_torch, isolate
     )
     settings = {"window": window, "isolated": isolate, "torch": with_torch, "rounds": rounds}
     report, measured = sweep(ns, heads, d, masks, repeats, run, progress, settings)
@@ -242,9 +243,10 @@ def sweep(ns, heads: int, d: int, masks, repeats: int, run, progress, settings: 
     settings = {**shape, "repeats": repeats, **settings}
     report = Report(machine_info(), settings, gemm_ceiling())
 
-    def measured(cfg: Config, into: list[Result]) -> Result:
+    def measured(cfg: Config, into: list[Result] | None = None) -> Result:
         result = run(cfg)
-        into.append(result)
+        if into is not None:
+            into.append(result)
         if progress is not None:
             progress(result)
         return result
@@ -252,7 +254,16 @@ def sweep(ns, heads: int, d: int, masks, repeats: int, run, progress, settings: 
     methods = ["dense", "blockwise"] + (["torch"] if settings.get("torch") else [])
     window = settings.get("window")
     configs = [
-        Config(method, n, heads, d, mask, window if mask == "window" else None, repeats=repeats)
+        Config(
+            method,
+            n,
+            heads,
+            d,
+            mask,
+            window if mask == "window" else None,
+            repeats=repeats,
+            backward=backward,
+        )
         for n in ns
         for mask in masks
         for method in methods
@@ -262,7 +273,7 @@ def sweep(ns, heads: int, d: int, masks, repeats: int, run, progress, settings: 
     rows: list = [None] * len(configs)
     for _ in range(settings.get("rounds", 1)):
         for i, cfg in enumerate(configs):  # every row once a round, in turn
-            got = measured(replace(cfg, backward=backward), [])
+            got = measured(cfg)
             rows[i] = got if rows[i] is None else merge_rounds(rows[i], got)
     report.results.extend(rows)
     return report, measured
