@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import attnlab as al
-from attnlab.core import _fused, _small, _small_exp, _small_masks, dense
 from attnlab.core.masks import Causal, SlidingWindow
+from attnlab.kernels import _fused, _small, _small_exp, _small_masks, dense
 from tolerances import F32
 
 pytest.importorskip("numba")

@@ -1,4 +1,4 @@
-"""The fast path's kept plans (``core/_small_plan.py``): what a call's shapes, mask, scale and
+"""The fast path's kept plans (``kernels/_small_plan.py``): what a call's shapes, mask, scale and
 method decide is worked out once, and a later call that differs in any of them, or in the
 settings the plan read, gets its own.
 
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import attnlab as al
-from attnlab.core import _fused, _small, _small_plan, blockwise
 from attnlab.core.masks import Causal, Padding, SlidingWindow
+from attnlab.kernels import _fused, _small, _small_plan, blockwise
 from tolerances import F32, F64
 
 

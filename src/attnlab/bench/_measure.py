@@ -158,9 +158,9 @@ def _prepare(cfg: Config, info: dict):
 
 
 def _warm_kernels(info: dict) -> None:
-    """Load the optional compiled tile passes (core/_fused.py) before the first call, so their
+    """Load the optional compiled tile passes (kernels/_fused.py) before the first call, so their
     one-off load lands in neither its time nor its memory; note which passes ran."""
-    from attnlab.core import _fused
+    from attnlab.kernels import _fused
 
     info["kernel"] = "numba" if _fused.warm() is not None else "numpy"
 

@@ -24,7 +24,7 @@ from attnlab.bench._measure import (
     measure_isolated,
     merge_rounds,
 )
-from attnlab.core.blockwise import blas_info
+from attnlab.kernels.blockwise import blas_info
 
 DEFAULT_NS = (512, 1024, 2048, 4096, 8192, 16384)
 QUICK_NS = (512, 1024, 2048)

@@ -33,7 +33,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from attnlab import exercises, labs
-from attnlab.core._threads import one_blas_thread
+from attnlab.kernels._threads import one_blas_thread
 from attnlab.labs import LabSpec, Param, jsonable
 from attnlab.labs._plotly import plotly_figure
 from attnlab.web.models import FieldError

@@ -9,7 +9,7 @@ numpy's matmul over a batch of small matrices calls OpenBLAS once per matrix, an
 threads any product past about 2^18 multiply-adds: at (B, h, N, d) = (8, 8, 128, 64) it woke
 its threads 64 times a matmul. On the shared two-core machine (load average ~13) the batched
 q kᵀ took 187 ms so, and 14 ms with OpenBLAS on one thread. So the fast path
-(``core/_small.py``) runs its matmuls with OpenBLAS pinned to one thread, and when the batch is
+(``kernels/_small.py``) runs its matmuls with OpenBLAS pinned to one thread, and when the batch is
 large enough to pay for the pool, on every core, each thread taking a share of the batch:
 what torch does for attention on the CPU. A piece runs the same operations on fewer matrices,
 so the numbers are those of the whole batch at once (tests/test_small.py checks it bitwise).
@@ -24,8 +24,8 @@ import threading
 
 import numpy as np
 
-from attnlab.core._small_exp import KEEP_FROM
-from attnlab.core._threads import one_blas_thread, pool_map
+from attnlab.kernels._small_exp import KEEP_FROM
+from attnlab.kernels._threads import one_blas_thread, pool_map
 
 __all__ = ["on_cores"]
 

@@ -1,4 +1,4 @@
-"""The fast path's checks (``core/_small.py``): whether a call may take it, and its inputs'
+"""The fast path's checks (``kernels/_small.py``): whether a call may take it, and its inputs'
 peaks, in as little work per call as the call allows.
 
 Shape legend (the chapter's letters):
@@ -20,11 +20,11 @@ import math
 
 import numpy as np
 
-from attnlab.core import blockwise
-from attnlab.core._fused import _env_set, rows_softmax
-from attnlab.core._precision import WIDE
-from attnlab.core._small_masks import broadcast, mask_tables
 from attnlab.core._validate import score_limit
+from attnlab.kernels import blockwise
+from attnlab.kernels._fused import _env_set, rows_softmax
+from attnlab.kernels._precision import WIDE
+from attnlab.kernels._small_masks import broadcast, mask_tables
 
 __all__ = ["SMALL_BYTES", "peak", "prepare"]
 

@@ -10,11 +10,11 @@ A tiny transformer's training batch, (B, h, N, d) = (64, 4, 32, 16), or the work
 problem: validation in several passes, the mask rendered afresh, the overflow bound, error-state
 contexts, the dispatcher's options. At (1, 1, 4, 2) that was about 110 µs a call where the
 arithmetic takes a few. This module answers the common calls from the same numpy operations in
-the same order as ``core/dense.py`` and ``core/dense_backward.py`` (so the same bits, which
+the same order as ``kernels/dense.py`` and ``kernels/dense_backward.py`` (so the same bits, which
 tests/test_small.py checks), with:
 
 - what the call's shapes, mask and scale decide worked out once and kept
-  (``core/_small_plan.py``);
+  (``kernels/_small_plan.py``);
 - validation as a handful of cheap tests that only ever say "fine" or "not sure": any doubt (a
   list instead of an array, mixed dtypes, a NaN, a score that might overflow, a bad mask, a row
   with no key) returns None, and the caller runs the general path, which raises its own error;
@@ -33,13 +33,13 @@ import math
 
 import numpy as np
 
-from attnlab.core._fused import loaded
 from attnlab.core._grad import sum_to
-from attnlab.core._precision import WIDE
-from attnlab.core._small_cores import on_cores
-from attnlab.core._small_exp import KEEP_FROM, exp_compiled, exp_scores, scores, scratch
-from attnlab.core._small_masks import banded_output, broadcast, forward_bands
-from attnlab.core._small_plan import SMALL_BYTES, peak, prepare
+from attnlab.kernels._fused import loaded
+from attnlab.kernels._precision import WIDE
+from attnlab.kernels._small_cores import on_cores
+from attnlab.kernels._small_exp import KEEP_FROM, exp_compiled, exp_scores, scores, scratch
+from attnlab.kernels._small_masks import banded_output, broadcast, forward_bands
+from attnlab.kernels._small_plan import SMALL_BYTES, peak, prepare
 
 __all__ = ["SMALL_BYTES", "broadcast", "small_attention", "small_backward"]
 
@@ -177,7 +177,7 @@ def _forward(x, _g, return_weights: bool, return_lse: bool, out=None):
 
 
 def _backward(x, g, out=None):
-    """The dense backward pass, steps 1-6 of ``core/dense_backward.py``'s docstring in its
+    """The dense backward pass, steps 1-6 of ``kernels/dense_backward.py``'s docstring in its
     order, on prepared inputs and dO (..., N, d_v) (or (dO, lse (..., N, 1)): the weights
     from the saved lse); None where a row has no key. ``out``: (dq, dk, dv) arrays of the
     gradients' shapes to write into (``on_cores`` gives each piece its share), or None."""

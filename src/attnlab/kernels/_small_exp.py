@@ -1,4 +1,4 @@
-"""The fast path's softmax of the scores (``core/_small.py``): q kᵀ scaled and masked, shifted
+"""The fast path's softmax of the scores (``kernels/_small.py``): q kᵀ scaled and masked, shifted
 by each row's max and exponentiated, in place, with each row's sum and max.
 
 Shape legend (the chapter's letters):
@@ -18,10 +18,10 @@ import threading
 
 import numpy as np
 
-from attnlab.core import _small_masks
-from attnlab.core._fused import NO_REACH, kernel_mask
-from attnlab.core._precision import WIDE
-from attnlab.core._small_masks import banded_scores, gemm_bands
+from attnlab.kernels import _small_masks
+from attnlab.kernels._fused import NO_REACH, kernel_mask
+from attnlab.kernels._precision import WIDE
+from attnlab.kernels._small_masks import banded_scores, gemm_bands
 
 __all__ = ["SCRATCH_BYTES", "exp_compiled", "exp_scores", "product", "scores", "scratch"]
 
