@@ -91,11 +91,11 @@ def test_a_smaller_memory_budget_takes_effect_on_the_next_call(monkeypatch):
 def test_the_kernel_setting_is_read_on_every_call(monkeypatch):
     pytest.importorskip("numba")
     q, k, v, _ = _inputs((2, 2, 64, 16))  # below the compiled pass's size under "auto"
-    assert _small_plan.prepare(q, k, v, Causal(), None, "auto")[11] is None
+    assert _small_plan.prepare(q, k, v, Causal(), None, "auto").kernel is None
     monkeypatch.setenv(_fused.ENV, "numba")
-    assert _small_plan.prepare(q, k, v, Causal(), None, "auto")[11] is not None
+    assert _small_plan.prepare(q, k, v, Causal(), None, "auto").kernel is not None
     monkeypatch.setenv(_fused.ENV, "numpy")
-    assert _small_plan.prepare(q, k, v, Causal(), None, "auto")[11] is None
+    assert _small_plan.prepare(q, k, v, Causal(), None, "auto").kernel is None
 
 
 def test_the_kept_plans_are_bounded(monkeypatch):
