@@ -48,7 +48,7 @@ def _show(report) -> None:
     console.print(f"[{style}]{escape(report.summary())}[/]", highlight=False)
     console.print(
         f"[dim]rule: error <= {report.factor:g} x baseline error + atol; baseline: a plain "
-        f"attention in {report.dtype}; exact: attnlab in float64[/]",
+        f"attention in each tensor's baseline dtype; exact: attnlab in float64[/]",
         highlight=False,
     )
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from attnlab._signature import KEYWORD, POSITIONAL, declared, group
 from attnlab.errors import AttnlabError
-from attnlab.verifier._baseline import baseline
+from attnlab.verifier._baseline import baseline, baseline_dtype
 from attnlab.verifier._case import ARRAY_NAMES, Case, make_case
 from attnlab.verifier._load import read_case_file
 from attnlab.verifier._options import OPTION_NAMES, Options
@@ -107,11 +107,15 @@ def verify_case(case: Case, *, factor=2.0, atol=None, memory_budget=None) -> Ver
     budget = DEFAULT_MEMORY_BUDGET if memory_budget is None else memory_budget
     budget = _positive("memory_budget", budget, allow_zero=False)
     exact = truth(case, budget)
-    plain = baseline(case, budget)
+    names = [name for name in TENSORS if name in case.arrays]
+    dtypes = {name: baseline_dtype(case, name) for name in names}
+    plain = {}
+    for dtype in dict.fromkeys(dtypes.values()):  # one plain run per baseline dtype
+        want = [name for name in names if dtypes[name] == dtype]
+        plain.update(baseline(case, budget, dtype, want))
     tensors = {
-        name: judge(name, case, exact[name], plain[name], factor, atol)
-        for name in TENSORS
-        if name in case.arrays
+        name: judge(name, case, exact[name], plain[name], factor, atol, dtypes[name])
+        for name in names
     }
     a = case.arrays
     lengths_q, lengths_k = np.diff(case.cu_q).tolist(), np.diff(case.cu_k).tolist()

@@ -61,6 +61,7 @@ class TensorVerdict:
     atol: float
     factor: float
     worst: dict
+    baseline_dtype: str  # the dtype the plain answer was computed in
     nonfinite: int  # kernel entries that are NaN or inf where the exact answer is finite
     heat: np.ndarray = field(repr=False, compare=False)  # (heads, rows): max error per row
 
@@ -85,6 +86,7 @@ class TensorVerdict:
             "max_abs_error": _num(self.max_abs_error),
             "mean_abs_error": _num(self.mean_abs_error),
             "baseline_error": _num(self.baseline_error),
+            "baseline_dtype": self.baseline_dtype,
             "ratio": _num(self.ratio),
             "atol": self.atol,
             "tolerance": _num(self.tolerance),
@@ -121,7 +123,9 @@ def _abs_error(kernel: np.ndarray, exact: np.ndarray) -> np.ndarray:
     return err
 
 
-def judge(name: str, case: Case, exact, plain, factor: float, atol) -> TensorVerdict:
+def judge(
+    name: str, case: Case, exact, plain, factor: float, atol, baseline_dtype=None
+) -> TensorVerdict:
     """The verdict on tensor ``name`` of ``case`` (float64 ``exact`` and ``plain`` answers)."""
     stored = case.arrays[name]
     with np.errstate(invalid="ignore"):
@@ -155,6 +159,7 @@ def judge(name: str, case: Case, exact, plain, factor: float, atol) -> TensorVer
         atol=float(atol),
         factor=float(factor),
         worst=worst,
+        baseline_dtype=np.dtype(baseline_dtype or case.dtype).name,
         nonfinite=int((~np.isfinite(kernel) & finite).sum()),
         heat=heat,
     )
@@ -204,6 +209,7 @@ class VerifyReport:
                 f"{t.max_abs_error:.3g}",
                 f"{t.mean_abs_error:.3g}",
                 f"{t.baseline_error:.3g}",
+                t.baseline_dtype,
                 f"{t.ratio:.3g}",
                 f"{t.tolerance:.3g}",
                 _position(t.worst),
@@ -218,6 +224,7 @@ class VerifyReport:
         "max error",
         "mean error",
         "baseline",
+        "baseline dtype",
         "ratio",
         "tolerance",
         "worst (b, h, row, col)",
