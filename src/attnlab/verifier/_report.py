@@ -177,6 +177,7 @@ class VerifyReport:
     shape: dict
     cu_q: np.ndarray = field(repr=False, compare=False)
     cu_k: np.ndarray = field(repr=False, compare=False)
+    hints: tuple = ()  # sentences on a failure's likely cause (a layout mix-up)
 
     @property
     def passed(self) -> bool:
@@ -198,6 +199,7 @@ class VerifyReport:
             "shape": dict(self.shape),
             "options": dict(self.options),
             "tensors": {name: t.as_dict() for name, t in self.tensors.items()},
+            "hints": list(self.hints),
         }
 
     def rows(self) -> list[list[str]]:
@@ -243,7 +245,8 @@ class VerifyReport:
             f"{t.name} off by {t.max_abs_error:.3g} at {t.where()} (tolerance {t.tolerance:.3g})"
             for t in bad
         )
-        return f"fail: {said}"
+        hints = "".join(f"; hint: {h}" for h in self.hints)
+        return f"fail: {said}{hints}"
 
     def _repr_html_(self) -> str:
         head = "".join(f"<th>{html.escape(c)}</th>" for c in self.COLUMNS)
