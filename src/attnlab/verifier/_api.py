@@ -84,9 +84,11 @@ def verify(layout, factor, atol, memory_budget, **entries) -> VerifyReport:
     return _judged(entries, layout, factor=factor, atol=atol, memory_budget=memory_budget)
 
 
-def verify_file(path, *, layout="bshd", factor=2.0, atol=None, memory_budget=None):
-    """``verify`` on a case file (.npz or .safetensors) holding the arrays and options by name."""
-    entries = read_case_file(path)
+def verify_file(path, *, layout="bshd", factor=2.0, atol=None, memory_budget=None, max_bytes=None):
+    """``verify`` on a case file (.npz or .safetensors) holding the arrays and options by name.
+    ``max_bytes`` bounds the array data the file may declare (default 2 GiB), checked from its
+    headers before any data is read."""
+    entries = read_case_file(path, max_bytes)
     return _judged(entries, layout, factor=factor, atol=atol, memory_budget=memory_budget)
 
 
