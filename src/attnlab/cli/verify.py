@@ -48,7 +48,7 @@ def _show(report) -> None:
     console.print(f"[{style}]{escape(report.summary())}[/]", highlight=False)
     console.print(
         f"[dim]rule: error <= {report.factor:g} x baseline error + atol; baseline: a plain "
-        f"attention in {report.dtype}; exact: attnlab in float64[/]",
+        f"attention in each tensor's baseline dtype; exact: attnlab in float64[/]",
         highlight=False,
     )
 
@@ -84,6 +84,10 @@ def verify_command(
         bool, typer.Option("--force", help="Overwrite the --plot file if it exists.")
     ] = False,
     tile: Annotated[int, typer.Option(min=1, help="Query rows per tile in the plot.")] = 128,
+    max_bytes: Annotated[
+        int,
+        typer.Option(min=1, help="Bytes of arrays the case file may declare, read first."),
+    ] = 2 * 2**30,
 ) -> None:
     """Judge a kernel's output against the exact answer, as FlashAttention's tests do.
 
@@ -96,7 +100,7 @@ def verify_command(
     if layout not in ("bshd", "bhsd"):
         raise fail(f"--layout: expected bshd or bhsd, but got {clip(layout)} instead")
     _check_plot(plot, force)
-    report = verify_file(case, layout=layout, factor=factor, atol=atol)
+    report = verify_file(case, layout=layout, factor=factor, atol=atol, max_bytes=max_bytes)
     if as_json:
         typer.echo(json.dumps(report.as_dict(), indent=2))
     else:

@@ -114,15 +114,18 @@ def prepare(q, k, v, mask, scale, method, g=None):
 
 
 def _plan(qs, ks, vs, gs, dtype, mask, scale, method):
-    """``_static``'s answer, kept per call signature while ATTNLAB_KERNEL is unset (set, the
-    compiled pass is picked by a rule that reads it: asked afresh)."""
+    """``_static``'s answer, kept per call signature while ATTNLAB_KERNEL is unset. While it
+    is set, the compiled pass is picked by a rule that reads it: the plan is made afresh and
+    never kept, so no plan made under a setting outlives it."""
+    if _env_set():
+        return _static(qs, ks, vs, gs, dtype, mask, scale, method)
     try:
         budget = blockwise.DEFAULT_MEMORY_BUDGET  # documented as reassignable
         key = (qs, ks, vs, gs, dtype.char, mask, type(scale), scale, method, budget)
         plan = _plans.get(key)
     except TypeError:  # an array mask (or scale): not hashable
         return _static(qs, ks, vs, gs, dtype, mask, scale, method)
-    if plan is None or _env_set():
+    if plan is None:
         plan = _static(qs, ks, vs, gs, dtype, mask, scale, method)
         if plan is not None and _held(plan) > _KEEP_TABLES_UP_TO:
             return plan  # a call this large spends nothing worth keeping on its plan

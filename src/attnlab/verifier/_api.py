@@ -26,8 +26,9 @@ import numpy as np
 
 from attnlab._signature import KEYWORD, POSITIONAL, declared, group
 from attnlab.errors import AttnlabError
-from attnlab.verifier._baseline import baseline
-from attnlab.verifier._case import ARRAY_NAMES, Case, make_case
+from attnlab.verifier._baseline import baseline, baseline_dtype
+from attnlab.verifier._case import ARRAY_NAMES, Case, CaseError, make_case
+from attnlab.verifier._hint import OTHER, layout_hint, reinterpreted, transposed_hint
 from attnlab.verifier._load import read_case_file
 from attnlab.verifier._options import OPTION_NAMES, Options
 from attnlab.verifier._report import TENSORS, VerifyReport, judge
@@ -80,15 +81,29 @@ def verify(layout, factor, atol, memory_budget, **entries) -> VerifyReport:
     Raises:
         CaseError (an AttnlabError) naming the array or option when the case is malformed.
     """
-    return verify_case(
-        make_case(entries, layout), factor=factor, atol=atol, memory_budget=memory_budget
-    )
+    return _judged(entries, layout, factor=factor, atol=atol, memory_budget=memory_budget)
 
 
-def verify_file(path, *, layout="bshd", factor=2.0, atol=None, memory_budget=None):
-    """``verify`` on a case file (.npz or .safetensors) holding the arrays and options by name."""
-    case = make_case(read_case_file(path), layout)
-    return verify_case(case, factor=factor, atol=atol, memory_budget=memory_budget)
+def verify_file(path, *, layout="bshd", factor=2.0, atol=None, memory_budget=None, max_bytes=None):
+    """``verify`` on a case file (.npz or .safetensors) holding the arrays and options by name.
+    ``max_bytes`` bounds the array data the file may declare (default 2 GiB), checked from its
+    headers before any data is read."""
+    entries = read_case_file(path, max_bytes)
+    return _judged(entries, layout, factor=factor, atol=atol, memory_budget=memory_budget)
+
+
+def _judged(entries: dict, layout: str, **judging) -> VerifyReport:
+    """The verdict, and on a failure whether the case passes read in the other layout."""
+    case = make_case(entries, layout)
+    report = verify_case(case, **judging)
+    if report.passed or case.layout not in OTHER:
+        return report
+    try:
+        other = verify_case(make_case(entries, OTHER[layout]), **judging)
+    except CaseError:  # the arrays do not make a case in the other layout
+        return report
+    hint = layout_hint(layout, report, other)
+    return report if hint is None else dataclasses.replace(report, hints=(hint, *report.hints))
 
 
 def _positive(name: str, value, *, allow_zero: bool) -> float:
@@ -107,12 +122,23 @@ def verify_case(case: Case, *, factor=2.0, atol=None, memory_budget=None) -> Ver
     budget = DEFAULT_MEMORY_BUDGET if memory_budget is None else memory_budget
     budget = _positive("memory_budget", budget, allow_zero=False)
     exact = truth(case, budget)
-    plain = baseline(case, budget)
+    names = [name for name in TENSORS if name in case.arrays]
+    dtypes = {name: baseline_dtype(case, name) for name in names}
+    plain = {}
+    for dtype in dict.fromkeys(dtypes.values()):  # one plain run per baseline dtype
+        want = [name for name in names if dtypes[name] == dtype]
+        plain.update(baseline(case, budget, dtype, want))
     tensors = {
-        name: judge(name, case, exact[name], plain[name], factor, atol)
-        for name in TENSORS
-        if name in case.arrays
+        name: judge(name, case, exact[name], plain[name], factor, atol, dtypes[name])
+        for name in names
     }
+    hints = []
+    for name, t in tensors.items():
+        if not t.passed and case.layout in OTHER and case.arrays[name].ndim == 3:
+            read = reinterpreted(case.arrays[name], case.layout, case.batch).astype(np.float64)
+            with np.errstate(invalid="ignore"):
+                err = np.abs(read - exact[name])
+            hints.append(transposed_hint(name, case.layout, bool(err.max() <= t.tolerance)))
     a = case.arrays
     lengths_q, lengths_k = np.diff(case.cu_q).tolist(), np.diff(case.cu_k).tolist()
     varlen = case.layout == "varlen"
@@ -134,4 +160,5 @@ def verify_case(case: Case, *, factor=2.0, atol=None, memory_budget=None) -> Ver
         shape=shape,
         cu_q=case.cu_q,
         cu_k=case.cu_k,
+        hints=tuple(h for h in hints if h),
     )

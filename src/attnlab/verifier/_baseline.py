@@ -58,12 +58,23 @@ class _Precision:
             return x.astype(self.dtype).astype(self.compute)
 
 
-def baseline(case: Case, memory_budget: float) -> dict[str, np.ndarray]:
-    """float64 arrays, packed as the case's, of the plain answer for each tensor the case holds,
-    each rounded to the dtype the kernel stored that tensor in."""
+def baseline_dtype(case: Case, name: str) -> np.dtype:
+    """The dtype tensor ``name``'s plain answer is computed in: the wider of the kernel's and
+    the one the tensor is stored in. A bfloat16 kernel's float32 lse is held to a float32 plain
+    attention (on the same bfloat16 inputs); a float32 kernel's float16 output to float32 work
+    rounded to float16 once."""
+    stored, kernel = case.arrays[name].dtype, case.dtype
+    return stored if stored.itemsize > kernel.itemsize else kernel
+
+
+def baseline(case: Case, memory_budget: float, dtype=None, want=None) -> dict[str, np.ndarray]:
+    """float64 arrays, packed as the case's, of the plain answer computed in ``dtype`` (default
+    the kernel's) for each tensor of ``want`` (default all the case holds), each rounded to the
+    dtype the kernel stored that tensor in."""
     a = case.arrays
-    p = _Precision(case.dtype)
-    want = [name for name in ("out", "lse", "dq", "dk", "dv") if name in a]
+    p = _Precision(np.dtype(case.dtype if dtype is None else dtype))
+    names = ("out", "lse", "dq", "dk", "dv") if want is None else want
+    want = [name for name in ("out", "lse", "dq", "dk", "dv") if name in a and name in names]
     plain = {name: np.zeros(a[name].shape, dtype=p.compute) for name in want}
     # A plain float16 attention overflows (scores past 65,504 are inf, inf - inf is NaN) as it
     # would on the GPU; the report bounds the kernel only where it stayed finite.
@@ -83,7 +94,7 @@ def _sequence(case, p: _Precision, b, qs, ks, budget, plain) -> None:
     k = p.round(p.cast(a["k"][:, ks[0] : ks[1]]) * p.compute.type(scale))[:, None]
     v = p.cast(a["v"][:, ks[0] : ks[1]])[:, None]  # (h_kv, 1, M, d_v)
     do = None
-    if case.backward:
+    if case.backward and any(name in plain for name in ("dq", "dk", "dv")):
         do = p.cast(a["do"][:, qs[0] : qs[1]]).reshape(h_kv, g, n, -1)  # (h_kv, g, N, d_v)
         dv_sum = np.zeros((h_kv, g, m, v.shape[-1]), p.compute)  # (h_kv, g, M, d_v)
         dk_sum = np.zeros((h_kv, g, m, q.shape[-1]), p.compute)  # (h_kv, g, M, d_k)

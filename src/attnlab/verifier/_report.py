@@ -61,6 +61,7 @@ class TensorVerdict:
     atol: float
     factor: float
     worst: dict
+    baseline_dtype: str  # the dtype the plain answer was computed in
     nonfinite: int  # kernel entries that are NaN or inf where the exact answer is finite
     heat: np.ndarray = field(repr=False, compare=False)  # (heads, rows): max error per row
 
@@ -85,6 +86,7 @@ class TensorVerdict:
             "max_abs_error": _num(self.max_abs_error),
             "mean_abs_error": _num(self.mean_abs_error),
             "baseline_error": _num(self.baseline_error),
+            "baseline_dtype": self.baseline_dtype,
             "ratio": _num(self.ratio),
             "atol": self.atol,
             "tolerance": _num(self.tolerance),
@@ -121,7 +123,9 @@ def _abs_error(kernel: np.ndarray, exact: np.ndarray) -> np.ndarray:
     return err
 
 
-def judge(name: str, case: Case, exact, plain, factor: float, atol) -> TensorVerdict:
+def judge(
+    name: str, case: Case, exact, plain, factor: float, atol, baseline_dtype=None
+) -> TensorVerdict:
     """The verdict on tensor ``name`` of ``case`` (float64 ``exact`` and ``plain`` answers)."""
     stored = case.arrays[name]
     with np.errstate(invalid="ignore"):
@@ -155,6 +159,7 @@ def judge(name: str, case: Case, exact, plain, factor: float, atol) -> TensorVer
         atol=float(atol),
         factor=float(factor),
         worst=worst,
+        baseline_dtype=np.dtype(baseline_dtype or case.dtype).name,
         nonfinite=int((~np.isfinite(kernel) & finite).sum()),
         heat=heat,
     )
@@ -172,6 +177,7 @@ class VerifyReport:
     shape: dict
     cu_q: np.ndarray = field(repr=False, compare=False)
     cu_k: np.ndarray = field(repr=False, compare=False)
+    hints: tuple = ()  # sentences on a failure's likely cause (a layout mix-up)
 
     @property
     def passed(self) -> bool:
@@ -193,6 +199,7 @@ class VerifyReport:
             "shape": dict(self.shape),
             "options": dict(self.options),
             "tensors": {name: t.as_dict() for name, t in self.tensors.items()},
+            "hints": list(self.hints),
         }
 
     def rows(self) -> list[list[str]]:
@@ -204,6 +211,7 @@ class VerifyReport:
                 f"{t.max_abs_error:.3g}",
                 f"{t.mean_abs_error:.3g}",
                 f"{t.baseline_error:.3g}",
+                t.baseline_dtype,
                 f"{t.ratio:.3g}",
                 f"{t.tolerance:.3g}",
                 _position(t.worst),
@@ -218,6 +226,7 @@ class VerifyReport:
         "max error",
         "mean error",
         "baseline",
+        "baseline dtype",
         "ratio",
         "tolerance",
         "worst (b, h, row, col)",
@@ -236,7 +245,8 @@ class VerifyReport:
             f"{t.name} off by {t.max_abs_error:.3g} at {t.where()} (tolerance {t.tolerance:.3g})"
             for t in bad
         )
-        return f"fail: {said}"
+        hints = "".join(f"; hint: {h}" for h in self.hints)
+        return f"fail: {said}{hints}"
 
     def _repr_html_(self) -> str:
         head = "".join(f"<th>{html.escape(c)}</th>" for c in self.COLUMNS)
