@@ -24,13 +24,11 @@ import math
 
 import numpy as np
 
-from attnlab._signature import KEYWORD, POSITIONAL, declared, group
 from attnlab.errors import AttnlabError
 from attnlab.verifier._baseline import baseline, baseline_dtype
-from attnlab.verifier._case import ARRAY_NAMES, Case, CaseError, make_case
+from attnlab.verifier._case import Case, CaseError, make_case
 from attnlab.verifier._hint import OTHER, layout_hint, reinterpreted, transposed_hint
 from attnlab.verifier._load import read_case_file
-from attnlab.verifier._options import OPTION_NAMES, Options
 from attnlab.verifier._report import TENSORS, VerifyReport, judge
 from attnlab.verifier._truth import truth
 
@@ -41,21 +39,30 @@ __all__ = ["DEFAULT_MEMORY_BUDGET", "verify", "verify_case", "verify_file"]
 DEFAULT_MEMORY_BUDGET = 32 * 2**20
 
 
-def _option_defaults() -> list[tuple[str, object]]:
-    """Each case option with its default: ``Options``' own, None for the varlen boundaries."""
-    given = {f.name: f.default for f in dataclasses.fields(Options)}
-    return [(name, given.get(name)) for name in OPTION_NAMES]
-
-
-#: verify's signature, built from the case's own names (attnlab._signature): one optional
-#: argument per array a case holds, then the layout, the options and how strictly to judge.
-_ARRAYS = group(POSITIONAL, [(name, None) for name in ARRAY_NAMES])
-_OPTIONS = group(KEYWORD, [("layout", "bshd"), *_option_defaults()])
-_JUDGING = group(KEYWORD, [("factor", 2.0), ("atol", None), ("memory_budget", None)])
-
-
-@declared(_ARRAYS, _OPTIONS, _JUDGING, returns="VerifyReport")
-def verify(layout, factor, atol, memory_budget, **entries) -> VerifyReport:
+def verify(
+    q=None,
+    k=None,
+    v=None,
+    out=None,
+    lse=None,
+    do=None,
+    dq=None,
+    dk=None,
+    dv=None,
+    *,
+    layout="bshd",
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    softmax_scale=None,
+    alibi_slopes=None,
+    sinks=None,
+    cu_seqlens_q=None,
+    cu_seqlens_k=None,
+    factor=2.0,
+    atol=None,
+    memory_budget=None,
+) -> VerifyReport:
     """Judge a kernel's output (and gradients) against attnlab's exact answer.
 
     Args:
@@ -81,6 +88,14 @@ def verify(layout, factor, atol, memory_budget, **entries) -> VerifyReport:
     Raises:
         CaseError (an AttnlabError) naming the array or option when the case is malformed.
     """
+    # One entry per array and option a case holds (``ARRAY_NAMES``, ``OPTION_NAMES``, their
+    # order and the case's defaults: tests/test_public_signatures.py holds them equal).
+    entries = {
+        "q": q, "k": k, "v": v, "out": out, "lse": lse, "do": do, "dq": dq, "dk": dk, "dv": dv,
+        "causal": causal, "window_size": window_size, "softcap": softcap,
+        "softmax_scale": softmax_scale, "alibi_slopes": alibi_slopes, "sinks": sinks,
+        "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k,
+    }  # fmt: skip
     return _judged(entries, layout, factor=factor, atol=atol, memory_budget=memory_budget)
 
 
