@@ -92,8 +92,9 @@ def _bfloat16_of(t) -> np.ndarray:
 
 def real_array(name: str, x, ndims: tuple[int, ...], layout: str, *, shared=False) -> np.ndarray:
     """``x`` as an array of real numbers with one of ``ndims`` axes, or a ShapeError."""
+    x = as_numpy(name, x, shared=shared)  # its own AttnlabError (a ValueError) goes on
     try:
-        arr = np.asarray(as_numpy(name, x, shared=shared))
+        arr = np.asarray(x)
     except (ValueError, TypeError):
         raise ShapeError(f"expected {name} to be a rectangular array of numbers") from None
     if arr.dtype.kind not in "iuf" and arr.dtype != BFLOAT16:
@@ -191,8 +192,9 @@ def unstack(name: str, x, count: int, layout: str, legend: str) -> tuple[np.ndar
 
 def whole_numbers(name: str, x, layout: str) -> np.ndarray:
     """A 1-D array of integers (cu_seqlens, cache_seqlens, indices), as int64."""
+    x = as_numpy(name, x)
     try:
-        arr = np.asarray(as_numpy(name, x))
+        arr = np.asarray(x)
     except (ValueError, TypeError):
         arr = np.asarray(None)
     if arr.ndim != 1 or arr.dtype.kind not in "iu":
