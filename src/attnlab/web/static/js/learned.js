@@ -193,8 +193,10 @@ export function tableData() {
     state: { mode: "learned", tokens: data.tokens.join(" "), checkpoint: data.checkpoint, layer: pick.layer, head: pick.head, query: pick.query },
     tables: [
       { title: "Each head's label and scores", rows: data.heads.map((x) => `layer ${x.layer} head ${x.head} (${x.pattern})`), cols: ["previous-token", "induction"], values: data.heads.map((x) => [x.previous_token, x.induction_score]) },
-      { title: `Layer ${pick.layer}, head ${pick.head} weights (rounded to 4 places)`, rows: labels, cols: labels, values: w },
+      { title: `Layer ${pick.layer}, head ${pick.head} weights (rounded to 4 places)`, rows: labels, cols: labels, values: w, image: false },
     ],
+    // The picture draws every head's weights as the page does, not the picked head's numbers.
+    heatmaps: data.weights.flatMap((layer, l) => layer.map((weights, h) => ({ title: `layer ${l} head ${h}: ${data.heads.find((x) => x.layer === l && x.head === h).pattern}`, values: weights }))),
   };
 }
 
