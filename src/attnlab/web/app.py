@@ -36,6 +36,7 @@ from attnlab.web import (
     pagefiles,
     queryform,
     schema,
+    snapshot,
     teach,
 )
 
@@ -117,6 +118,7 @@ def create_app(hosts: Iterable[str] = ()) -> FastAPI:
     app.include_router(labs.router)
     app.include_router(teach.router)
     app.include_router(learned.router)
+    app.include_router(snapshot.router)
 
     @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
     async def index(request: Request) -> Response:
