@@ -20,25 +20,19 @@ True
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import numpy as np
 
 from attnlab._signature import KEYWORD, POSITIONAL, declared, group
-from attnlab.errors import AttnlabError
-from attnlab.verifier._baseline import baseline, baseline_dtype
 from attnlab.verifier._case import ARRAY_NAMES, Case, CaseError, make_case
 from attnlab.verifier._hint import OTHER, layout_hint, reinterpreted, transposed_hint
+from attnlab.verifier._judging import DEFAULT_MEMORY_BUDGET, checked_judging, make_report, verdicts
 from attnlab.verifier._load import read_case_file
 from attnlab.verifier._options import OPTION_NAMES, Options
-from attnlab.verifier._report import TENSORS, VerifyReport, judge
+from attnlab.verifier._report import VerifyReport
 from attnlab.verifier._truth import truth
 
 __all__ = ["DEFAULT_MEMORY_BUDGET", "verify", "verify_case", "verify_file"]
-
-#: Bytes the score tables of one step may take: the truth's dense table under
-#: ``method="auto"`` (past it, the blockwise path) and the baseline's row block.
-DEFAULT_MEMORY_BUDGET = 32 * 2**20
 
 
 def _option_defaults() -> list[tuple[str, object]]:
@@ -106,32 +100,11 @@ def _judged(entries: dict, layout: str, **judging) -> VerifyReport:
     return report if hint is None else dataclasses.replace(report, hints=(hint, *report.hints))
 
 
-def _positive(name: str, value, *, allow_zero: bool) -> float:
-    ok = not isinstance(value, bool) and isinstance(value, int | float)
-    if not ok or not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise AttnlabError(f"{name}: expected a finite number {bound}, but got {value!r} instead")
-    return float(value)
-
-
 def verify_case(case: Case, *, factor=2.0, atol=None, memory_budget=None) -> VerifyReport:
     """The verdict on a checked case (``make_case``)."""
-    factor = _positive("factor", factor, allow_zero=True)
-    if atol is not None:
-        atol = _positive("atol", atol, allow_zero=True)
-    budget = DEFAULT_MEMORY_BUDGET if memory_budget is None else memory_budget
-    budget = _positive("memory_budget", budget, allow_zero=False)
+    factor, atol, budget = checked_judging(factor, atol, memory_budget)
     exact = truth(case, budget)
-    names = [name for name in TENSORS if name in case.arrays]
-    dtypes = {name: baseline_dtype(case, name) for name in names}
-    plain = {}
-    for dtype in dict.fromkeys(dtypes.values()):  # one plain run per baseline dtype
-        want = [name for name in names if dtypes[name] == dtype]
-        plain.update(baseline(case, budget, dtype, want))
-    tensors = {
-        name: judge(name, case, exact[name], plain[name], factor, atol, dtypes[name])
-        for name in names
-    }
+    tensors = verdicts(case, exact, budget, factor, atol)
     hints = []
     for name, t in tensors.items():
         if not t.passed and case.layout in OTHER and case.arrays[name].ndim == 3:
@@ -139,26 +112,4 @@ def verify_case(case: Case, *, factor=2.0, atol=None, memory_budget=None) -> Ver
             with np.errstate(invalid="ignore"):
                 err = np.abs(read - exact[name])
             hints.append(transposed_hint(name, case.layout, bool(err.max() <= t.tolerance)))
-    a = case.arrays
-    lengths_q, lengths_k = np.diff(case.cu_q).tolist(), np.diff(case.cu_k).tolist()
-    varlen = case.layout == "varlen"
-    shape = {
-        "batch": case.batch,
-        "heads": case.heads,
-        "kv_heads": case.kv_heads,
-        "seqlen_q": lengths_q if varlen else lengths_q[0],  # one length, or one per sequence
-        "seqlen_k": lengths_k if varlen else lengths_k[0],
-        "d_k": a["q"].shape[-1],
-        "d_v": a["v"].shape[-1],
-    }
-    return VerifyReport(
-        tensors=tensors,
-        dtype=case.dtype.name,
-        layout=case.layout,
-        factor=factor,
-        options=case.options.as_dict(),
-        shape=shape,
-        cu_q=case.cu_q,
-        cu_k=case.cu_k,
-        hints=tuple(h for h in hints if h),
-    )
+    return make_report(case, tensors, factor, hints=tuple(h for h in hints if h))
