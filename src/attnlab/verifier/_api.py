@@ -27,6 +27,7 @@ from attnlab._signature import KEYWORD, POSITIONAL, declared, group
 from attnlab.verifier._case import ARRAY_NAMES, Case, CaseError, make_case
 from attnlab.verifier._hint import OTHER, layout_hint, reinterpreted, transposed_hint
 from attnlab.verifier._judging import DEFAULT_MEMORY_BUDGET, checked_judging, make_report, verdicts
+from attnlab.verifier._kvcache import KV_NAMES, is_kvcache, verify_kvcache
 from attnlab.verifier._load import read_case_file
 from attnlab.verifier._options import OPTION_NAMES, Options
 from attnlab.verifier._report import VerifyReport
@@ -45,10 +46,11 @@ def _option_defaults() -> list[tuple[str, object]]:
 #: argument per array a case holds, then the layout, the options and how strictly to judge.
 _ARRAYS = group(POSITIONAL, [(name, None) for name in ARRAY_NAMES])
 _OPTIONS = group(KEYWORD, [("layout", "bshd"), *_option_defaults()])
+_KVCACHE = group(KEYWORD, [(name, None) for name in KV_NAMES])
 _JUDGING = group(KEYWORD, [("factor", 2.0), ("atol", None), ("memory_budget", None)])
 
 
-@declared(_ARRAYS, _OPTIONS, _JUDGING, returns="VerifyReport")
+@declared(_ARRAYS, _OPTIONS, _KVCACHE, _JUDGING, returns="VerifyReport")
 def verify(layout, factor, atol, memory_budget, **entries) -> VerifyReport:
     """Judge a kernel's output (and gradients) against attnlab's exact answer.
 
@@ -62,6 +64,10 @@ def verify(layout, factor, atol, memory_budget, **entries) -> VerifyReport:
         do: dL/dout, as out; dq, dk, dv: the kernel's gradients, laid out as q, k, v.
         causal, window_size, softcap, softmax_scale, alibi_slopes, sinks, cu_seqlens_q,
             cu_seqlens_k: FlashAttention's options with its names and defaults.
+        k_cache, v_cache, cache_seqlens, block_table, rotary_cos, rotary_sin,
+            rotary_interleaved, cache_batch_idx, cache_leftpad: a KV-cache case, judged as
+            ``flash_attn_with_kvcache`` (k and v are then the new rows); k_cache_out,
+            v_cache_out: the caches as the kernel left them after its append.
         factor: how many times the baseline's error the kernel may err (2, as FlashAttention).
         atol: the allowance added to the bound; None for 2 ulps of each tensor's dtype at its
             scale (see ``attnlab.verifier._report``).
@@ -88,6 +94,9 @@ def verify_file(path, *, layout="bshd", factor=2.0, atol=None, memory_budget=Non
 
 def _judged(entries: dict, layout: str, **judging) -> VerifyReport:
     """The verdict, and on a failure whether the case passes read in the other layout."""
+    entries = {name: value for name, value in entries.items() if value is not None}
+    if is_kvcache(entries):
+        return verify_kvcache(entries, layout, **judging)
     case = make_case(entries, layout)
     report = verify_case(case, **judging)
     if report.passed or case.layout not in OTHER:
