@@ -24,7 +24,10 @@ import dataclasses
 import numpy as np
 
 from attnlab._signature import KEYWORD, POSITIONAL, declared, group
+from attnlab.verifier._baseline import baseline
 from attnlab.verifier._case import ARRAY_NAMES, Case, CaseError, make_case
+from attnlab.verifier._dropout import DROPOUT_NAMES
+from attnlab.verifier._dropout_stats import dropout_variance, statistical
 from attnlab.verifier._hint import OTHER, layout_hint, reinterpreted, transposed_hint
 from attnlab.verifier._judging import DEFAULT_MEMORY_BUDGET, checked_judging, make_report, verdicts
 from attnlab.verifier._kvcache import KV_NAMES, is_kvcache, verify_kvcache
@@ -46,7 +49,7 @@ def _option_defaults() -> list[tuple[str, object]]:
 #: argument per array a case holds, then the layout, the options and how strictly to judge.
 _ARRAYS = group(POSITIONAL, [(name, None) for name in ARRAY_NAMES])
 _OPTIONS = group(KEYWORD, [("layout", "bshd"), *_option_defaults()])
-_KVCACHE = group(KEYWORD, [(name, None) for name in KV_NAMES])
+_KVCACHE = group(KEYWORD, [(name, None) for name in DROPOUT_NAMES + KV_NAMES])
 _JUDGING = group(KEYWORD, [("factor", 2.0), ("atol", None), ("memory_budget", None)])
 
 
@@ -68,6 +71,9 @@ def verify(layout, factor, atol, memory_budget, **entries) -> VerifyReport:
             rotary_interleaved, cache_batch_idx, cache_leftpad: a KV-cache case, judged as
             ``flash_attn_with_kvcache`` (k and v are then the new rows); k_cache_out,
             v_cache_out: the caches as the kernel left them after its append.
+        dropout_p, dropout_mask, S_dmask: dropout, judged exactly under the kernel's keep
+            mask ((B, h, N, M) booleans, or FlashAttention's S_dmask, negative = dropped), or
+            without one statistically (the output's scaling and spread).
         factor: how many times the baseline's error the kernel may err (2, as FlashAttention).
         atol: the allowance added to the bound; None for 2 ulps of each tensor's dtype at its
             scale (see ``attnlab.verifier._report``).
@@ -112,8 +118,14 @@ def _judged(entries: dict, layout: str, **judging) -> VerifyReport:
 def verify_case(case: Case, *, factor=2.0, atol=None, memory_budget=None) -> VerifyReport:
     """The verdict on a checked case (``make_case``)."""
     factor, atol, budget = checked_judging(factor, atol, memory_budget)
-    exact = truth(case, budget)
+    masked = case.dropout is not None and case.dropout.keep is not None
+    # Under the kernel's keep mask the exact answer is the float64 plain one with that mask.
+    exact = baseline(case, budget, np.float64, stored=False) if masked else truth(case, budget)
     tensors = verdicts(case, exact, budget, factor, atol)
+    if case.dropout is not None and not masked:  # no mask: out is judged statistically
+        kernel = case.arrays["out"].astype(np.float64)
+        variance = dropout_variance(case, budget)
+        tensors["out"] = statistical(tensors["out"], kernel, exact["out"], variance)
     hints = []
     for name, t in tensors.items():
         if not t.passed and case.layout in OTHER and case.arrays[name].ndim == 3:

@@ -67,10 +67,13 @@ def baseline_dtype(case: Case, name: str) -> np.dtype:
     return stored if stored.itemsize > kernel.itemsize else kernel
 
 
-def baseline(case: Case, memory_budget: float, dtype=None, want=None) -> dict[str, np.ndarray]:
+def baseline(
+    case: Case, memory_budget: float, dtype=None, want=None, stored=True
+) -> dict[str, np.ndarray]:
     """float64 arrays, packed as the case's, of the plain answer computed in ``dtype`` (default
     the kernel's) for each tensor of ``want`` (default all the case holds), each rounded to the
-    dtype the kernel stored that tensor in."""
+    dtype the kernel stored that tensor in (unless ``stored`` is False: float64 work kept
+    whole, the exact answer of a case with a dropout mask)."""
     a = case.arrays
     p = _Precision(np.dtype(case.dtype if dtype is None else dtype))
     names = ("out", "lse", "dq", "dk", "dv") if want is None else want
@@ -81,6 +84,8 @@ def baseline(case: Case, memory_budget: float, dtype=None, want=None) -> dict[st
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         for b, (q0, q1), (k0, k1) in case.sequences():
             _sequence(case, p, b, (q0, q1), (k0, k1), memory_budget, plain)
+    if not stored:
+        return {name: plain[name].astype(np.float64) for name in want}
     with np.errstate(over="ignore"):
         return {name: plain[name].astype(a[name].dtype).astype(np.float64) for name in want}
 
@@ -98,6 +103,11 @@ def _sequence(case, p: _Precision, b, qs, ks, budget, plain) -> None:
         do = p.cast(a["do"][:, qs[0] : qs[1]]).reshape(h_kv, g, n, -1)  # (h_kv, g, N, d_v)
         dv_sum = np.zeros((h_kv, g, m, v.shape[-1]), p.compute)  # (h_kv, g, M, d_v)
         dk_sum = np.zeros((h_kv, g, m, q.shape[-1]), p.compute)  # (h_kv, g, M, d_k)
+    keep, drop = None, None
+    if case.dropout is not None and case.dropout.keep is not None:
+        keep = case.dropout.keep[b].reshape(h_kv, g, n, m)  # (h_kv, g, N, M) bool
+        drop = p.compute.type(1.0 / (1.0 - case.dropout.p))
+        v = p.round(v * drop)  # attention_ref scales v by 1/(1-p), rounded
     mask = opt.mask(b, (h_kv, g))
     sinks = None if opt.sinks is None else opt.sinks.reshape(h_kv, g, 1, 1).astype(p.compute)
     cells = int(budget // (_LIVE_TABLES * h_kv * g * p.compute.itemsize))  # R x C per block
@@ -105,14 +115,18 @@ def _sequence(case, p: _Precision, b, qs, ks, budget, plain) -> None:
         kc, vc = k[:, :, c0:c1], v[:, :, c0:c1]  # (h_kv, 1, C, d)
         s, t = _scores(p, q[:, :, r0:r1], kc, opt.softcap, mask, (r0, r1), (c0, c1), (n, m))
         w, lse = _softmax(p, s, sinks)  # (h_kv, g, R, C), (h_kv, g, R)
-        out = p.round(w @ vc)  # (h_kv, g, R, d_v)
+        kept = None if keep is None else keep[:, :, r0:r1, c0:c1]  # (h_kv, g, R, C)
+        wd = w if kept is None else w * kept  # dropped weights are 0
+        out = p.round(wd @ vc)  # (h_kv, g, R, d_v)
         _put(plain, "out", out, qs[0] + r0, qs[0] + r1)
         _put(plain, "lse", lse, qs[0] + r0, qs[0] + r1)
         if do is None:
             continue
         dout = do[:, :, r0:r1]  # (h_kv, g, R, d_v)
-        dv_sum[:, :, c0:c1] += w.swapaxes(-1, -2) @ dout  # (h_kv, g, C, d_v)
+        dv_sum[:, :, c0:c1] += wd.swapaxes(-1, -2) @ dout  # (h_kv, g, C, d_v)
         dp = p.round(dout @ vc.swapaxes(-1, -2))  # (h_kv, g, R, C)
+        if kept is not None:
+            dp *= kept  # no gradient reaches a dropped weight
         dp -= np.einsum("...ij,...ij->...i", dp, w)[..., None]  # dP - rowsum(P dP)
         dp *= w
         ds = p.round(dp)  # (h_kv, g, R, C): softmax's backward, one rounding
@@ -123,6 +137,8 @@ def _sequence(case, p: _Precision, b, qs, ks, budget, plain) -> None:
         dk_sum[:, :, c0:c1] += ds.swapaxes(-1, -2) @ q[:, :, r0:r1]  # (h_kv, g, C, d_k)
     if do is not None:
         dv = p.round(p.round(dv_sum).sum(axis=1))  # (h_kv, M, d_v): the group's sum
+        if drop is not None:
+            dv = p.round(dv * drop)  # through v's 1/(1-p)
         dk_scaled = p.round(p.round(dk_sum).sum(axis=1))  # (h_kv, M, d_k), for k * scale
         dk = p.round(dk_scaled * p.compute.type(scale))
         for name, grad in (("dk", dk), ("dv", dv)):

@@ -95,6 +95,13 @@ class TensorVerdict:
             "pass": self.passed,
         }
 
+    def failure(self) -> str:
+        """What is wrong, in words, for the summary line."""
+        return (
+            f"{self.name} off by {self.max_abs_error:.3g} at {self.where()} "
+            f"(tolerance {self.tolerance:.3g})"
+        )
+
     def where(self) -> str:
         """The worst position in words: 'batch 1, head 3, row 17, column 5'."""
         w = self.worst
@@ -213,7 +220,7 @@ class VerifyReport:
                 f"{t.baseline_error:.3g}",
                 t.baseline_dtype,
                 f"{t.ratio:.3g}",
-                f"{t.tolerance:.3g}",
+                "statistical" if math.isnan(t.tolerance) else f"{t.tolerance:.3g}",
                 _position(t.worst),
                 "pass" if t.passed else "FAIL",
             ]
@@ -241,10 +248,7 @@ class VerifyReport:
                 f"pass: every tensor within {self.factor:g} x the {self.dtype} baseline's error "
                 "+ atol"
             )
-        said = "; ".join(
-            f"{t.name} off by {t.max_abs_error:.3g} at {t.where()} (tolerance {t.tolerance:.3g})"
-            for t in bad
-        )
+        said = "; ".join(t.failure() for t in bad)
         hints = "".join(f"; hint: {h}" for h in self.hints)
         return f"fail: {said}{hints}"
 
