@@ -84,6 +84,10 @@ def verify_command(
         bool, typer.Option("--force", help="Overwrite the --plot file if it exists.")
     ] = False,
     tile: Annotated[int, typer.Option(min=1, help="Query rows per tile in the plot.")] = 128,
+    repeat: Annotated[
+        Path | None,
+        typer.Option(help="A second dump of the same run: every array must be bitwise equal."),
+    ] = None,
     max_bytes: Annotated[
         int,
         typer.Option(min=1, help="Bytes of arrays the case file may declare, read first."),
@@ -100,7 +104,9 @@ def verify_command(
     if layout not in ("bshd", "bhsd"):
         raise fail(f"--layout: expected bshd or bhsd, but got {clip(layout)} instead")
     _check_plot(plot, force)
-    report = verify_file(case, layout=layout, factor=factor, atol=atol, max_bytes=max_bytes)
+    report = verify_file(
+        case, layout=layout, factor=factor, atol=atol, max_bytes=max_bytes, repeat=repeat
+    )
     if as_json:
         typer.echo(json.dumps(report.as_dict(), indent=2))
     else:

@@ -33,6 +33,7 @@ from attnlab.verifier._judging import DEFAULT_MEMORY_BUDGET, checked_judging, ma
 from attnlab.verifier._kvcache import KV_NAMES, is_kvcache, verify_kvcache
 from attnlab.verifier._load import read_case_file
 from attnlab.verifier._options import OPTION_NAMES, Options
+from attnlab.verifier._repeat import repeat_check
 from attnlab.verifier._report import VerifyReport
 from attnlab.verifier._truth import truth
 
@@ -50,11 +51,13 @@ def _option_defaults() -> list[tuple[str, object]]:
 _ARRAYS = group(POSITIONAL, [(name, None) for name in ARRAY_NAMES])
 _OPTIONS = group(KEYWORD, [("layout", "bshd"), *_option_defaults()])
 _KVCACHE = group(KEYWORD, [(name, None) for name in DROPOUT_NAMES + KV_NAMES])
-_JUDGING = group(KEYWORD, [("factor", 2.0), ("atol", None), ("memory_budget", None)])
+_JUDGING = group(
+    KEYWORD, [("factor", 2.0), ("atol", None), ("memory_budget", None), ("repeat", None)]
+)
 
 
 @declared(_ARRAYS, _OPTIONS, _KVCACHE, _JUDGING, returns="VerifyReport")
-def verify(layout, factor, atol, memory_budget, **entries) -> VerifyReport:
+def verify(layout, factor, atol, memory_budget, repeat, **entries) -> VerifyReport:
     """Judge a kernel's output (and gradients) against attnlab's exact answer.
 
     Args:
@@ -79,6 +82,8 @@ def verify(layout, factor, atol, memory_budget, **entries) -> VerifyReport:
             scale (see ``attnlab.verifier._report``).
         memory_budget: bytes one step's score tables may take (default 32 MiB): larger cases
             run block by block, never holding an N x M table.
+        repeat: None, or a second run's entries (a dict by the same names): every array must
+            equal this run's bit for bit, FlashAttention's determinism test.
 
     Returns:
         VerifyReport: ``.passed``, ``.tensors[name]`` (errors, ratio, worst position),
@@ -87,25 +92,43 @@ def verify(layout, factor, atol, memory_budget, **entries) -> VerifyReport:
     Raises:
         CaseError (an AttnlabError) naming the array or option when the case is malformed.
     """
-    return _judged(entries, layout, factor=factor, atol=atol, memory_budget=memory_budget)
+    judging = {"factor": factor, "atol": atol, "memory_budget": memory_budget}
+    return _judged(entries, layout, repeat, **judging)
 
 
-def verify_file(path, *, layout="bshd", factor=2.0, atol=None, memory_budget=None, max_bytes=None):
+def verify_file(
+    path,
+    *,
+    layout="bshd",
+    factor=2.0,
+    atol=None,
+    memory_budget=None,
+    max_bytes=None,
+    repeat=None,
+):
     """``verify`` on a case file (.npz or .safetensors) holding the arrays and options by name.
     ``max_bytes`` bounds the array data the file may declare (default 2 GiB), checked from its
-    headers before any data is read."""
+    headers before any data is read. ``repeat``: a second case file of the same run, which
+    must equal this one bit for bit."""
     entries = read_case_file(path, max_bytes)
-    return _judged(entries, layout, factor=factor, atol=atol, memory_budget=memory_budget)
+    again = None if repeat is None else read_case_file(repeat, max_bytes)
+    judging = {"factor": factor, "atol": atol, "memory_budget": memory_budget}
+    return _judged(entries, layout, again, **judging)
 
 
-def _judged(entries: dict, layout: str, **judging) -> VerifyReport:
-    """The verdict, and on a failure whether the case passes read in the other layout."""
+def _judged(entries: dict, layout: str, repeat=None, **judging) -> VerifyReport:
+    """The verdict, the repeat's comparison, and on a failure whether the case passes read in
+    the other layout."""
     entries = {name: value for name, value in entries.items() if value is not None}
+    same = None if repeat is None else repeat_check(entries, repeat)  # refused before any work
     if is_kvcache(entries):
-        return verify_kvcache(entries, layout, **judging)
+        report = verify_kvcache(entries, layout, **judging)
+        return report if same is None else dataclasses.replace(report, repeat=same)
     case = make_case(entries, layout)
     report = verify_case(case, **judging)
-    if report.passed or case.layout not in OTHER:
+    if same is not None:
+        report = dataclasses.replace(report, repeat=same)
+    if all(t.passed for t in report.tensors.values()) or case.layout not in OTHER:
         return report
     try:
         other = verify_case(make_case(entries, OTHER[layout]), **judging)
