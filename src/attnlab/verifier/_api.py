@@ -24,12 +24,20 @@ import dataclasses
 import numpy as np
 
 from attnlab._signature import KEYWORD, POSITIONAL, declared, group
+from attnlab.errors import AttnlabError
 from attnlab.verifier._baseline import baseline
 from attnlab.verifier._case import ARRAY_NAMES, Case, CaseError, make_case
+from attnlab.verifier._cluster import cluster_answers
 from attnlab.verifier._dropout import DROPOUT_NAMES
 from attnlab.verifier._dropout_stats import dropout_variance, statistical
 from attnlab.verifier._hint import OTHER, layout_hint, reinterpreted, transposed_hint
-from attnlab.verifier._judging import DEFAULT_MEMORY_BUDGET, checked_judging, make_report, verdicts
+from attnlab.verifier._judging import (
+    DEFAULT_MEMORY_BUDGET,
+    baseline_plan,
+    checked_judging,
+    make_report,
+    verdicts,
+)
 from attnlab.verifier._kvcache import KV_NAMES, is_kvcache, verify_kvcache
 from attnlab.verifier._load import read_case_file
 from attnlab.verifier._options import OPTION_NAMES, Options
@@ -52,12 +60,13 @@ _ARRAYS = group(POSITIONAL, [(name, None) for name in ARRAY_NAMES])
 _OPTIONS = group(KEYWORD, [("layout", "bshd"), *_option_defaults()])
 _KVCACHE = group(KEYWORD, [(name, None) for name in DROPOUT_NAMES + KV_NAMES])
 _JUDGING = group(
-    KEYWORD, [("factor", 2.0), ("atol", None), ("memory_budget", None), ("repeat", None)]
+    KEYWORD,
+    [("factor", 2.0), ("atol", None), ("memory_budget", None), ("repeat", None), ("client", None)],
 )
 
 
 @declared(_ARRAYS, _OPTIONS, _KVCACHE, _JUDGING, returns="VerifyReport")
-def verify(layout, factor, atol, memory_budget, repeat, **entries) -> VerifyReport:
+def verify(layout, factor, atol, memory_budget, repeat, client, **entries) -> VerifyReport:
     """Judge a kernel's output (and gradients) against attnlab's exact answer.
 
     Args:
@@ -84,6 +93,8 @@ def verify(layout, factor, atol, memory_budget, repeat, **entries) -> VerifyRepo
             run block by block, never holding an N x M table.
         repeat: None, or a second run's entries (a dict by the same names): every array must
             equal this run's bit for bit, FlashAttention's determinism test.
+        client: None, or a ``dask.distributed.Client``: each sequence's rows for a range of
+            key/value heads run as a task on its workers, with the verdict of a local run.
 
     Returns:
         VerifyReport: ``.passed``, ``.tensors[name]`` (errors, ratio, worst position),
@@ -93,7 +104,21 @@ def verify(layout, factor, atol, memory_budget, repeat, **entries) -> VerifyRepo
         CaseError (an AttnlabError) naming the array or option when the case is malformed.
     """
     judging = {"factor": factor, "atol": atol, "memory_budget": memory_budget}
-    return _judged(entries, layout, repeat, **judging)
+    return _judged(entries, layout, repeat, client=_checked_client(client), **judging)
+
+
+def _checked_client(client):
+    if client is None:
+        return None
+    try:
+        from distributed import Client
+    except ImportError:
+        raise ImportError("a client needs dask.distributed: pip install 'attnlab[dask]'") from None
+    if not isinstance(client, Client):
+        raise AttnlabError(
+            f"client: expected a dask.distributed Client or None, but got {client!r} instead"
+        )
+    return client
 
 
 def verify_file(
@@ -105,6 +130,7 @@ def verify_file(
     memory_budget=None,
     max_bytes=None,
     repeat=None,
+    client=None,
 ):
     """``verify`` on a case file (.npz or .safetensors) holding the arrays and options by name.
     ``max_bytes`` bounds the array data the file may declare (default 2 GiB), checked from its
@@ -113,10 +139,10 @@ def verify_file(
     entries = read_case_file(path, max_bytes)
     again = None if repeat is None else read_case_file(repeat, max_bytes)
     judging = {"factor": factor, "atol": atol, "memory_budget": memory_budget}
-    return _judged(entries, layout, again, **judging)
+    return _judged(entries, layout, again, client=_checked_client(client), **judging)
 
 
-def _judged(entries: dict, layout: str, repeat=None, **judging) -> VerifyReport:
+def _judged(entries: dict, layout: str, repeat=None, client=None, **judging) -> VerifyReport:
     """The verdict, the repeat's comparison, and on a failure whether the case passes read in
     the other layout."""
     entries = {name: value for name, value in entries.items() if value is not None}
@@ -125,26 +151,34 @@ def _judged(entries: dict, layout: str, repeat=None, **judging) -> VerifyReport:
         report = verify_kvcache(entries, layout, **judging)
         return report if same is None else dataclasses.replace(report, repeat=same)
     case = make_case(entries, layout)
-    report = verify_case(case, **judging)
+    report = verify_case(case, client=client, **judging)
     if same is not None:
         report = dataclasses.replace(report, repeat=same)
     if all(t.passed for t in report.tensors.values()) or case.layout not in OTHER:
         return report
     try:
-        other = verify_case(make_case(entries, OTHER[layout]), **judging)
+        other = verify_case(make_case(entries, OTHER[layout]), client=client, **judging)
     except CaseError:  # the arrays do not make a case in the other layout
         return report
     hint = layout_hint(layout, report, other)
     return report if hint is None else dataclasses.replace(report, hints=(hint, *report.hints))
 
 
-def verify_case(case: Case, *, factor=2.0, atol=None, memory_budget=None) -> VerifyReport:
-    """The verdict on a checked case (``make_case``)."""
+def verify_case(
+    case: Case, *, factor=2.0, atol=None, memory_budget=None, client=None
+) -> VerifyReport:
+    """The verdict on a checked case (``make_case``); with a Dask ``client``, its sequences
+    and key/value heads computed as tasks on the cluster (``_cluster.py``)."""
     factor, atol, budget = checked_judging(factor, atol, memory_budget)
     masked = case.dropout is not None and case.dropout.keep is not None
-    # Under the kernel's keep mask the exact answer is the float64 plain one with that mask.
-    exact = baseline(case, budget, np.float64, stored=False) if masked else truth(case, budget)
-    tensors = verdicts(case, exact, budget, factor, atol)
+    plain = None
+    if client is not None:
+        exact, plain = cluster_answers(case, budget, client, baseline_plan(case), masked)
+    elif masked:  # under the kernel's keep mask: the float64 plain answer with that mask
+        exact = baseline(case, budget, np.float64, stored=False)
+    else:
+        exact = truth(case, budget)
+    tensors = verdicts(case, exact, budget, factor, atol, plain)
     if case.dropout is not None and not masked:  # no mask: out is judged statistically
         kernel = case.arrays["out"].astype(np.float64)
         variance = dropout_variance(case, budget)

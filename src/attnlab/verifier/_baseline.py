@@ -82,14 +82,21 @@ def baseline_dtype(case: Case, name: str) -> np.dtype:
 
 
 def baseline(
-    case: Case, memory_budget: float, dtype=None, want=None, stored=True, threads=None
+    case: Case,
+    memory_budget: float,
+    dtype=None,
+    want=None,
+    stored=True,
+    threads=None,
+    share=None,
 ) -> dict[str, np.ndarray]:
     """float64 arrays, packed as the case's, of the plain answer computed in ``dtype`` (default
     the kernel's) for each tensor of ``want`` (default all the case holds), each rounded to the
     dtype the kernel stored that tensor in (unless ``stored`` is False: float64 work kept
     whole, the exact answer of a case with a dropout mask). The key/value heads are shared
     among ``threads`` (default: the cores), each thread all the row blocks of its heads, so
-    every number is the one a single thread computes."""
+    every number is the one a single thread computes. ``share``: the key/value heads the budget
+    is shared among (default the case's), so a part of a case sizes its blocks as the whole."""
     a = case.arrays
     p = _Precision(np.dtype(case.dtype if dtype is None else dtype))
     names = ("out", "lse", "dq", "dk", "dv") if want is None else want
@@ -105,7 +112,7 @@ def baseline(
         for b, qs, ks in case.sequences():
 
             def heads(kv, b=b, qs=qs, ks=ks):
-                _sequence(case, p, b, qs, ks, memory_budget, plain, kv)
+                _sequence(case, p, b, qs, ks, memory_budget, plain, kv, share or h_kv)
 
             on_threads(heads, parts, threads)
     if not stored:
@@ -123,10 +130,10 @@ def _heads_of(opt, h0: int, h1: int):
     )
 
 
-def _sequence(case, p: _Precision, b, qs, ks, budget, plain, kv) -> None:
+def _sequence(case, p: _Precision, b, qs, ks, budget, plain, kv, share) -> None:
     """Sequence b's plain answer for key/value heads kv[0]:kv[1] (their query heads' rows)."""
     a = case.arrays
-    h_all, g = case.group
+    g = case.group[1]
     h_kv, hq = kv[1] - kv[0], slice(kv[0] * g, kv[1] * g)  # this part's heads
     opt = _heads_of(case.options, hq.start, hq.stop)
     n, m = qs[1] - qs[0], ks[1] - ks[0]
@@ -147,7 +154,7 @@ def _sequence(case, p: _Precision, b, qs, ks, budget, plain, kv) -> None:
     mask = opt.mask(b, (h_kv, g))
     sinks = None if opt.sinks is None else opt.sinks.reshape(h_kv, g, 1, 1).astype(p.compute)
     # R x C per block: every part's tables together fit the budget
-    cells = int(budget // (_LIVE_TABLES * h_all * g * p.compute.itemsize))
+    cells = int(budget // (_LIVE_TABLES * share * g * p.compute.itemsize))
     for r0, r1, c0, c1 in _blocks(mask, n, m, cells):  # rows r0:r1 see keys c0:c1 at most
         kc, vc = k[:, :, c0:c1], v[:, :, c0:c1]  # (h_kv, 1, C, d)
         s, t = _scores(p, q[:, :, r0:r1], kc, opt.softcap, mask, (r0, r1), (c0, c1), (n, m))

@@ -19,7 +19,13 @@ from attnlab.verifier._baseline import baseline, baseline_dtype
 from attnlab.verifier._case import Case
 from attnlab.verifier._report import TENSORS, VerifyReport, judge
 
-__all__ = ["DEFAULT_MEMORY_BUDGET", "checked_judging", "make_report", "verdicts"]
+__all__ = [
+    "DEFAULT_MEMORY_BUDGET",
+    "baseline_plan",
+    "checked_judging",
+    "make_report",
+    "verdicts",
+]
 
 #: Bytes the score tables of one step may take: the truth's dense table under
 #: ``method="auto"`` (past it, the blockwise path) and the baseline's row block.
@@ -43,14 +49,24 @@ def checked_judging(factor, atol, memory_budget) -> tuple[float, float | None, f
     return factor, atol, _positive("memory_budget", budget, allow_zero=False)
 
 
+def baseline_plan(case: Case) -> list[tuple[np.dtype, list[str]]]:
+    """(dtype, tensors) for each plain run: one per baseline dtype the case's tensors need."""
+    names = [name for name in TENSORS if name in case.arrays]
+    dtypes = {name: baseline_dtype(case, name) for name in names}
+    return [
+        (dtype, [name for name in names if dtypes[name] == dtype])
+        for dtype in dict.fromkeys(dtypes.values())
+    ]
+
+
 def verdicts(case: Case, exact: dict, budget: float, factor: float, atol, plain=None) -> dict:
     """Each attention tensor's verdict (out, lse, dq, dk, dv the case holds), its plain answer
     computed here unless ``plain`` gives it."""
     names = [name for name in TENSORS if name in case.arrays]
     dtypes = {name: baseline_dtype(case, name) for name in names}
     plain = dict(plain or {})
-    for dtype in dict.fromkeys(dtypes.values()):  # one plain run per baseline dtype
-        want = [name for name in names if dtypes[name] == dtype and name not in plain]
+    for dtype, want in baseline_plan(case):
+        want = [name for name in want if name not in plain]
         if want:
             plain.update(baseline(case, budget, dtype, want))
     return {
