@@ -33,13 +33,9 @@ import os
 import numpy as np
 
 from attnlab.core.masks import TileState
+from attnlab.kernels._threads import on_threads
 from attnlab.verifier._case import Case
 from attnlab.verifier._rounding import round_in_place
-
-try:  # the shared thread pool (its module moves from core to kernels)
-    from attnlab.kernels._threads import on_threads
-except ImportError:  # pragma: no cover
-    from attnlab.core._threads import on_threads
 
 __all__ = ["baseline"]
 

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnlab.core.attention import attention
-from attnlab.core.backward import attention_backward
+from attnlab.api.attention import attention
+from attnlab.api.backward import attention_backward
 from attnlab.verifier._case import Case
 
 __all__ = ["truth"]
