@@ -138,4 +138,5 @@ TRAINING_SMALL = {
         "vocab_size": 8,
         "fresh": 8,
     },
+    "ablate-heads": {"fresh": 8},
 }
