@@ -127,7 +127,9 @@ def _chain(
         keep["grad_scores"] = ds.copy()
     grads = {}
     if "bias" in wrt:  # the masked scores are capped + bias: dS is the bias's gradient
-        grads["bias"] = sum_to(ds, float_bias(x))
+        bias = sum_to(ds, float_bias(x))
+        # a bias of the table's own shape is dS itself, which the cap's factor scales below
+        grads["bias"] = bias.copy() if bias is ds and capped is not None else bias
     if "sinks" in wrt:  # dσ = −Σ_i P_iσ D_i; a row with no key (lse -inf) has D = 0
         with np.errstate(over="ignore"):
             share = np.exp(x.sinks[..., None] - lse)  # (..., N): each row's sink weight
