@@ -82,7 +82,7 @@ Plot = Annotated[
     Path | None, typer.Option("--plot", dir_okay=False, help="Write a Plotly page (.html).")
 ]
 Force = Annotated[
-    bool, typer.Option("--force", help="Replace the --plot file if it already exists.")
+    bool, typer.Option("--force", help="Replace the --plot (or --save) file if it exists.")
 ]
 Yes = Annotated[
     bool, typer.Option("--yes", help=f"Run even when the estimate passes {LONG_S:.0f} s.")
@@ -129,6 +129,7 @@ def _option(p: Param) -> inspect.Parameter:
 
 def _run(spec: LabSpec, params: dict, as_json, as_csv, plot: Path | None, yes: bool, force: bool):
     """Run on the --scheduler's cluster when one is named (``client``), else here."""
+    _check_save(params, force)
     address = params.get("client")
     if address is None:
         return _run_here(spec, params, as_json, as_csv, plot, yes, force)
@@ -138,6 +139,18 @@ def _run(spec: LabSpec, params: dict, as_json, as_csv, plot: Path | None, yes: b
             f"[dim]on {escape(address)}: {threads} worker thread(s)[/]", highlight=False
         )
         _run_here(spec, {**params, "client": client}, as_json, as_csv, plot, yes, force)
+
+
+def _check_save(params: dict, force: bool) -> None:
+    """A lab's ``--save`` file, as ``--plot``'s: an .npz name, checked before the training."""
+    save = params.get("save")
+    if params.get("snapshots") and not save:
+        raise fail("--snapshots: expected --save FILE to keep the snapshots in, but got no --save")
+    if not save:
+        return
+    if Path(save).suffix.lower() != ".npz":
+        raise fail(f"--save: expected an .npz file, but got {clip(save)} instead")
+    check_target("--save", save, force)
 
 
 def _unreachable(address: str) -> str | None:

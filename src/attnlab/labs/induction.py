@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from attnlab.errors import AttnlabError
 from attnlab.labs._common import LabResult, Progress, rng_for, row_table
 from attnlab.labs._spec import SEED, Estimate, LabPlot, LabSpec, Param, Series
 from attnlab.labs._training import FRESH, INDUCTION, TRAIN, checked, fit, one_thread, smoothed
@@ -195,6 +196,9 @@ def train_induction(
      snapshots) = checked(SPEC, steps=steps, batch=batch, seed=seed, vocab_size=vocab_size,
                           context=context, layers=layers, heads=heads, d_model=d_model, lr=lr,
                           init_std=init_std, fresh=fresh, snapshots=snapshots)  # fmt: skip
+    if snapshots and not save:
+        raise AttnlabError(f"expected save (a file to keep them in) with snapshots={snapshots}, "
+                           "but got no save")  # fmt: skip
     # d_model divisible by heads, the one cross-argument rule, is TinyTransformer's to check.
     model = TinyTransformer(vocab_size=vocab_size, context=context, layers=layers, heads=heads,
                             d_model=d_model, seed=seed, init_std=init_std or None)  # fmt: skip

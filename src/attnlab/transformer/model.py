@@ -227,7 +227,11 @@ class TinyTransformer:
         """Write the configuration and every parameter to an .npz file (and ``extra`` arrays,
         under names of their own, which ``load`` ignores), atomically (``_files.write``)."""
         entries = {_CONFIG_KEY: np.array(json.dumps(self.config))} | self.params | (extra or {})
-        _files.write(path, entries)
+        try:
+            _files.write(path, entries)
+        except OSError as exc:
+            raise AttnlabError(f"cannot write the model to {_files.shown(path)} "
+                               f"({exc.strerror or exc})") from None  # fmt: skip
 
     @classmethod
     def load(cls, path) -> TinyTransformer:
