@@ -37,6 +37,7 @@ from rich.table import Table
 from attnlab.cli._app import app, clip, console, err_console, fail, friendly_errors
 from attnlab.cli._files import check_target, write_target
 from attnlab.labs import LABS, LabSpec, Param
+from attnlab.labs._spec import machine_bytes
 
 try:  # Typer >= 0.2x vendors click; its usage errors are that copy's, not click's
     from typer._click.exceptions import UsageError
@@ -210,6 +211,12 @@ def _run_here(
     estimate = spec.estimate(**params)
     past = _past_explorer(spec, params)
     limit = LONG_S if not past else PAST_LIMITS_S
+    have = machine_bytes()
+    if have is not None and estimate.bytes > have // 2 and not yes:
+        raise fail(
+            f"expected at most half this machine's memory ({have / 2**31:,.1f} GiB), but this "
+            f"run is estimated at {estimate.bytes / 2**30:,.1f} GiB; add --yes to run it anyway"
+        )
     if estimate.seconds > limit and not yes:
         where = f" past the explorer's limits ({', '.join(past)})" if past else ""
         raise fail(
