@@ -55,7 +55,9 @@ def test_stop_cancels_a_run_by_keyboard(browser, server):  # noqa: F811
     _tab_to(page, "#run-start")
     page.keyboard.press("Enter")
     page.wait_for_function("document.querySelector('#runs').dataset.run === 'running'")
-    page.wait_for_function("/step ([3-9]|\\d\\d+) of 600/.test(document.querySelector('#run-status').textContent)")
+    page.wait_for_function(
+        "/step ([3-9]|\\d\\d+) of 600/.test(document.querySelector('#run-status').textContent)"
+    )
     assert page.evaluate("document.activeElement.id") == "run-stop"  # Stop took the focus
     assert page.locator("#run-chart path.line").get_attribute("d").count("L") >= 2
     page.keyboard.press("Enter")  # Stop
@@ -67,7 +69,9 @@ def test_stop_cancels_a_run_by_keyboard(browser, server):  # noqa: F811
                            ".split('/')[3])).json()))()")  # fmt: skip
     assert run_id["state"] == "cancelled" and run_id["step"] < 600
     time.sleep(1.5)
-    again = page.evaluate(f"(async () => (await (await fetch('/api/runs/{run_id['id']}')).json()).step)()")
+    again = page.evaluate(
+        f"(async () => (await (await fetch('/api/runs/{run_id['id']}')).json()).step)()"
+    )
     assert again == run_id["step"]  # the server's loop stopped
     assert stopped <= run_id["step"] + 1
     assert page.locator("#run-start").is_enabled() and page.locator("#run-stop").is_disabled()
@@ -75,6 +79,7 @@ def test_stop_cancels_a_run_by_keyboard(browser, server):  # noqa: F811
     SHOTS.mkdir(exist_ok=True)
     page.locator("#runs").screenshot(path=str(SHOTS / "runs-stopped-1280.png"))
     assert not problems and not offline.blocked
+    context.close()
 
 
 def test_a_finished_run_reports_and_screenshots(browser, server):  # noqa: F811
@@ -127,10 +132,13 @@ def test_a_trained_run_opens_in_the_learned_view(browser, server):  # noqa: F811
     run_id = page.evaluate("(async () => (await (await fetch('/api/runs', {method: 'POST', "
                            "headers: {'Content-Type': 'application/json'}, body: JSON.stringify("
                            "{lab: 'train-induction', params: {steps: 20, fresh: 20}})})).json()).id)()")  # fmt: skip
-    page.wait_for_function(f"(async () => (await (await fetch('/api/runs/{run_id}')).json()).state === 'done')()")
+    page.wait_for_function(
+        f"(async () => (await (await fetch('/api/runs/{run_id}')).json()).state === 'done')()"
+    )
     page.goto(server + f"/?mh.mode=learned&mh.run={run_id}#figure-multi-head")
     page.wait_for_function(KNOCK_READY + " === 'none'")
     assert page.locator("#learned-knock").get_attribute("data-model") == f"run {run_id}"
     assert "trained on this page" in page.locator("#knock-model").inner_text()
     assert page.locator("#mh-learned .learned-head canvas").count() == 8
     assert not problems and not offline.blocked
+    context.close()
