@@ -20,8 +20,8 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from attnlab.core._threads import one_blas_thread
 from attnlab.errors import AttnlabError
+from attnlab.kernels._threads import one_blas_thread
 from attnlab.labs._common import Progress
 from attnlab.transformer import Adam, TinyTransformer
 

@@ -41,8 +41,8 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from attnlab import labs
-from attnlab.core._threads import one_blas_thread
 from attnlab.errors import AttnlabError
+from attnlab.kernels._threads import one_blas_thread
 from attnlab.labs import LabSpec, Param, jsonable
 from attnlab.labs._training import watching
 from attnlab.web.errors import unprocessable

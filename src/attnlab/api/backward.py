@@ -6,7 +6,7 @@ Shape legend (the chapter's letters):
     d_k  query and key width   d_v  value width
 
 It validates once (``core/_validate.py``, ``core/_grad.py``) and hands the inputs to a kernel,
-the dense one (``core/dense_backward.py``) or the blockwise one (``core/blockwise_backward.py``),
+the dense one (``kernels/dense_backward.py``) or the blockwise one (``kernels/blockwise_backward.py``),
 choosing between them exactly as ``attention`` does (``attention.choose_method``). The
 chain-rule steps are numbered in the kernels' docstrings. Kernels never import this module.
 """
@@ -15,16 +15,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnlab.core import _small, blockwise, blockwise_backward
+from attnlab.api._overflow import checked_backward, checked_forward, quiet
+from attnlab.api.attention import check_options, choose_method, plain_call
 from attnlab.core._grad import check_grad_output
-from attnlab.core._overflow import checked_backward, checked_forward, quiet
 from attnlab.core._validate import (
     validate,
 )
 from attnlab.core._variants import check_fully_masked, check_lse, check_wrt, with_variants
-from attnlab.core.attention import check_options, choose_method, plain_call
-from attnlab.core.dense import dense_tables
-from attnlab.core.dense_backward import dense_grad_tables, dense_gradients
+from attnlab.kernels import _small, blockwise, blockwise_backward
+from attnlab.kernels.dense import dense_tables
+from attnlab.kernels.dense_backward import dense_grad_tables, dense_gradients
 
 __all__ = ["attention_backward"]
 
@@ -59,7 +59,7 @@ def attention_backward(
         grad_output: ∂L/∂output, of the output's shape (..., N, d_v) (the broadcast leading
             axes of q, k and v).
         method: "dense" (the whole (..., N, M) table), "blockwise" (tile by tile, memory
-            that grows with N; see ``core/blockwise_backward.py``) or "auto" (default), as
+            that grows with N; see ``kernels/blockwise_backward.py``) or "auto" (default), as
             for ``attnlab.attention``; so are block_size, threads and memory_budget.
         check_finite: refuse NaN/inf in q, k, v and grad_output.
         softcap, sinks, fully_masked: as for ``attnlab.attention``; "zero" gives a row that
@@ -98,7 +98,7 @@ def attention_backward(
     options = (block_size, threads, memory_budget, check_finite, softcap, sinks, fully_masked)
     plain = plain_call(*options, wrt=wrt)  # a saved lse is the fast path's too
     fast = _small.small_backward(q, k, v, grad_output, mask, scale, method, lse) if plain else None
-    if fast is not None:  # a small problem with every check passed (see core/_small.py)
+    if fast is not None:  # a small problem with every check passed (see kernels/_small.py)
         return fast
     method, block, n_threads, budget = check_options(method, block_size, threads, memory_budget)
     empty = check_fully_masked(fully_masked)

@@ -7,7 +7,7 @@ Shape legend (the chapter's letters):
 ``solve`` runs ``_fast`` (every base left at 0: two matmuls, an exp2 and a row sum per tile)
 and falls back to ``_exact`` (the textbook online softmax, with integer bases so every
 rescaling is an exact power of two) when the fast pass leaves the float range. The design,
-with the measurements behind it, is in ``core/blockwise.py``'s docstring; ``blockwise.run``
+with the measurements behind it, is in ``kernels/blockwise.py``'s docstring; ``blockwise.run``
 schedules the blocks and normalises what ``solve`` returns.
 """
 

@@ -24,8 +24,10 @@ whose weight in row i is P_iσ = exp(σ − lse_i), gets dσ = −Σ_i P_iσ D_i
 Step 3 uses rowsum(dO ∘ O), N·d_v products instead of N·M: the two are equal because
 rowsum(dP ∘ P) = Σ_j P_ij (dO_i · v_j) = dO_i · O_i. The entry points take ``Inputs`` already
 validated (``core/_validate.py``) and a checked ``grad_output`` (``core/_grad.py``), and return
-gradients of the inputs' own shapes. ``core/blockwise_backward.py`` is the only other
-implementation, tested equal to this one.
+gradients of the inputs' own shapes. It is one of the backward's fast paths in ``kernels/``
+(with the small-problem path and ``kernels/blockwise_backward.py``), each held to
+``core/reference.py`` by the property suite; the blockwise backward is also tested equal to
+this one.
 """
 
 from __future__ import annotations
@@ -33,10 +35,10 @@ from __future__ import annotations
 import numpy as np
 
 from attnlab.core._grad import sum_to
-from attnlab.core._precision import narrow, too_wide, widen
 from attnlab.core._validate import Inputs
 from attnlab.core._variants import float_bias
-from attnlab.core.dense import dense_weights
+from attnlab.kernels._precision import narrow, too_wide, widen
+from attnlab.kernels.dense import dense_weights
 
 __all__ = ["dense_grad_tables", "dense_gradients"]
 
@@ -64,7 +66,7 @@ def dense_gradients(
     """
     # (..., N, d_v), (..., N, M), (..., N)
     output, weights, lse = dense_weights(x, threads=threads, empty_rows=empty_rows, lse=True)
-    if too_wide(x, lse):  # float32 scores far from 0: see core/_precision.py
+    if too_wide(x, lse):  # float32 scores far from 0: see kernels/_precision.py
         g = grad_output.astype(np.float64)
         wide = dense_gradients(
             widen(x), g, threads=threads, empty_rows=empty_rows, wrt=wrt, d_from_dp=d_from_dp
@@ -125,7 +127,9 @@ def _chain(
         keep["grad_scores"] = ds.copy()
     grads = {}
     if "bias" in wrt:  # the masked scores are capped + bias: dS is the bias's gradient
-        grads["bias"] = sum_to(ds, float_bias(x))
+        bias = sum_to(ds, float_bias(x))
+        # a bias of the table's own shape is dS itself, which the cap's factor scales below
+        grads["bias"] = bias.copy() if bias is ds and capped is not None else bias
     if "sinks" in wrt:  # dσ = −Σ_i P_iσ D_i; a row with no key (lse -inf) has D = 0
         with np.errstate(over="ignore"):
             share = np.exp(x.sinks[..., None] - lse)  # (..., N): each row's sink weight

@@ -24,7 +24,7 @@ machine's first use compiles them) costs ~1.3 s of CPU time once per process (me
 ``warm()`` loads it ahead (the benchmarks do, so it lands in no timed call).
 The backward's dS = p ∘ (dP' − D) is fused the same way (``softmax_grad``, bit for bit
 numpy's), and so is the dense paths' softmax of a plain call (``softmax``: scale, boolean
-mask, row max, shift and exp in two reads of each row; ``core/_small.py``, ``core/dense.py``,
+mask, row max, shift and exp in two reads of each row; ``kernels/_small.py``, ``kernels/dense.py``,
 which take it on the same calls, so the two still agree bit for bit). float64 always takes
 numpy's passes (the exact pass, too, stays numpy's in every case).
 """
@@ -40,8 +40,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from attnlab.core._tiles import natural_exp
 from attnlab.errors import AttnlabError
+from attnlab.kernels._tiles import natural_exp
 
 __all__ = [
     "ENV",
@@ -147,7 +147,7 @@ def rows_softmax(dtype, lead: tuple[int, ...], n: int, m: int, blocked, biases):
     """The compiled softmax pass (``Kernels.softmax``) for a dense call, or None: float32 with
     no float mask part (``biases``) and a boolean one (``blocked``, broadcastable to
     (..., N, M), or None) the same for every batch element, on the calls ``tile_kernels``
-    picks from the score table's lead axes ``lead``. ``core/_small.py`` and ``core/dense.py``
+    picks from the score table's lead axes ``lead``. ``kernels/_small.py`` and ``kernels/dense.py``
     ask it of the same call, so both paths round alike."""
     if biases or not may_compile(dtype, lead, n, m):
         return None
@@ -208,7 +208,7 @@ def _load():
     with _lock:
         if not _loaded:
             try:
-                nb = importlib.import_module("attnlab.core._fused_numba")  # imports numba
+                nb = importlib.import_module("attnlab.kernels._fused_numba")  # imports numba
             except ImportError:
                 _loaded.append(None)
             else:

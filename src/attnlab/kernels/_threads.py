@@ -192,7 +192,7 @@ def _one_blas_thread():
 
 
 #: The same pin for a caller that runs its matmuls on its own thread: many small matrices in one
-#: batched matmul, where OpenBLAS would wake its threads for each (see ``core/_small.py``).
+#: batched matmul, where OpenBLAS would wake its threads for each (see ``kernels/_small.py``).
 one_blas_thread = _one_blas_thread
 
 

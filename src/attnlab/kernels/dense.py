@@ -8,8 +8,10 @@ Shape legend (the chapter's letters):
 Three plainly named entry points share one computation, scores -> scaled -> masked -> weights
 -> output: ``dense_output`` keeps the output only, ``dense_weights`` the output and the
 weights, ``dense_tables`` a copy of every table. They take ``Inputs`` already validated by
-``core/_validate.py`` (the public functions in ``core/attention.py`` call them) and never
-validate again. ``core/blockwise.py`` is the only other implementation, tested equal to this one.
+``core/_validate.py`` (the public functions in ``api/attention.py`` call them) and never
+validate again. It is one of several fast paths in ``kernels/`` (the small-problem path, this
+kernel, the blockwise one, the compiled passes), each held to ``core/reference.py`` by the
+property suite; ``kernels/blockwise.py`` is also tested equal to this one.
 
 Rows are independent, so the table is computed a band of rows at a time, each step in place:
 a band stays in cache through its five passes instead of the whole table streaming from memory
@@ -25,10 +27,6 @@ import math
 
 import numpy as np
 
-from attnlab.core._fused import NO_REACH, kernel_mask, may_compile, rows_softmax
-from attnlab.core._precision import narrow, too_wide, widen
-from attnlab.core._small_masks import banded_output, banded_scores, forward_bands, mask_tables
-from attnlab.core._threads import on_threads, one_blas_thread
 from attnlab.core._validate import (
     Inputs,
     check_overflow,
@@ -37,6 +35,10 @@ from attnlab.core._validate import (
     raise_empty_rows,
 )
 from attnlab.core.masks import Mask
+from attnlab.kernels._fused import NO_REACH, kernel_mask, may_compile, rows_softmax
+from attnlab.kernels._precision import narrow, too_wide, widen
+from attnlab.kernels._small_masks import banded_output, banded_scores, forward_bands, mask_tables
+from attnlab.kernels._threads import on_threads, one_blas_thread
 
 __all__ = ["apply_mask", "dense_output", "dense_tables", "dense_weights"]
 
@@ -160,7 +162,7 @@ class _Rows:
 
 def _compiled(x: Inputs, r: _Rows):
     """(kernel, blocked (N, M), reach (N,)) where the compiled softmax takes this call (see
-    ``_fused.rows_softmax``: the question ``core/_small.py`` asks too), else None: a plain
+    ``_fused.rows_softmax``: the question ``kernels/_small.py`` asks too), else None: a plain
     float32 call (no cap, sinks or overflow risk, inputs checked finite) whose mask is
     boolean and the same for every batch element."""
     if x.q.dtype != np.float32 or x.softcap is not None or r.sink is not None:
@@ -231,7 +233,7 @@ def dense_output(x: Inputs, *, empty_rows: str = "raise", threads: int = 1, lse:
     size = r.row_max.size * x.m * x.q.dtype.itemsize
     _each(band_rows, range(0, n, band), threads, size, math.prod(out.shape[:-2]) > 1)
     r.check_empty(empty_rows)
-    if too_wide(x, r.row_max):  # float32 scores far from 0: see core/_precision.py
+    if too_wide(x, r.row_max):  # float32 scores far from 0: see kernels/_precision.py
         return narrow(dense_output(widen(x), empty_rows=empty_rows, threads=threads, lse=lse))
     return (out, r.lse(out.shape[:-1])) if lse else out
 
@@ -256,7 +258,7 @@ def dense_weights(x: Inputs, *, empty_rows: str = "raise", threads: int = 1, lse
         threads,
         scores.nbytes,
     )
-    if too_wide(x, r.row_max):  # float32 scores far from 0: see core/_precision.py
+    if too_wide(x, r.row_max):  # float32 scores far from 0: see kernels/_precision.py
         return narrow(dense_weights(widen(x), empty_rows=empty_rows, threads=threads, lse=lse))
     out, weights = _normalise(r, scores, empty_rows)
     return (out, weights, r.lse(out.shape[:-1])) if lse else (out, weights)

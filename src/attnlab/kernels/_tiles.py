@@ -39,7 +39,7 @@ def natural_exp(dtype) -> bool:
     log2 units (np.exp2): the one of the two that numpy vectorises on this CPU. Measured on
     a 256 x 512 float32 tile, AMD EPYC (AVX2, no AVX-512): exp2 696 us, exp 359 us, half of the
     whole tile's time (benchmarks/profile_blockwise.py); float64 exp2 1339 us, exp 1411 us. With
-    AVX-512, exp2 (SVML) is what the Xeon figures in core/blockwise.py were measured with.
+    AVX-512, exp2 (SVML) is what the Xeon figures in kernels/blockwise.py were measured with.
     Decided by the CPU, never by a timing, so every call in a process rounds alike."""
     return np.dtype(dtype) == np.float32 and not _SIMD_EXP2
 

@@ -17,9 +17,9 @@ import math
 import numpy as np
 
 from attnlab._signature import KEYWORD, POSITIONAL, declared, group, required
+from attnlab.api.attention import attention
 from attnlab.core._checks import positive_int
 from attnlab.core._validate import as_real, compute_dtype, refuse_non_finite
-from attnlab.core.attention import attention
 from attnlab.core.masks import Mask
 from attnlab.errors import AttnlabError, ShapeError
 

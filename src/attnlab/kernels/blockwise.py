@@ -27,7 +27,7 @@ passes down:
    vectorises on the CPU at hand (``_tiles.natural_exp``): with AVX-512, float32 exp2 is twice
    as fast as exp, so q carries scale · log2(e) and exp(s · scale) = exp2(s · scale · log2 e);
    on AVX2 alone exp2 is a scalar loop at half exp's speed, so the fast pass uses exp (and,
-   with the ``fast`` extra, a compiled, vectorised exp: core/_fused.py). The exact pass
+   with the ``fast`` extra, a compiled, vectorised exp: kernels/_fused.py). The exact pass
    always works in log2 units (trick 4).
 2. base starts at 0 for every row, so the first matmul needs no correction at all; once an
    exact step has moved a base, -base rides along as an extra column of q against a row of
@@ -62,22 +62,6 @@ import threading
 
 import numpy as np
 
-from attnlab.core._fused import tile_kernels
-from attnlab.core._online import solve as _solve
-from attnlab.core._precision import WIDE, narrow, widen
-from attnlab.core._threads import blas_info, pool_map
-from attnlab.core._tiles import (
-    LOG2E,
-    Step,
-    TileMask,
-    buffers,
-    exp2_floor,
-    lead_at,
-    lone_keys,
-    natural_exp,
-    plan,
-    work_items,
-)
 from attnlab.core._validate import (
     Inputs,
     check_block_size,
@@ -89,6 +73,22 @@ from attnlab.core._validate import (
 )
 from attnlab.core.masks import tile_at as _pick
 from attnlab.errors import AttnlabError
+from attnlab.kernels._fused import tile_kernels
+from attnlab.kernels._online import solve as _solve
+from attnlab.kernels._precision import WIDE, narrow, widen
+from attnlab.kernels._threads import blas_info, pool_map
+from attnlab.kernels._tiles import (
+    LOG2E,
+    Step,
+    TileMask,
+    buffers,
+    exp2_floor,
+    lead_at,
+    lone_keys,
+    natural_exp,
+    plan,
+    work_items,
+)
 
 __all__ = [
     "DEFAULT_BLOCK_K",
@@ -101,7 +101,7 @@ __all__ = [
 
 #: The budget for the dense score table that ``attention(method="auto")`` allows before it
 #: switches to the blockwise path: 256 MiB. Change it for the process by assigning to
-#: ``attnlab.core.blockwise.DEFAULT_MEMORY_BUDGET``, or per call with ``memory_budget=``.
+#: ``attnlab.kernels.blockwise.DEFAULT_MEMORY_BUDGET``, or per call with ``memory_budget=``.
 DEFAULT_MEMORY_BUDGET = 256 * 2**20
 
 # Default tile: 512 query rows x 512 keys, from measurement on the project's 2-core Xeon
@@ -225,7 +225,7 @@ def run(
         raise refused[0]
     if call.empty and empty_rows == "raise":
         raise_empty_rows(x, sorted(_table_rows(call.empty, x.table_lead())))
-    if call.wide:  # float32 scores far from 0: see core/_precision.py
+    if call.wide:  # float32 scores far from 0: see kernels/_precision.py
         wide = None if lse is None else np.empty(lse.shape, np.float64)
         out = run(widen(x), bq, bk, threads, lse=wide, empty_rows=empty_rows)
         if lse is not None:
@@ -251,7 +251,7 @@ class _Call:
             self.c, self.cap = dtype.type(x.scale / x.softcap), dtype.type(x.softcap * LOG2E)
             natural = (self.c, dtype.type(x.softcap))
         # The fast pass's constants: natural units where numpy's exp is the vectorised one, or
-        # where the compiled exp runs (core/_fused.py).
+        # where the compiled exp runs (kernels/_fused.py).
         fused = tile_kernels(dtype, math.prod(x.lead) * x.n * x.m)
         if fused is not None:
             self.fast = (*natural, True, fused.exp)

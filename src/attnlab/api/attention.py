@@ -6,17 +6,16 @@ Shape legend (the chapter's letters):
     d_k  query and key width   d_v  value width
 
 The public dispatchers: each validates once (``core/_validate.py``) and hands the validated
-inputs to a kernel, the dense one (``core/dense.py``) or the blockwise one
-(``core/blockwise.py``). Kernels never import this module back.
+inputs to a kernel, the dense one (``kernels/dense.py``) or the blockwise one
+(``kernels/blockwise.py``). Kernels never import this module back.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from attnlab.core import _small, blockwise
+from attnlab.api._overflow import checked_forward, checked_trace, quiet
 from attnlab.core._grad import check_grad_output
-from attnlab.core._overflow import checked_forward, checked_trace, quiet
 from attnlab.core._validate import (
     as_real,
     check_block_size,
@@ -27,11 +26,12 @@ from attnlab.core._validate import (
     validate_later,
 )
 from attnlab.core._variants import check_fully_masked, with_variants
-from attnlab.core.dense import dense_output, dense_tables, dense_weights
-from attnlab.core.dense_backward import dense_grad_tables
 from attnlab.core.masks import Causal, SlidingWindow
 from attnlab.core.trace import AttentionTrace
 from attnlab.errors import AttnlabError, ShapeError
+from attnlab.kernels import _small, blockwise
+from attnlab.kernels.dense import dense_output, dense_tables, dense_weights
+from attnlab.kernels.dense_backward import dense_grad_tables
 
 __all__ = ["AttentionTrace", "attention", "scaled_dot_product_attention", "trace_attention"]
 
@@ -67,7 +67,7 @@ def attention(
         return_weights: also return the attention weights. check_finite: refuse NaN/inf.
         method: "dense" computes the whole (..., N, M) table, as §6.2 draws it. "blockwise"
             computes the same result tile by tile with the online softmax (see
-            ``attnlab.core.blockwise``), in memory that grows with N, skipping tiles a mask
+            ``attnlab.kernels.blockwise``), in memory that grows with N, skipping tiles a mask
             blocks. "auto" (default) picks the faster of the two from measured crossovers
             (``choose_method``), and blockwise whenever the score table would exceed
             ``memory_budget``. With return_weights=True it stays dense (the table is then the
@@ -75,7 +75,7 @@ def attention(
         block_size: blockwise tile, an int or (query rows, keys); default (512, 512).
         threads: cores to use (query blocks, or bands of rows); default os.cpu_count().
         memory_budget: bytes the dense score table may take under "auto"; default
-            ``attnlab.core.blockwise.DEFAULT_MEMORY_BUDGET`` (256 MiB), which can be reassigned.
+            ``attnlab.kernels.blockwise.DEFAULT_MEMORY_BUDGET`` (256 MiB), which can be reassigned.
         softcap: a number c > 0: each scaled score s becomes c · tanh(s / c) before the mask
             is added (Gemma 2's and FlashAttention's soft cap). None: no cap.
         sinks: one logit per head, shape (h,) or (B, h) on q's head axis (-3) (a scalar for
@@ -101,7 +101,7 @@ def attention(
            [ 0.804,  1.413]])
     """
     options = (block_size, threads, memory_budget, check_finite, softcap, sinks, fully_masked)
-    if plain_call(*options):  # a small problem with every check passed: see core/_small.py
+    if plain_call(*options):  # a small problem with every check passed: see kernels/_small.py
         fast = _small.small_attention(q, k, v, mask, scale, method, return_weights, return_lse)
         if fast is not None:
             return fast

@@ -3,7 +3,7 @@ each thread's scratch tiles.
 
 Shape legend: Bq x Bk a tile (query rows x keys), d_k and d_v the widths.
 
-``core/blockwise_backward.py`` keeps a block's weights p and dP' from one sweep to the next
+``kernels/blockwise_backward.py`` keeps a block's weights p and dP' from one sweep to the next
 while they fit a budget (``keep_tiles``), and computes the rest again in scratch tiles that
 each thread keeps between work items and calls (``scratch``).
 """

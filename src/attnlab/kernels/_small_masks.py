@@ -3,7 +3,7 @@
 Shape legend (the chapter's letters):
     ...  leading batch axes          N  query rows          M  key rows
 
-``core/_small.py`` applies a mask as ``dense.apply_mask`` does, from tables drawn here: the
+``kernels/_small.py`` applies a mask as ``dense.apply_mask`` does, from tables drawn here: the
 union of the pairs its boolean parts block, its float parts in order, whether some row is
 blocked whole, and, where every row's allowed keys end before the table does (a causal mask),
 where each row's keys end, so the fast path can leave the blocked tail out of its passes.
@@ -100,7 +100,7 @@ def _render(mask, n: int, m: int, lead_ndim: int):
 def _reach(blocked, biases, n: int, m: int):
     """(N,) each row's last allowed key + 1 where the mask is boolean, the same for every
     batch element and blocks a tail of some rows (a causal mask's upper triangle); else None.
-    Past it a row's scores are -inf, its weights exactly 0 (``core/_small_exp.py``)."""
+    Past it a row's scores are -inf, its weights exactly 0 (``kernels/_small_exp.py``)."""
     if blocked is None or biases or any(s != 1 for s in blocked.shape[:-2]):
         return None
     open_ = ~blocked.reshape(blocked.shape[-2:])  # (N or 1, M)
@@ -136,7 +136,7 @@ def gemm_bands(reach: np.ndarray, n: int, most: int | None = None) -> list[tuple
     """[(first row, end row, keys)]: the rows of a mask that ends each row's keys early (each
     row's ``_reach``) in bands of max(PREFIX_BAND, ⌈N / PREFIX_SPLIT⌉) rows (at most ``most``,
     at least 1, where given), each with the keys its rows reach. The dense forwards
-    (``core/_small.py``, ``core/dense.py``) compute q kᵀ and P V band by band on these keys
+    (``kernels/_small.py``, ``kernels/dense.py``) compute q kᵀ and P V band by band on these keys
     only: a causal mask's blocked triangle costs 1/16 of the table instead of half. Without
     ``most`` the plan depends on the reach and N alone, so both paths make the same products,
     and OpenBLAS, which rounds a product cut at another key otherwise, rounds them alike."""

@@ -1,5 +1,5 @@
 """The compiled tile exponential (numba): imported only by ``_fused._load``, never at
-``import attnlab``. See ``core/_fused.py`` for why and when it runs.
+``import attnlab``. See ``kernels/_fused.py`` for why and when it runs.
 
 Shape legend: rows x cols a tile (query rows x keys).
 

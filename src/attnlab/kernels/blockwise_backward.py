@@ -7,7 +7,7 @@ Shape legend (the chapter's letters):
     Bq   query rows per tile   Bk   keys per tile
     dO   the upstream gradient (..., N, d_v);  l each row's Σ exp2(score), its softmax divisor
 
-The N x M tables of the dense backward (``core/dense_backward.py``: P, dP, dS) are never
+The N x M tables of the dense backward (``kernels/dense_backward.py``: P, dP, dS) are never
 stored whole. Work goes by query block (Bq rows, one lead element at a time), in three sweeps
 over the block's tiles (rows i, keys j):
 
@@ -50,14 +50,17 @@ import threading
 
 import numpy as np
 
-from attnlab.core import blockwise
-from attnlab.core._backward_tiles import keep_tiles as _keep
-from attnlab.core._backward_tiles import scratch as _buffers
-from attnlab.core._fused import tile_kernels
 from attnlab.core._grad import sum_to
-from attnlab.core._precision import narrow, too_wide, widen
-from attnlab.core._threads import pool_map
-from attnlab.core._tiles import (
+from attnlab.core._validate import Inputs, check_scores_in_bands, may_overflow
+from attnlab.core._variants import float_bias
+from attnlab.core.masks import tile_at
+from attnlab.kernels import blockwise
+from attnlab.kernels._backward_tiles import keep_tiles as _keep
+from attnlab.kernels._backward_tiles import scratch as _buffers
+from attnlab.kernels._fused import tile_kernels
+from attnlab.kernels._precision import narrow, too_wide, widen
+from attnlab.kernels._threads import pool_map
+from attnlab.kernels._tiles import (
     LN2,
     LOG2E,
     TileMask,
@@ -67,9 +70,6 @@ from attnlab.core._tiles import (
     plan,
     work_items,
 )
-from attnlab.core._validate import Inputs, check_scores_in_bands, may_overflow
-from attnlab.core._variants import float_bias
-from attnlab.core.masks import tile_at
 
 __all__ = ["run"]
 
@@ -134,7 +134,7 @@ def run(
         each(work, items)
     if kernel.empty:  # a row that allows no key: the forward pass raises its error, naming it
         blockwise.run(x, bq, bk, threads)
-    if kernel.wide:  # float32 scores far from 0: see core/_precision.py
+    if kernel.wide:  # float32 scores far from 0: see kernels/_precision.py
         saved = None if lse is None else lse.astype(np.float64)
         g64 = g.astype(np.float64)
         options = {"lse": saved, "empty_rows": empty_rows, "wrt": wrt, "anchored": True}
@@ -174,7 +174,7 @@ class _Kernel:
         self.floor = exp2_floor(dtype)  # exp2's fast path
         # Where numpy vectorises exp and not exp2 (``_tiles.natural_exp``), a tile's weights
         # are exp(s · ln 2): one quick multiply saves half of a scalar exp2's time.
-        # The compiled exp (core/_fused.py) also works in natural units, fusing the multiply.
+        # The compiled exp (kernels/_fused.py) also works in natural units, fusing the multiply.
         self.fused = tile_kernels(dtype, math.prod(x.lead) * x.n * x.m)
         self.ln2 = dtype.type(LN2) if natural_exp(dtype) or self.fused is not None else None
         self.lock = threading.Lock()
@@ -185,7 +185,7 @@ class _Kernel:
         # float32 call does this, so a row's top weight is exactly 1 and dP − δ cancels exactly
         # there; a weight of 1 − 2⁻⁵³ leaves |dO||V|·2⁻⁵³, which rounds to inf in float32 when
         # dO and V are huge (1e26 · 1e27). Weights below 2^floor are then exactly 0, not 2^floor:
-        # the gradients of a rescaled dO (core/_overflow.py) multiply them by a huge dP and k.
+        # the gradients of a rescaled dO (api/_overflow.py) multiply them by a huge dP and k.
         self.anchored = anchored
 
     def gradients(self, wrt) -> tuple[np.ndarray, ...]:
