@@ -10,8 +10,15 @@ the dense numpy path (ATTNLAB_KERNEL=numpy), the dense path with the compiled pa
 (q, k, v, bias, sinks; with and without the forward's lse passed to ``attention_backward``):
 
 - float64: within 1e-12 of the reference, relative to the largest magnitude of the result;
-- float32: FlashAttention's rule, an error against the float64 truth at most twice that of a
-  plain float32 attention (the reference run in float32) plus ``F32_ATOL`` of the magnitude.
+- float32: FlashAttention's rule, an error against the float64 truth at most twice (the
+  gradients: three times, as its ``test_flash_attn_output`` allows) that of a plain float32
+  attention (the reference run in float32), plus ``F32_ATOL`` of the magnitude.
+
+With the forward's lse passed to the backward in float32, a kernel may read its weights from
+that lse, whose own rounding then sits in every weight (as in FlashAttention's backward), or
+sum the rows again: its gradients pass under the rule against either truth, the exact one or
+the one whose weights come from the same lse (``reference.gradients(lse=)``), each with its
+own plain float32 attention.
 
 The reference itself is held to torch autograd in tests/test_reference_oracle.py. The example
 counts keep the file near 30 s on the project's 2-core machine (numba's load included).
@@ -99,19 +106,21 @@ def run_kernel(kernel, q, k, v, g, mask, opts, saved_lse: bool, wrt):
     return out, lse, dict(zip(wrt, grads, strict=True))
 
 
-def truth(q, k, v, g, mask, opts, dtype):
-    """The reference's (output, lse, gradients) with the arrays in ``dtype``."""
+def truth(q, k, v, g, mask, opts, dtype, lse=None):
+    """The reference's (output, lse, gradients) with the arrays in ``dtype``; with ``lse``
+    (the kernel's own, when it was passed to the backward), the gradients from it."""
     arrays = [a.astype(dtype) for a in (q, k, v, g)]
     kw = {**opts}
     if kw.get("sinks") is not None:
         kw["sinks"] = kw["sinks"].astype(dtype)
-    out, lse = reference.attention(*arrays[:3], mask, return_lse=True, **kw)
-    return out, lse, reference.gradients(*arrays, mask, **kw)
+    saved = None if lse is None else lse.astype(dtype)
+    out, own_lse = reference.attention(*arrays[:3], mask, return_lse=True, **kw)
+    return out, own_lse, reference.gradients(*arrays, mask, lse=saved, **kw)
 
 
-def close(name, got, want, plain=None):
+def close(name, got, want, plain=None, factor=2.0):
     """float64: within F64_REL of the largest magnitude; float32 (``plain`` given): within
-    twice the plain float32 error, plus F32_ATOL of the largest magnitude."""
+    ``factor`` times the plain float32 error, plus F32_ATOL of the largest magnitude."""
     assert got.shape == want.shape, name
     assert got.dtype == (np.float64 if plain is None else np.float32), name
     finite = np.isfinite(want)
@@ -122,8 +131,8 @@ def close(name, got, want, plain=None):
         assert err <= F64_REL * peak, f"{name}: {err:.3g} > {F64_REL} x {peak:.3g}"
         return
     base = float(np.abs(plain[finite] - want[finite]).max(initial=0.0))
-    bound = 2 * base + F32_ATOL * peak
-    assert err <= bound, f"{name}: {err:.3g} > 2 x {base:.3g} + {F32_ATOL} x {peak:.3g}"
+    bound = factor * base + F32_ATOL * peak
+    assert err <= bound, f"{name}: {err:.3g} > {factor} x {base:.3g} + {F32_ATOL} x {peak:.3g}"
 
 
 def check(kernel, problem, saved_lse):
@@ -135,11 +144,31 @@ def check(kernel, problem, saved_lse):
         wrt += ("sinks",)
     out, lse, grads = run_kernel(kernel, q, k, v, g, mask, opts, saved_lse, wrt)
     want = truth(q, k, v, g, mask, opts, np.float64)
-    plain = truth(q, k, v, g, mask, opts, np.float32) if q.dtype == np.float32 else None
-    close("output", out, want[0], None if plain is None else plain[0])
-    close("lse", lse, want[1], None if plain is None else plain[1])
+    if q.dtype == np.float64:
+        close("output", out, want[0])
+        close("lse", lse, want[1])
+        for name, got in grads.items():
+            close(f"grad {name}", got, want[2][name])
+        return
+    plain = truth(q, k, v, g, mask, opts, np.float32)
+    close("output", out, want[0], plain[0])
+    close("lse", lse, want[1], plain[1])
+    rules = [(want[2], plain[2])]
+    if saved_lse:  # a kernel may read the saved lse or sum the rows again: either rule
+        rules.append(
+            (truth(q, k, v, g, mask, opts, np.float64, lse)[2],
+             truth(q, k, v, g, mask, opts, np.float32, lse)[2])
+        )  # fmt: skip
     for name, got in grads.items():
-        close(f"grad {name}", got, want[2][name], None if plain is None else plain[2][name])
+        misses = []
+        for w, p in rules:
+            try:
+                close(f"grad {name}", got, w[name], p[name], 3.0)
+                break
+            except AssertionError as miss:
+                misses.append(str(miss))
+        else:
+            raise AssertionError("; ".join(misses))
 
 
 @contextlib.contextmanager
@@ -196,3 +225,17 @@ def test_the_blockwise_path_is_the_reference(problem, saved_lse):
 @given(problem=problems(), saved_lse=st.booleans())
 def test_method_auto_is_the_reference(problem, saved_lse):
     check("auto", problem, saved_lse)
+
+
+def test_a_saved_float32_lse_is_read_without_a_second_rounding():
+    # The blockwise backward turns a saved lse into log2 units; in float32 that product
+    # rounded every weight once more than a plain attention reading the same lse, and on
+    # this problem (which the blockwise property found) took dK past the rule.
+    rng = np.random.default_rng(0)
+    q = (rng.normal(size=(1, 2, 4, 3)) * 3).astype(np.float32)
+    k = (rng.normal(size=(1, 2, 8, 3)) * 3).astype(np.float32)
+    v = rng.normal(size=(1, 2, 8, 3)).astype(np.float32)
+    sinks = rng.normal(size=(2,)).astype(np.float32)
+    g = rng.normal(size=(1, 2, 4, 3)).astype(np.float32)
+    assert np.allclose(q.ravel()[:2], [0.37719065, -0.3963146])  # the problem found
+    check("blockwise", (q, k, v, g, Causal(), {"scale": None, "sinks": sinks}), True)
