@@ -23,6 +23,7 @@ from attnlab.bench._suite import (
     sweep,
     torch_targets,
 )
+from attnlab.errors import AttnlabError
 
 DEFAULT_NS = (1024, 2048, 4096, 8192)
 QUICK_NS = (512, 1024)
@@ -54,7 +55,7 @@ def backward(ns, heads, d, masks, quick, repeats, rounds, use_torch, isolate, ch
     """
     for mask in masks:
         if mask not in ("none", "causal"):
-            raise ValueError(f"expected masks among 'none', 'causal', but got {mask!r}")
+            raise AttnlabError(f"expected masks among 'none', 'causal', but got {mask!r}")
     ns, repeats, checks, with_torch, run = plan_run(
         ns, (QUICK_NS if quick else DEFAULT_NS), quick, repeats, rounds, checks, use_torch, isolate
     )

@@ -31,6 +31,8 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
+from attnlab.errors import AttnlabError
+
 METHODS = ("dense", "blockwise", "torch", "textbook")
 MASKS = ("none", "causal", "window")
 
@@ -176,7 +178,7 @@ def _prepare_backward(cfg: Config, info: dict, q, k, v, rng):
         tg = torch.from_numpy(g)
         info["threads"] = torch.get_num_threads()
         if cfg.mask not in ("none", "causal"):
-            raise ValueError(f"expected mask 'none' or 'causal' for torch, but got {cfg.mask!r}")
+            raise AttnlabError(f"expected mask 'none' or 'causal' for torch, but got {cfg.mask!r}")
 
         def call():
             for t in (tq, tk, tv):

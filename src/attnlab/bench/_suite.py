@@ -24,6 +24,7 @@ from attnlab.bench._measure import (
     measure_isolated,
     merge_rounds,
 )
+from attnlab.errors import AttnlabError
 from attnlab.kernels.blockwise import blas_info
 
 DEFAULT_NS = (512, 1024, 2048, 4096, 8192, 16384)
@@ -220,7 +221,7 @@ def attention(
     """
     for mask in masks:
         if mask not in ("none", "causal", "window"):
-            raise ValueError(f"expected masks among 'none', 'causal', 'window', but got {mask!r}")
+            raise AttnlabError(f"expected masks among 'none', 'causal', 'window', but got {mask!r}")
     ns, repeats, checks, with_torch, run = plan_run(
         ns, (QUICK_NS if quick else DEFAULT_NS), quick, repeats, rounds, checks, use_torch, isolate
     )
@@ -282,7 +283,7 @@ def sweep(ns, heads: int, d: int, masks, repeats: int, run, progress, settings: 
 def check_rounds(rounds) -> int:
     """``rounds``, checked: a whole number from 1 to MAX_ROUNDS."""
     if type(rounds) is not int or not 1 <= rounds <= MAX_ROUNDS:
-        raise ValueError(
+        raise AttnlabError(
             f"expected rounds to be a whole number from 1 to {MAX_ROUNDS}, but got {rounds!r}"
         )
     return rounds

@@ -190,6 +190,45 @@ def labs_command(
     _present(run, f"Lab wall time, median of {repeats}", as_json, as_csv, None)
 
 
+@bench_app.command("verify")
+@friendly_errors
+def verify_command(
+    n: Annotated[int, typer.Option("--n", min=16, max=65536, help="N = M.")] = 4096,
+    heads: Heads = 8,
+    d: Width = 128,
+    dtype: Annotated[str, typer.Option(help="The kernel's dtype: float16 or float32.")] = "float16",
+    causal: Annotated[bool, typer.Option(help="A causal case.")] = True,
+    backward: Annotated[bool, typer.Option(help="Judge dq, dk, dv too.")] = True,
+    repeats: Annotated[int, typer.Option(min=1, max=20, help="Timed calls per side.")] = 1,
+    torch: Annotated[bool, typer.Option(help="Time torch's float64 SDPA beside it.")] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Time `attnlab verify` on one case beside torch's float64 SDPA forward and backward."""
+    from attnlab.bench import verify_cost
+
+    if dtype not in ("float16", "float32"):
+        raise fail(f"--dtype: expected float16 or float32, but got {dtype[:40]!r} instead")
+    result = verify_cost(n, heads, d, dtype, causal, backward, repeats, torch)
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+        return
+    c = result["case"]
+    console.print(
+        f"verify cost: B=1 N={c['N']} h={c['h']} d={c['d']} {c['dtype']}"
+        f"{' causal' if c['causal'] else ''}{', forward and backward' if c['backward'] else ''}",
+        highlight=False,
+    )
+    for side in ("attnlab", "torch"):
+        r = result.get(side)
+        if r is None:
+            continue
+        said = r.get("error") or f"{r['seconds']:.2f} s, peak resident {r['peak_mib']:.0f} MiB"
+        label = "attnlab verify" if side == "attnlab" else "torch float64 SDPA"
+        console.print(f"  {label:<20} {said}", highlight=False)
+    if "ratio" in result:
+        console.print(f"  ratio {result['ratio']:.2f} x torch's time", highlight=False)
+
+
 from attnlab.cli.bench_small import small_command  # noqa: E402  (its own module)
 
 bench_app.command("small")(small_command)

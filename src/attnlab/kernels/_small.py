@@ -57,8 +57,8 @@ def small_attention(q, k, v, mask, scale, method, return_weights, return_lse=Fal
         return None
     shapes = _shapes(x, return_weights, return_lse)
     # The kernel's unnormalised sum reaches M · max|v|: where that cannot overflow, no check.
-    roomy = x[9][2] * k.shape[-2] < _ROOM[q.dtype.char]
-    with _errors_ignored(not (x[8] and roomy)):
+    roomy = x.peaks.v * k.shape[-2] < _ROOM[q.dtype.char]
+    with _errors_ignored(not (x.sure and roomy)):
         out = on_cores(_forward, x, None, return_weights, return_lse, shapes=shapes)
     if out is None:
         return None
@@ -85,7 +85,7 @@ def small_backward(q, k, v, grad_output, mask, scale, method, lse=None):
             return None
     # No gradient, nor O = P V, can come near the dtype's range (see _grad_bound)
     bounded = lse is None and _grad_bound(x) < _ROOM[q.dtype.char]
-    with _errors_ignored(not (bounded and x[8])):
+    with _errors_ignored(not (bounded and x.sure)):
         grads = on_cores(_backward, x, g, shapes=_shapes(x), joined=True)
     if grads is None:
         return None
@@ -105,7 +105,7 @@ def _errors_ignored(needed: bool):
 def _shapes(x, weights: bool | None = None, lse: bool = False) -> tuple:
     """The (rows, cols) of each array the forward (``weights`` given: the output, then the
     weights and the lse as asked) or the backward (dq, dk, dv) returns."""
-    q, k, v = x[:3]
+    q, k, v = x.q, x.k, x.v
     n, m = q.shape[-2], k.shape[-2]
     if weights is None:
         return (n, q.shape[-1]), (m, k.shape[-1]), (m, v.shape[-1])
@@ -116,12 +116,13 @@ def _with_lse(x, g, lse):
     """(dO, lse (..., N, 1)) when the saved lse can stand for the softmax's row statistics:
     an array of q's dtype and the output's (..., N), finite, and (float32) within ±WIDE as
     the general path keeps its rows in float32; else None."""
-    q = x[0]
+    q = x.q
     if (
         type(lse) is not np.ndarray
         or lse.dtype != q.dtype
         or lse.shape != g.shape[:-1]
-        or x[5] != x[4]  # the scores' lead axes are the output's: lse lines up row for row
+        # the scores' lead axes are the output's: lse lines up row for row
+        or x.table_lead != x.lead
     ):
         return None
     top = peak(lse)  # NaN or inf (a row with no key: -inf) fail both tests
@@ -135,11 +136,10 @@ def _grad_bound(x) -> float:
     the weights lie in [0, 1] and sum to 1 per row, so |dP|, |D| <= d_v·max|dO|·max|v|,
     |dS| <= twice that, each gradient sums at most N (or M) rows of products, and ``sum_to``
     at most the batch."""
-    q, k, v, sc, lead = x[:5]
-    top_q, top_k, top_v, _, top_g = x[9]
+    q, k, v, top = x.q, x.k, x.v, x.peaks
     n, m = q.shape[-2], k.shape[-2]
-    ds = 2.0 * v.shape[-1] * top_g * top_v
-    return math.prod(lead) * max(n * top_g, ds, ds * abs(sc) * max(m * top_k, n * top_q))
+    ds = 2.0 * v.shape[-1] * top.g * top.v
+    return math.prod(x.lead) * max(n * top.g, ds, ds * abs(x.scale) * max(m * top.k, n * top.q))
 
 
 def _all_finite(a: np.ndarray) -> bool:
@@ -149,12 +149,14 @@ def _all_finite(a: np.ndarray) -> bool:
 
 
 def _forward(x, _g, return_weights: bool, return_lse: bool, out=None):
-    """The dense kernel's forward pass on prepared inputs (see ``_small_plan.prepare``): (output,), then
-    the weights and the lse (..., N, 1) as asked; None where the general path must answer.
+    """The dense kernel's forward pass on prepared inputs (see ``_small_plan.prepare``):
+    (output,), then the weights and the lse (..., N, 1) as asked; None where the general path
+    must answer.
     ``out``: arrays of those shapes to write into (``on_cores``), or None."""
     # (..., N, M) unnormalised weights (a scratch table unless they are returned), row sums, maxima
     # the weights keep the general path's whole products
-    bands = None if return_weights else forward_bands(x[11] is not None, x[10], x[0], x[1], x[5])
+    compiled = x.kernel is not None
+    bands = None if return_weights else forward_bands(compiled, x.reach, x.q, x.k, x.table_lead)
     s = exp_scores(x, fresh=return_weights, bands=bands)
     if s is None:
         return None
@@ -165,13 +167,13 @@ def _forward(x, _g, return_weights: bool, return_lse: bool, out=None):
         lse = (np.add(np.log(total, out=put[-1]), top, out=put[-1]),)
     if return_weights:
         e /= total  # (..., N, M): rows sum to 1
-        return (matmul(e, x[2], out=put[0]), e, *lse)  # (..., N, d_v), (..., N, M)
+        return (matmul(e, x.v, out=put[0]), e, *lse)  # (..., N, d_v), (..., N, M)
     if bands is None:
-        o = matmul(e, x[2], out=put[0])  # (..., N, d_v): divide the small output, not the table
+        o = matmul(e, x.v, out=put[0])  # (..., N, d_v): divide the small output, not the table
     else:  # each band of rows on the keys it reaches: past them its weights are 0
         n = e.shape[-2]
-        o = np.empty(x[4] + (n, x[2].shape[-1]), e.dtype) if put[0] is None else put[0]
-        banded_output(e, x[2], o, bands, (0, n))
+        o = np.empty(x.lead + (n, x.v.shape[-1]), e.dtype) if put[0] is None else put[0]
+        banded_output(e, x.v, o, bands, (0, n))
     o /= total
     return (o, *lse)
 
@@ -181,11 +183,11 @@ def _backward(x, g, out=None):
     order, on prepared inputs and dO (..., N, d_v) (or (dO, lse (..., N, 1)): the weights
     from the saved lse); None where a row has no key. ``out``: (dq, dk, dv) arrays of the
     gradients' shapes to write into (``on_cores`` gives each piece its share), or None."""
-    q, k, v, sc = x[:4]
+    q, k, v, sc = x.q, x.k, x.v, x.scale
     if type(g) is tuple:  # the weights straight from the saved lse: no row max, no row sum
         g, lse = g
-        if x[11] is not None:
-            p = exp_compiled(x, np.array(np.broadcast_to(lse, x[5] + lse.shape[-2:])))[0]
+        if x.kernel is not None:
+            p = exp_compiled(x, np.array(np.broadcast_to(lse, x.table_lead + lse.shape[-2:])))[0]
         else:
             p = scores(x)
             p -= lse
@@ -209,7 +211,7 @@ def _backward(x, g, out=None):
     )
     # 2) dP = dO Vᵀ (..., N, M), made dS in place: 3) D = rowsum(dO ∘ O) (..., N, 1),
     # 4) dS = P ∘ (dP − D); numpy's four passes, or the compiled one with their bits
-    kernels = loaded() if mine and x[11] is not None else None
+    kernels = loaded() if mine and x.kernel is not None else None
     if kernels is not None and kernels.softmax_grad_rows is not None:
         rows = (-1, p.shape[-1])
         kernels.softmax_grad_rows(

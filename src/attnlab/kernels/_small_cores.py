@@ -43,16 +43,16 @@ def on_cores(fn, x, g, *args, shapes, joined: bool = False):
     """The results of fn(x, g, *args, out=...): a tuple of arrays (..., rows, cols), one per
     entry of ``shapes`` (their (rows, cols)), or None where fn gave None.
 
-    ``x`` is ``_small_plan.prepare``'s tuple (q, k, v, scale, lead, table lead, blocked,
-    biases, sure, peaks, ...); ``g`` dO (..., N, d_v), a tuple of such per-row arrays (dO and
-    the saved lse (..., N, 1)), or None. A batch with enough work is cut into one piece per
+    ``x`` is ``_small_plan.prepare``'s ``Prepared`` (q, k, v, scale, lead, table lead,
+    blocked, biases, sure, peaks, ...); ``g`` dO (..., N, d_v), a tuple of such per-row arrays
+    (dO and the saved lse (..., N, 1)), or None. A batch with enough work is cut into one piece per
     core when q, k, v (and g) carry the whole leading shape (a broadcast input keeps the call
     in one piece), and each piece runs on the pool. The results are allocated here, whole,
     and fn gets them, or its piece's share, as ``out=`` to write into (a result fn makes
     itself is copied in), so no piece's results are joined afterwards. ``joined``: the
     results share one block of memory (see ``_outputs``), for results that live and die
     together."""
-    q, k, v, _, lead = x[:5]
+    q, k, v, lead = x.q, x.k, x.v, x.lead
     n, m, d_k, d_v = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
     count = math.prod(lead)
     whole = q.shape[:-2] == k.shape[:-2] == v.shape[:-2] == lead
@@ -122,13 +122,14 @@ def _into(fn, x, g, args: tuple, share):
 
 
 def _cut(x, g, count: int) -> list:
-    """``count`` pieces [(x's tuple, g, take)] of the batch, ``take`` giving a piece's share of
-    a (P, rows, cols) result. Cut along the first leading axis longer than 1 where it has
-    ``count`` entries or more and those before it are 1: views, whatever the inputs' strides
-    (the tiny transformer's q, k, v, dO are transposed views (B, h, N, e) of (B, N, h·e), and
-    flattening them copied each call: 1.3 ms of a 3.3 ms backward at (32, 4, 32, 16)).
+    """``count`` pieces [(the piece's ``Prepared``, g, take)] of the batch, ``take`` giving a
+    piece's share of a (P, rows, cols) result. Cut along the first leading axis longer than 1
+    where it has ``count`` entries or more and those before it are 1: views, whatever the
+    inputs' strides (the tiny transformer's q, k, v, dO are transposed views (B, h, N, e) of
+    (B, N, h·e), and flattening them copied each call: 1.3 ms of a 3.3 ms backward at
+    (32, 4, 32, 16)).
     Otherwise along the flattened batch axis P."""
-    lead = x[4]
+    lead = x.lead
     ax = next((i for i, size in enumerate(lead) if size > 1), 0)
     if lead[ax] >= count and all(size == 1 for size in lead[:ax]):
         return _cut_axis(x, g, count, ax)
@@ -137,7 +138,7 @@ def _cut(x, g, count: int) -> list:
 
 def _cut_axis(x, g, count: int, ax: int) -> list:
     """``_cut`` along leading axis ``ax``: every array sliced there, a view."""
-    q, k, v, sc, lead, _, blocked, biases, *rest = x
+    q, k, v, lead = x.q, x.k, x.v, x.lead
     size = lead[ax]
 
     def table(t, at):  # a mask table: whole where it is the same for every batch element
@@ -149,8 +150,15 @@ def _cut_axis(x, g, count: int, ax: int) -> list:
     for a, b in itertools.pairwise([size * i // count for i in range(count + 1)]):
         at = (slice(None),) * ax + (slice(a, b),)  # into (..., rows, cols)
         part = lead[:ax] + (b - a,) + lead[ax + 1 :]
-        mine = (q[at], k[at], v[at], sc, part, part, table(blocked, at))
-        mine += (tuple(table(t, at) for t in biases), *rest)
+        mine = x._replace(
+            q=q[at],
+            k=k[at],
+            v=v[at],
+            lead=part,
+            table_lead=part,
+            blocked=table(x.blocked, at),
+            biases=tuple(table(t, at) for t in x.biases),
+        )
         gs = None if g is None else tuple(t[at] for t in g) if type(g) is tuple else g[at]
         pieces.append((mine, gs, _taker(lead, at)))
     return pieces
@@ -164,7 +172,7 @@ def _taker(lead: tuple[int, ...], at: tuple):
 def _cut_flat(x, g, count: int) -> list:
     """``_cut`` along the flattened batch axis P (a copy of each input that cannot be viewed
     so)."""
-    q, k, v, sc, lead, _, blocked, biases, *rest = x
+    lead = x.lead
     total = math.prod(lead)
 
     def flat(a):  # (..., rows, cols) -> (P, rows, cols)
@@ -178,13 +186,20 @@ def _cut_flat(x, g, count: int) -> list:
     def share(t, a, b):
         return t if t is None or t.ndim < 3 else t[a:b]
 
-    q, k, v = flat(q), flat(k), flat(v)
+    q, k, v = flat(x.q), flat(x.k), flat(x.v)
     g = None if g is None else tuple(map(flat, g)) if type(g) is tuple else flat(g)
-    blocked, biases = table(blocked), tuple(table(t) for t in biases)
+    blocked, biases = table(x.blocked), tuple(table(t) for t in x.biases)
     pieces = []
     for a, b in itertools.pairwise([total * i // count for i in range(count + 1)]):
-        mine = (q[a:b], k[a:b], v[a:b], sc, (b - a,), (b - a,), share(blocked, a, b))
-        mine += (tuple(share(t, a, b) for t in biases), *rest)
+        mine = x._replace(
+            q=q[a:b],
+            k=k[a:b],
+            v=v[a:b],
+            lead=(b - a,),
+            table_lead=(b - a,),
+            blocked=share(blocked, a, b),
+            biases=tuple(share(t, a, b) for t in biases),
+        )
         gs = None if g is None else tuple(t[a:b] for t in g) if type(g) is tuple else g[a:b]
         pieces.append((mine, gs, lambda arr, a=a, b=b: arr[a:b]))
     return pieces

@@ -8,7 +8,7 @@ Three roads, each the dense kernel's roundings (so the fast and general paths ag
 bit): numpy's passes over cache-sized bands of rows; the same passes cut at the keys a
 causal-like mask lets each band reach (``_exp_prefix``); and, where ``_fused.rows_softmax``
 picks it, the compiled pass that does scale, mask, max, shift and exp in two reads of each row
-(``_exp_compiled``). ``x`` is ``_small_plan.prepare``'s tuple throughout.
+(``_exp_compiled``). ``x`` is ``_small_plan.prepare``'s ``Prepared`` throughout.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def scratch(slot: str, shape: tuple[int, ...], dtype) -> np.ndarray:
 def product(x, fresh: bool = False) -> np.ndarray:
     """q kᵀ (..., N, M) with the score table's lead axes, in the "scores" scratch buffer
     unless ``fresh`` (the table is returned to the caller: the weights)."""
-    q, k, tlead = x[0], x[1], x[5]
+    q, k, tlead = x.q, x.k, x.table_lead
     shape = tlead + (q.shape[-2], k.shape[-2])
     if fresh or q.shape[:-2] != tlead or k.shape[:-2] != tlead or _small(shape, q):
         s = matmul(q, k.mT)  # numpy's own result (broadcast, returned, or too small to keep)
@@ -79,7 +79,7 @@ def _small(shape: tuple[int, ...], like: np.ndarray) -> bool:
 def scores(x, fresh: bool = False) -> np.ndarray:
     """q kᵀ · scale + mask, (..., N, M) with the score table's lead axes (blocked pairs -inf);
     a scratch table unless ``fresh`` (see ``product``)."""
-    sc, blocked, biases = x[3], x[6], x[7]
+    sc, blocked, biases = x.scale, x.blocked, x.biases
     s = product(x, fresh)  # (..., N, M)
     s *= s.dtype.type(sc)
     if blocked is not None:
@@ -93,12 +93,12 @@ def exp_scores(x, fresh: bool = False, bands=None):
     """exp(masked scores − row max) in place (..., N, M), its row sums and row maxima (each
     (..., N, 1)), or None when a row has no allowed key (the general path raises that error)
     or float32 scores lie far from 0. The table is scratch unless ``fresh`` (``product``)."""
-    if x[11] is not None:
+    if x.kernel is not None:
         return exp_compiled(x, fresh=fresh, bands=bands)
-    if x[10] is not None and x[0].shape[-2] >= _small_masks.PREFIX_ROWS:
+    if x.reach is not None and x.q.shape[-2] >= _small_masks.PREFIX_ROWS:
         return _exp_prefix(x, fresh)
     s = scores(x, fresh)
-    n, sure = s.shape[-2], x[8]
+    n, sure = s.shape[-2], x.sure
     band = _BAND_BYTES // (s.size // n * s.itemsize) or 1
     if band >= n:
         return _softmax_rows(s, sure)
@@ -119,12 +119,12 @@ def exp_compiled(x, lse=None, fresh: bool = False, bands=None):
     With ``lse`` (..., N, 1) the rows are shifted by it (the weights come out; no max, no sum:
     (weights, None, None)). With ``bands`` (``_small_masks.gemm_bands``) q kᵀ is computed
     band by band on the keys each band reaches, the rest left for the pass to write as 0."""
-    sc, blocked, sure, reach, kernel = x[3], x[6], x[8], x[10], x[11]
+    sc, blocked, sure, reach, kernel = x.scale, x.blocked, x.sure, x.reach, x.kernel
     if bands is None:
         s = product(x, fresh)  # (..., N, M)
     else:  # q, k carry the table's lead axes (``_small_masks.forward_bands``); s is never returned
-        q, k = x[0], x[1]
-        s = scratch("scores", x[5] + (q.shape[-2], k.shape[-2]), q.dtype)
+        q, k = x.q, x.k
+        s = scratch("scores", x.table_lead + (q.shape[-2], k.shape[-2]), q.dtype)
         banded_scores(q, k, s, bands, (0, q.shape[-2]))
     n, m = s.shape[-2:]
     s3 = s.reshape(-1, n, m)  # (P, N, M), a view
@@ -146,8 +146,8 @@ def _exp_prefix(x, fresh: bool):
     time, computing only the keys some row of the band allows: scores, scale, mask, max and
     exp on (..., band, reach), and the exact 0 that exp(-inf) gives written past it. The row
     sums still run over whole rows, so numpy adds the same numbers in the same order."""
-    q, k, _, sc, lead, _, blocked, _, sure = x[:9]
-    reach = x[10]  # (N,)
+    q, k, sc, lead, blocked, sure = x.q, x.k, x.scale, x.lead, x.blocked, x.sure
+    reach = x.reach  # (N,)
     n, m = q.shape[-2], k.shape[-2]
     # One matmul for the whole table: OpenBLAS rounds a product cut at another column otherwise.
     s = product(x, fresh)  # (..., N, M)

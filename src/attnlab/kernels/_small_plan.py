@@ -17,6 +17,7 @@ A mask given as an array is not hashable and takes the same checks unkept.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -26,7 +27,7 @@ from attnlab.kernels._fused import _env_set, rows_softmax
 from attnlab.kernels._precision import WIDE
 from attnlab.kernels._small_masks import broadcast, mask_tables
 
-__all__ = ["SMALL_BYTES", "peak", "prepare"]
+__all__ = ["SMALL_BYTES", "Peaks", "Plan", "Prepared", "peak", "prepare"]
 
 #: The largest score table (..., N, M) the fast path takes: past it the dense kernel's bands
 #: and thread pool pay for their overhead.
@@ -44,11 +45,52 @@ _KEEP_TABLES_UP_TO = 2**18
 _NO_PLAN = object()  # a kept "the general path answers"
 
 
+class Plan(NamedTuple):
+    """What a call's shapes, dtype, mask, scale and method decide (``_static``), kept per call
+    signature. Tables are (table lead..., N, M) or broadcastable to it."""
+
+    lead: tuple[int, ...]  # the output's leading axes: q, k, v broadcast
+    table_lead: tuple[int, ...]  # the score table's leading axes (the mask's may widen them)
+    scale: float
+    blocked: np.ndarray | None  # (..., N, M) bool, True where the mask blocks a pair; or None
+    biases: tuple  # the mask's float parts, each added to the scores
+    hollow: bool  # some row may have no allowed key
+    reach: np.ndarray | None  # (N,) keys each row may reach, when the mask blocks tails
+    kernel: object  # the compiled softmax pass (``_fused.rows_softmax``), or None
+
+
+class Peaks(NamedTuple):
+    """The inputs' peaks, checked finite on every call: max|q|, max|k|, max|v|, the bound on
+    |scaled score| (``_finite_and_safe``), max|dO| (0 without dO)."""
+
+    q: float
+    k: float
+    v: float
+    scores: float
+    g: float
+
+
+class Prepared(NamedTuple):
+    """``prepare``'s answer: a call's inputs with its plan and peaks, as every step of the fast
+    path reads them (``kernels/_small.py``, ``_small_exp.py``, ``_small_cores.py``)."""
+
+    q: np.ndarray  # (..., N, d_k)
+    k: np.ndarray  # (..., M, d_k)
+    v: np.ndarray  # (..., M, d_v)
+    scale: float
+    lead: tuple[int, ...]  # the output's leading axes
+    table_lead: tuple[int, ...]  # the score table's leading axes
+    blocked: np.ndarray | None  # (..., N, M) bool, or None
+    biases: tuple  # the mask's float parts
+    sure: bool  # no row can be blocked whole and the scores lie within ±WIDE: rows unchecked
+    peaks: Peaks
+    reach: np.ndarray | None  # (N,) keys each row may reach, or None
+    kernel: object  # the compiled softmax pass, or None (numpy's operations)
+
+
 def prepare(q, k, v, mask, scale, method, g=None):
-    """(q, k, v, scale, lead, table lead, blocked, biases, sure, peaks, reach, compiled
-    softmax) when every check the general path makes would pass (on dO ``g`` too, when
-    given) and the problem is small; None at any doubt. ``peaks``: max|q|, max|k|, max|v|,
-    the bound on the scores, max|g|."""
+    """The call's ``Prepared`` inputs, plan and peaks when every check the general path makes
+    would pass (on dO ``g`` too, when given) and the problem is small; None at any doubt."""
     if type(q) is not np.ndarray or type(k) is not np.ndarray or type(v) is not np.ndarray:
         return None
     dtype = q.dtype
@@ -67,20 +109,23 @@ def prepare(q, k, v, mask, scale, method, g=None):
         return None
     # Rows need no check (a max of -inf, scores past ±WIDE) when no float part can move a
     # score, no row is blocked whole, and the scores' bound already keeps them within ±WIDE.
-    sure = not biases and not hollow and (dtype.char == "d" or tops[3] <= WIDE)
-    return (q, k, v, sc, lead, tlead, blocked, biases, sure, tops, reach, kernel)
+    sure = not biases and not hollow and (dtype.char == "d" or tops.scores <= WIDE)
+    return Prepared(q, k, v, sc, lead, tlead, blocked, biases, sure, tops, reach, kernel)
 
 
 def _plan(qs, ks, vs, gs, dtype, mask, scale, method):
-    """``_static``'s answer, kept per call signature while ATTNLAB_KERNEL is unset (set, the
-    compiled pass is picked by a rule that reads it: asked afresh)."""
+    """``_static``'s answer, kept per call signature while ATTNLAB_KERNEL is unset. While it
+    is set, the compiled pass is picked by a rule that reads it: the plan is made afresh and
+    never kept, so no plan made under a setting outlives it."""
+    if _env_set():
+        return _static(qs, ks, vs, gs, dtype, mask, scale, method)
     try:
         budget = blockwise.DEFAULT_MEMORY_BUDGET  # documented as reassignable
         key = (qs, ks, vs, gs, dtype.char, mask, type(scale), scale, method, budget)
         plan = _plans.get(key)
     except TypeError:  # an array mask (or scale): not hashable
         return _static(qs, ks, vs, gs, dtype, mask, scale, method)
-    if plan is None or _env_set():
+    if plan is None:
         plan = _static(qs, ks, vs, gs, dtype, mask, scale, method)
         if plan is not None and _held(plan) > _KEEP_TABLES_UP_TO:
             return plan  # a call this large spends nothing worth keeping on its plan
@@ -92,13 +137,12 @@ def _plan(qs, ks, vs, gs, dtype, mask, scale, method):
 
 def _held(plan) -> int:
     """Bytes of the mask tables a plan holds (its blocked pairs and float parts)."""
-    blocked, biases = plan[3], plan[4]
-    return (0 if blocked is None else blocked.nbytes) + sum(b.nbytes for b in biases)
+    return (0 if plan.blocked is None else plan.blocked.nbytes) + sum(b.nbytes for b in plan.biases)
 
 
 def _static(qs, ks, vs, gs, dtype, mask, scale, method):
-    """(lead, table lead, scale, blocked, biases, hollow, reach, compiled softmax) from what a
-    call's numbers do not change, or None where the general path must answer."""
+    """The ``Plan`` of what a call's numbers do not change, or None where the general path must
+    answer."""
     if len(qs) < 2 or len(ks) < 2 or len(vs) < 2 or 0 in qs or 0 in ks or 0 in vs:
         return None
     if qs[-1] != ks[-1] or ks[-2] != vs[-2]:
@@ -126,7 +170,7 @@ def _static(qs, ks, vs, gs, dtype, mask, scale, method):
     ):
         return None
     kernel = rows_softmax(dtype, tlead, n, m, blocked, biases)
-    return lead, tlead, sc, blocked, biases, hollow, reach, kernel
+    return Plan(lead, tlead, sc, blocked, biases, hollow, reach, kernel)
 
 
 def _scale(scale, d_k: int) -> float | None:
@@ -137,10 +181,10 @@ def _scale(scale, d_k: int) -> float | None:
     return None
 
 
-def _finite_and_safe(scale: float, dtype, q, k, v, g):
-    """(max|q|, max|k|, max|v|, the bound on |scaled score|, max|g| or 0) when q, k, v (and g)
-    are finite and no score can come near overflow, else None: a peak is NaN or inf exactly
-    when its array holds one, and max|q|, max|k| bound the scores as
+def _finite_and_safe(scale: float, dtype, q, k, v, g) -> Peaks | None:
+    """The ``Peaks`` (max|q|, max|k|, max|v|, the bound on |scaled score|, max|g| or 0) when
+    q, k, v (and g) are finite and no score can come near overflow, else None: a peak is NaN
+    or inf exactly when its array holds one, and max|q|, max|k| bound the scores as
     ``_validate.may_overflow`` does (see ``_LIMIT``)."""
     top_q, top_k, top_v, *top_g = _peaks((q, k, v) if g is None else (q, k, v, g))
     if not all(map(math.isfinite, (top_q, top_k, top_v, *top_g))):
@@ -150,7 +194,7 @@ def _finite_and_safe(scale: float, dtype, q, k, v, g):
     bound = top * top_k * q.shape[-1]
     if not (top < limit and bound < limit):
         return None
-    return top_q, top_k, top_v, bound, top_g[0] if top_g else 0.0
+    return Peaks(top_q, top_k, top_v, bound, top_g[0] if top_g else 0.0)
 
 
 # The ufuncs' reductions called directly: what ndarray.max and .min run, without the Python

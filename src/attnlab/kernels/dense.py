@@ -9,7 +9,9 @@ Three plainly named entry points share one computation, scores -> scaled -> mask
 -> output: ``dense_output`` keeps the output only, ``dense_weights`` the output and the
 weights, ``dense_tables`` a copy of every table. They take ``Inputs`` already validated by
 ``core/_validate.py`` (the public functions in ``api/attention.py`` call them) and never
-validate again. ``kernels/blockwise.py`` is the only other implementation, tested equal to this one.
+validate again. It is one of several fast paths in ``kernels/`` (the small-problem path, this
+kernel, the blockwise one, the compiled passes), each held to ``core/reference.py`` by the
+property suite; ``kernels/blockwise.py`` is also tested equal to this one.
 
 Rows are independent, so the table is computed a band of rows at a time, each step in place:
 a band stays in cache through its five passes instead of the whole table streaming from memory

@@ -24,8 +24,10 @@ whose weight in row i is P_iσ = exp(σ − lse_i), gets dσ = −Σ_i P_iσ D_i
 Step 3 uses rowsum(dO ∘ O), N·d_v products instead of N·M: the two are equal because
 rowsum(dP ∘ P) = Σ_j P_ij (dO_i · v_j) = dO_i · O_i. The entry points take ``Inputs`` already
 validated (``core/_validate.py``) and a checked ``grad_output`` (``core/_grad.py``), and return
-gradients of the inputs' own shapes. ``kernels/blockwise_backward.py`` is the only other
-implementation, tested equal to this one.
+gradients of the inputs' own shapes. It is one of the backward's fast paths in ``kernels/``
+(with the small-problem path and ``kernels/blockwise_backward.py``), each held to
+``core/reference.py`` by the property suite; the blockwise backward is also tested equal to
+this one.
 """
 
 from __future__ import annotations

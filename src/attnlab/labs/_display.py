@@ -4,7 +4,7 @@
 the plain-text display stays the dataclass's own repr. A lab's plot is its spec's ``LabPlot``
 (``LABS[result.lab].figure(result)``) turned into a Plotly figure by ``labs/_plotly.py`` (the
 same figure the explorer and ``--plot`` draw) and drawn by plotly.js in the page. Cells are
-written by ``core/numbers.py``'s ``format_number``, as on the terminal and the page.
+written by ``core/numbers.py``'s ``format_cell``, as on the terminal and the page.
 
 Offline, in JupyterLab, the classic Notebook and VS Code alike:
 - plotly.js comes from the installed plotly package, never a CDN. It is large (~5 MB), so the
@@ -26,7 +26,7 @@ import itertools
 import json
 from html import escape
 
-from attnlab.core.numbers import format_number
+from attnlab.core.numbers import format_cell
 from attnlab.labs._plotly import plotly_figure
 
 __all__ = ["exercise_html", "reset", "result_html", "verdict_html"]
@@ -67,9 +67,7 @@ def _heading(spec, result) -> str:
 
 
 def _cell(x) -> str:
-    if isinstance(x, bool) or not isinstance(x, float | None):
-        return escape(str(x))
-    return escape(format_number(x))
+    return escape(format_cell(x))
 
 
 def _table(titles: list[str], rows: list[list]) -> str:
