@@ -38,6 +38,7 @@ def test_labs_table_is_exactly_the_labs():
         "train-induction": attnlab.labs.train_induction,
         "train-scaling": attnlab.labs.train_scaling,
         "train-positions": attnlab.labs.train_positions,
+        "ablate-heads": attnlab.labs.ablate_heads,
     }
     assert all(spec.name == name for name, spec in LABS.items())
 

@@ -17,6 +17,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from attnlab._atomic import probe_folder
 from attnlab.cli._app import app, clip, console, err_console, fail, friendly_errors
 
 FAIL = 1
@@ -33,6 +34,10 @@ def _check_plot(plot: Path | None, force: bool) -> None:
         raise fail(f"--plot: expected a file in an existing folder, but got {clip(str(plot))}")
     if plot.exists() and not force:
         raise fail(f"--plot: {clip(str(plot))} already exists; pass --force to overwrite it")
+    try:  # what only a real write finds (/proc, a read-only mount, for root), before the work
+        probe_folder(plot)
+    except OSError as exc:
+        raise fail(f"--plot: cannot write {clip(str(plot))} ({exc.strerror or exc})") from None
 
 
 def _show(report) -> None:
