@@ -31,6 +31,9 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
+from attnlab.bench._orphan import command
+from attnlab.errors import AttnlabError
+
 METHODS = ("dense", "blockwise", "torch", "textbook")
 MASKS = ("none", "causal", "window")
 
@@ -158,9 +161,9 @@ def _prepare(cfg: Config, info: dict):
 
 
 def _warm_kernels(info: dict) -> None:
-    """Load the optional compiled tile passes (core/_fused.py) before the first call, so their
+    """Load the optional compiled tile passes (kernels/_fused.py) before the first call, so their
     one-off load lands in neither its time nor its memory; note which passes ran."""
-    from attnlab.core import _fused
+    from attnlab.kernels import _fused
 
     info["kernel"] = "numba" if _fused.warm() is not None else "numpy"
 
@@ -176,7 +179,7 @@ def _prepare_backward(cfg: Config, info: dict, q, k, v, rng):
         tg = torch.from_numpy(g)
         info["threads"] = torch.get_num_threads()
         if cfg.mask not in ("none", "causal"):
-            raise ValueError(f"expected mask 'none' or 'causal' for torch, but got {cfg.mask!r}")
+            raise AttnlabError(f"expected mask 'none' or 'causal' for torch, but got {cfg.mask!r}")
 
         def call():
             for t in (tq, tk, tv):
@@ -285,14 +288,15 @@ def measure_isolated(cfg: Config, timeout_s: float = 900.0) -> Result:
 def run_isolated(
     module: str, job: dict, timeout_s: float = 900.0
 ) -> tuple[dict | None, str | None]:
-    """Run ``python -m module JSON(job)`` in a fresh process, this attnlab first on its path:
+    """Run ``module`` as ``__main__`` with JSON(job) in a fresh process (``_orphan.command``:
+    it exits when this process dies), this attnlab first on its path:
     (the JSON object its last line of output printed, None), or (None, what went wrong)."""
     src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ)
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", module, json.dumps(job)],
+            command(module, json.dumps(job)),  # a child that exits with this process
             capture_output=True,
             text=True,
             env=env,

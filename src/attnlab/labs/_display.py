@@ -4,7 +4,7 @@
 the plain-text display stays the dataclass's own repr. A lab's plot is its spec's ``LabPlot``
 (``LABS[result.lab].figure(result)``) turned into a Plotly figure by ``labs/_plotly.py`` (the
 same figure the explorer and ``--plot`` draw) and drawn by plotly.js in the page. Cells are
-written by ``core/numbers.py``'s ``format_number``, as on the terminal and the page.
+written by ``core/numbers.py``'s ``format_cell``, as on the terminal and the page.
 
 In Jupyter (IPython calls ``LabResult._ipython_display_``, so ``result_html`` is then not used)
 a result is two outputs: the table and summary as HTML, then the plot as Plotly's own notebook
@@ -32,7 +32,7 @@ import json
 import uuid
 from html import escape
 
-from attnlab.core.numbers import format_number
+from attnlab.core.numbers import format_cell
 from attnlab.labs._plotly import plotly_figure
 
 __all__ = ["exercise_html", "plot_bundle", "reset", "result_html", "show", "verdict_html"]
@@ -105,9 +105,7 @@ def _heading(spec, result) -> str:
 
 
 def _cell(x) -> str:
-    if isinstance(x, bool) or not isinstance(x, float | None):
-        return escape(str(x))
-    return escape(format_number(x))
+    return escape(format_cell(x))
 
 
 def _table(titles: list[str], rows: list[list]) -> str:

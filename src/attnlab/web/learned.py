@@ -24,6 +24,7 @@ model is loaded once and only read.
 
 from __future__ import annotations
 
+import re
 from functools import cache
 from typing import Annotated
 
@@ -79,18 +80,25 @@ def _own_output(index: int) -> bool:
     return not np.array_equal(_model(index).params["unembed"], _model(-1).params["unembed"])
 
 
+# Ids in ASCII digits only (``str.isdigit`` passes "²" and "①", which ``int`` refuses, and
+# ``int`` reads full-width and Arabic-Indic digits), one comma or a run of spaces between two.
+_TOKENS = re.compile(r"\s*[0-9]+(?:(?:\s*,\s*|\s+)[0-9]+)*\s*", re.ASCII)
+
+
 def _parse(text: str, context: int, vocab: int) -> list[int]:
-    parts = text.replace(",", " ").split()
-    if not parts:
+    if not text.strip():
         raise FieldError("tokens", "expected token ids separated by spaces, but got nothing")
+    if not _TOKENS.fullmatch(text):
+        raise FieldError("tokens", "expected token ids written in the digits 0-9, separated by "
+                         f"spaces or one comma, but got {text[:40]!r}")  # fmt: skip
+    parts = re.split(r"[\s,]+", text.strip())
     if len(parts) > context:
         raise FieldError("tokens", f"expected at most {context} tokens, but got {len(parts)}")
-    ids = []
-    for i, part in enumerate(parts):
-        if not part.isdigit() or int(part) >= vocab:
+    ids = [int(part) for part in parts]
+    for i, value in enumerate(ids):
+        if value >= vocab:
             raise FieldError("tokens", f"expected token ids from 0 to {vocab - 1}, but got "
-                             f"{part[:12]!r} at position {i}")  # fmt: skip
-        ids.append(int(part))
+                             f"{parts[i][:12]!r} at position {i}")  # fmt: skip
     return ids
 
 

@@ -111,16 +111,22 @@ function render() {
   layers();
   summary();
   root.dataset.learned = "ready";
+  root.dispatchEvent(new CustomEvent("learned:shown", { detail: current() }));
 }
+
+// What the view shows: its answer and the run whose model it is (null: the shipped model).
+export const current = () => (data ? { data, run: shown?.["mh.run"] || null } : null);
 
 // entries: the request's URL entries { "mh.tokens", "mh.seed", "mh.checkpoint" }.
 async function load(entries) {
   const params = new URLSearchParams();
   if (entries["mh.tokens"]) params.set("tokens", entries["mh.tokens"].replaceAll(",", " "));
   else params.set("seed", entries["mh.seed"] ?? "0");
-  if (entries["mh.checkpoint"] !== null) params.set("checkpoint", entries["mh.checkpoint"]);
+  if (entries["mh.checkpoint"] !== null && !entries["mh.run"]) params.set("checkpoint", entries["mh.checkpoint"]);
+  // mh.run: a model trained on this page (js/runs.js) instead of the shipped one
+  const base = entries["mh.run"] ? `/api/runs/${encodeURIComponent(entries["mh.run"])}/learned` : "/api/learned";
   try {
-    data = await api(`/api/learned?${params}`);
+    data = await api(`${base}?${params}`);
   } catch (err) {
     showError($("#learned-error"), err);
     return false;
@@ -143,7 +149,7 @@ async function show(event) {
   event.preventDefault();
   const form = new FormData($("#learned-form"));
   const tokens = String(form.get("tokens") || "").trim().split(/[\s,]+/).filter(Boolean).join(",");
-  const entries = { "mh.tokens": tokens || null, "mh.seed": tokens ? null : String(form.get("seed") || "0"), "mh.checkpoint": null };
+  const entries = { "mh.tokens": tokens || null, "mh.seed": tokens ? null : String(form.get("seed") || "0"), "mh.checkpoint": null, "mh.run": shown?.["mh.run"] ?? null };
   pick.query = null; // a new sequence opens on its own first repeated token
   if (await load(entries)) writeUrl({ ...entries, ...pickEntries() });
 }
@@ -163,6 +169,10 @@ async function openInStepper(event) {
     return;
   }
   choose({ layer: Number(form.layer.value), head: Number(form.head.value), query }, { push: false });
+  if (shown?.["mh.run"]) { // the stepper's route reads the shipped model
+    showError($("#learned-error"), new Error("The stepper opens the shipped model's heads only; clear mh.run (Back) to use it."));
+    return;
+  }
   const ref = { ...pick, tokens: data.tokens, checkpoint: data.checkpoint === data.checkpoints.length - 1 ? null : data.checkpoint };
   if (await openLearned(ref)) {
     const stepper = document.getElementById("figure-attention-stepper");
@@ -177,7 +187,7 @@ export async function restore() {
   pick.layer = whole("mh.layer") ?? 1;
   pick.head = whole("mh.head") ?? 0;
   pick.query = whole("mh.query"); // null: the first repeated token of whatever sequence loads
-  const entries = { "mh.tokens": readUrl("mh.tokens"), "mh.seed": readUrl("mh.tokens") ? null : readUrl("mh.seed") ?? "0", "mh.checkpoint": readUrl("mh.checkpoint") };
+  const entries = { "mh.tokens": readUrl("mh.tokens"), "mh.seed": readUrl("mh.tokens") ? null : readUrl("mh.seed") ?? "0", "mh.checkpoint": readUrl("mh.checkpoint"), "mh.run": readUrl("mh.run") };
   const form = $("#learned-form").elements;
   form.tokens.value = (entries["mh.tokens"] || "").replaceAll(",", " ");
   form.seed.value = entries["mh.seed"] ?? "0";
