@@ -95,6 +95,7 @@ def test_presenting_the_learned_mode_shows_the_learned_heads(opened, server):  #
     for width, height in SIZES:
         page.set_viewport_size({"width": width, "height": height})
         _present(page, MULTI)
+        page.screenshot(path=str(SHOTS / f"present-learned-{width}x{height}.png"))
         assert page.locator("#mh-handset").is_hidden()
         heads = page.locator("#mh-learned .learned-head canvas")
         assert heads.count() == 8
@@ -104,7 +105,6 @@ def test_presenting_the_learned_mode_shows_the_learned_heads(opened, server):  #
             assert box["x"] >= 0 and box["x"] + box["width"] <= width, (n, box)
             assert box["width"] >= height / 6, (n, box)  # big enough to read from the back
         assert max(_overflow(page, MULTI).values()) <= 1, _overflow(page, MULTI)
-        page.screenshot(path=str(SHOTS / f"present-learned-{width}x{height}.png"))
         _leave(page)
 
 
