@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 import attnlab as al
-from attnlab.core.blockwise import blas_info
+from attnlab.kernels.blockwise import blas_info
 from attnlab.core.masks import Causal
 
 

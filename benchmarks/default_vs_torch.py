@@ -13,7 +13,7 @@ time. OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are dropped, so OpenBLAS picks its 
     python benchmarks/default_vs_torch.py --tree before=/tmp/old/src --tree after=src \\
         --n 2048,4096 --kinds fwd,step --rounds 3
 
-A tree may name the tile passes it runs with (ATTNLAB_KERNEL, core/_fused.py), so one source
+A tree may name the tile passes it runs with (ATTNLAB_KERNEL, kernels/_fused.py), so one source
 tree compares numpy's passes with the compiled ones: ``--tree numpy=src@numpy --tree
 numba=src@numba``. The warm call loads numba, so the timed calls see only its steady state.
 """

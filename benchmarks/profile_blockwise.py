@@ -8,13 +8,13 @@ at a time, on one thread with OpenBLAS pinned to one thread (as every pool worke
     qk      np.matmul(q, kᵀ[:, tile], out=s)       the first GEMM, (Bq, d) x (d, Bk)
     exp2    np.exp2(s, out=s)                      the only transcendental pass, in log2 units
     exp     np.exp(s, out=s)                       the same pass in natural units
-    fused   the compiled exp (core/_fused.py, numba), in place, natural units
+    fused   the compiled exp (kernels/_fused.py, numba), in place, natural units
     rowsum  np.matmul(s, ones, out=l)              Σ p as a matrix-vector product
     pv      np.matmul(s, v[tile], out=r)           the second GEMM, (Bq, Bk) x (Bk, d)
     acc     acc += r                               the running sums
     max     s.max(axis=1)                          what the exact pass adds (not the fast one)
-    whole   attnlab's own fast loop (core/_online.py), every phase together, with the
-            exponential numpy vectorises on this CPU (core/_tiles.py, natural_exp)
+    whole   attnlab's own fast loop (kernels/_online.py), every phase together, with the
+            exponential numpy vectorises on this CPU (kernels/_tiles.py, natural_exp)
     wholeF  the same loop with the compiled exp (needs numba: the ``fast`` extra)
 
 CPU time (time.thread_time), median of ``--repeats`` rounds, each phase once a round; GFLOP/s for the two GEMMs counts
@@ -32,9 +32,9 @@ import time
 
 import numpy as np
 
-from attnlab.core._online import _fast
-from attnlab.core._threads import blas_info, one_blas_thread
-from attnlab.core._tiles import Step, buffers, natural_exp
+from attnlab.kernels._online import _fast
+from attnlab.kernels._threads import blas_info, one_blas_thread
+from attnlab.kernels._tiles import Step, buffers, natural_exp
 
 
 def _cpu(fn, repeats: int) -> float:
@@ -49,7 +49,7 @@ def _cpu(fn, repeats: int) -> float:
 
 def profile(bq: int, bk: int, m: int, d: int, repeats: int) -> dict:
     rng = np.random.default_rng(0)
-    from attnlab.core._fused_numba import exp_scaled as fused  # the fast extra
+    from attnlab.kernels._fused_numba import exp_scaled as fused  # the fast extra
 
     q = rng.standard_normal((bq, d), dtype=np.float32) * np.float32(0.125 * 1.4427)  # (Bq, d)
     kT = np.ascontiguousarray(rng.standard_normal((m, d), dtype=np.float32).T)  # (d, M)

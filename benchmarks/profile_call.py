@@ -28,8 +28,8 @@ import time
 import numpy as np
 
 import attnlab as al
-from attnlab.core import _fused, _online, blockwise
-from attnlab.core._threads import blas_info, one_blas_thread
+from attnlab.kernels import _fused, _online, blockwise
+from attnlab.kernels._threads import blas_info, one_blas_thread
 from attnlab.core.masks import Causal
 
 PARTS = ("tiles", "check", "render", "finish", "keys")

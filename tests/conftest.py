@@ -138,4 +138,18 @@ TRAINING_SMALL = {
         "vocab_size": 8,
         "fresh": 8,
     },
+    "ablate-heads": {"fresh": 8},
+}
+
+# Every lab at sizes that run in well under a second, keyword arguments of its function (the web
+# API and the CLI take the same names): the one table the lab tests share.
+SMALL_LABS = {
+    "variance": {"widths": (8, 16), "draws": 2_000},
+    "saturation": {"trials": 40, "d_k": 32},
+    "sweep": {"widths": (8, 32), "trials": 20, "draws": 500, "bins": 6},
+    "permutation": {"d_model": 4},
+    "cost": {"d_model": 16, "lengths": (8, 16), "repeats": 1},
+    "proof": {"d_k": 16, "draws": 2_000},
+    "gradient": {"widths": (8, 32), "keys": 8, "trials": 20, "d_v": 4},
+    **TRAINING_SMALL,
 }

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 import attnlab as al
-from attnlab.core import _small, blockwise, blockwise_backward
-from attnlab.core.attention import AUTO_BLOCKWISE_PAIRS, choose_method
+from attnlab.api.attention import AUTO_BLOCKWISE_PAIRS, choose_method
 from attnlab.core.masks import Causal, Padding, SlidingWindow
 from attnlab.errors import AttnlabError
+from attnlab.kernels import _small, blockwise, blockwise_backward
 
 BUDGET = blockwise.DEFAULT_MEMORY_BUDGET
 F32, F64 = np.dtype(np.float32), np.dtype(np.float64)
@@ -63,7 +63,7 @@ def test_a_mask_whose_tiles_blockwise_skips_crosses_over_sooner(mask):
 
 
 def test_the_gradients_cross_over_sooner():
-    from attnlab.core.attention import AUTO_BLOCKWISE_PAIRS_BACKWARD
+    from attnlab.api.attention import AUTO_BLOCKWISE_PAIRS_BACKWARD
 
     side = int(np.sqrt(AUTO_BLOCKWISE_PAIRS_BACKWARD))
     assert side * side == AUTO_BLOCKWISE_PAIRS_BACKWARD < AUTO_BLOCKWISE_PAIRS[F64]

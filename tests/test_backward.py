@@ -12,8 +12,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import attnlab as al
-from attnlab.core import backward, blockwise_backward
-from attnlab.core._threads import pool_map
+from attnlab.api import backward
+from attnlab.kernels import blockwise_backward
+from attnlab.kernels._threads import pool_map
 from attnlab.masks import Causal, Dense, Padding, SlidingWindow
 from tolerances import BLOCKWISE_F64, CHAPTER, F64
 
@@ -123,8 +124,8 @@ def test_blockwise_equals_dense(p):
 
 
 def test_row_logsumexp_of_the_forward_pass():
-    from attnlab.core import blockwise
     from attnlab.core._validate import validate
+    from attnlab.kernels import blockwise
 
     rng = np.random.default_rng(3)
     q, k, v = rng.normal(size=(2, 9, 4)) * 3, rng.normal(size=(2, 11, 4)), rng.normal(size=(11, 3))

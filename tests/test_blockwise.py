@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import attnlab as al
-from attnlab.core import _tiles, blockwise
 from attnlab.core.masks import Causal, Dense, Padding, SlidingWindow, as_mask
+from attnlab.kernels import _tiles, blockwise
 from tolerances import BLOCKWISE_F32, BLOCKWISE_F64
 
 PROPERTY = settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -1,4 +1,4 @@
-"""The blockwise backward pass (core/blockwise_backward.py) against dense and torch at its edges.
+"""The blockwise backward pass (kernels/blockwise_backward.py) against dense and torch at its edges.
 
 What its design makes fragile, case by case: the exact sweep it falls back to when a row sum
 against a base of 0 leaves the safe range (huge scales, scores of ±1e4 in float64, ±60..±130
@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 import attnlab as al
-from attnlab.core import blockwise_backward
 from attnlab.core.masks import as_mask
+from attnlab.kernels import blockwise_backward
 from attnlab.masks import Causal, Dense, Padding, SlidingWindow
 from tolerances import BLOCKWISE_F32, BLOCKWISE_F64
 

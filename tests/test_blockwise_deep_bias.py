@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 import attnlab as al
-from attnlab.core import _online, _tiles, blockwise_backward
 from attnlab.core.masks import Causal, Dense
+from attnlab.kernels import _online, _tiles, blockwise_backward
 from tolerances import BLOCKWISE_F32, BLOCKWISE_F64
 
 N, M, D = 96, 80, 8

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import attnlab as al
-from attnlab.core import _tiles, blockwise, blockwise_backward
 from attnlab.core.masks import Causal
+from attnlab.kernels import _tiles, blockwise, blockwise_backward
 
 
 def _plans(n: int, bq: int, mask):

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import attnlab as al
-from attnlab.core import _tiles
 from attnlab.core.masks import ALiBi, Causal
+from attnlab.kernels import _tiles
 from tolerances import BLOCKWISE_F32, BLOCKWISE_F64
 
 

@@ -4,24 +4,20 @@ that loads nothing heavy: no lab request, the first screen's module graph preloa
 files.
 
 Fixtures as in test_browser.py: uvicorn on a free 127.0.0.1 port, Debian's Chromium, every other
-request blocked. The cold load times (ready, charts) are measured, printed and written to
-test-artifacts/ready.json, never asserted (timings belong in benchmarks); what makes the load fast is asserted instead.
+request blocked. What makes the cold load fast is asserted here; its times (ready, charts) are
+measured by benchmarks/page_ready.py, never in a test.
 """
 
 from __future__ import annotations
 
-import json
-import statistics
-
 import pytest
 
-from test_browser import ARTIFACTS, Offline, Pages, browser, server, sync_api  # noqa: F401
+from test_browser import ARTIFACTS, Pages, browser, server, sync_api  # noqa: F401
 
 pytestmark = pytest.mark.browser
 
 FIGURES = ("figure-attention-stepper", "figure-sqrt-dk-histogram", "figure-permutation-demo",
            "figure-multi-head")  # fmt: skip
-READY_ROUNDS = 5  # cold loads measured, after one that warms the server
 
 
 @pytest.fixture
@@ -146,29 +142,3 @@ def test_a_cold_page_loads_nothing_heavy(opened, server):  # noqa: F811
     page.locator("#why-proof-fold > summary").click()
     page.wait_for_selector("#why-proof-steps li", state="attached")
     assert any(r.path == "/api/labs/proof" for r in requests)
-
-
-def test_cold_ready_time_is_measured(browser, server):  # noqa: F811
-    """Navigation start to the page's ready mark (the first screen usable) and to its charts mark
-    (every chart drawn), in fresh contexts (nothing cached), written to test-artifacts/ready.json
-    and printed for docs/bench.md; not asserted."""
-    times: dict[str, list[float]] = {"ready": [], "charts": []}
-    for round_ in range(READY_ROUNDS + 1):
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
-        context.route("**/*", Offline(server))
-        page = context.new_page()
-        page.goto(server + "/")
-        page.wait_for_selector("body[data-charts='drawn']", state="attached")
-        marks = page.evaluate(
-            "['ready', 'charts'].map(n => performance.getEntriesByName('attnlab-' + n)[0].startTime)"
-        )
-        assert 0 < marks[0] <= marks[1]  # the page sets both, ready first
-        if round_:
-            times["ready"].append(marks[0])
-            times["charts"].append(marks[1])
-        context.close()
-    ARTIFACTS.mkdir(exist_ok=True)
-    result = {f"{name}_ms": [round(t) for t in ts] for name, ts in times.items()}
-    result |= {f"{name}_median_ms": round(statistics.median(ts)) for name, ts in times.items()}
-    (ARTIFACTS / "ready.json").write_text(json.dumps(result) + "\n")
-    print("cold page ready:", result)

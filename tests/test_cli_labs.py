@@ -10,24 +10,34 @@ import pytest
 from typer.testing import CliRunner
 
 from attnlab.cli import app
-from attnlab.labs import saturation, variance_scaling
+from attnlab.labs import LABS, saturation, variance_scaling
+from conftest import SMALL_LABS
 
 runner = CliRunner()
 
 SMALL_VARIANCE = ["lab", "variance", "--width", "16", "--width", "32", "--draws", "2000"]
-# Small runs of every lab, and the CSV header each prints.
-SMALL = {
-    "variance": (SMALL_VARIANCE[2:], "width,raw_var,var_ratio,var_ratio_se,scaled_var,scaled_var_se"),
-    "saturation": (["--trials", "40"], "case,trials,saturated,share,share_se,mean_p_max,"
-                   "gradient_term,gradient_term_se,jacobian_fro"),
-    "sweep": (["--width", "8", "--width", "16", "--trials", "10", "--draws", "200"],
-              "width,sqrt_width,unscaled_std,scaled_std,unscaled_share,scaled_share,gradient_term"),
-    "permutation": ([], "token,position,shuffled_position,change_without_positions,"
-                    "change_with_positions"),
-    "cost": (["--d-model", "16", "--heads", "2", "--n", "8", "--n", "16", "--repeats", "1"],
-             "n,projection_s,core_s,matmul_s,total_s,measured_share,matmul_share,model_share,"
-             "heads_core_ratio,heads_matmul_ratio,heads_madds,one_head_madds"),
+# The CSV header each lab prints.
+HEADERS = {
+    "variance": "width,raw_var,var_ratio,var_ratio_se,scaled_var,scaled_var_se",
+    "saturation": "case,trials,saturated,share,share_se,mean_p_max,gradient_term,"
+                  "gradient_term_se,jacobian_fro",
+    "sweep": "width,sqrt_width,unscaled_std,scaled_std,unscaled_share,scaled_share,gradient_term",
+    "permutation": "token,position,shuffled_position,change_without_positions,"
+                   "change_with_positions",
+    "cost": "n,projection_s,core_s,matmul_s,total_s,measured_share,matmul_share,model_share,"
+            "heads_core_ratio,heads_matmul_ratio,heads_madds,one_head_madds",
 }  # fmt: skip
+
+
+def small_args(name: str) -> list[str]:
+    """The lab tests' small run of lab ``name`` (``SMALL_LABS``) as the CLI's options."""
+    small, args = SMALL_LABS[name], []
+    params = [p for p in LABS[name].params if p.name in small]
+    assert {p.name for p in params} == set(small)  # every argument has its option
+    for p in params:
+        for value in small[p.name] if p.many else (small[p.name],):
+            args += [p.option, str(value)]
+    return args
 
 
 def run(*args: str):
@@ -58,9 +68,9 @@ def test_saturation_json_schema():
         assert key in data
 
 
-@pytest.mark.parametrize("name", list(SMALL))
+@pytest.mark.parametrize("name", list(HEADERS))
 def test_every_lab_csv_header_and_json(name):
-    args, header = SMALL[name]
+    args, header = small_args(name), HEADERS[name]
     result = run("lab", name, *args, "--csv")
     assert result.exit_code == 0, result.output
     rows = list(csv.reader(io.StringIO(result.stdout)))

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 import attnlab as al
-from attnlab.core import _threads
 from attnlab.errors import AttnlabError, FullyMaskedRowError, ShapeError
+from attnlab.kernels import _threads
 from attnlab.masks import Causal, Dense, Padding, SlidingWindow
 
 METHODS = ["dense", "blockwise"]

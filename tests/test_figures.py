@@ -27,6 +27,7 @@ from attnlab.figures import (
 from attnlab.figures.multihead import SENTENCE
 from attnlab.figures.permutation import EMBEDDINGS
 from attnlab.web.app import STATIC
+from conftest import SMALL_LABS
 from tolerances import CHAPTER, F64
 
 
@@ -186,14 +187,6 @@ def test_multihead_refuses_a_query_outside_the_sentence(query):
 
 # -- lab plots -----------------------------------------------------------------------------------
 
-SMALL = {
-    "variance": {"widths": (16, 32), "draws": 1000},
-    "saturation": {"trials": 50},
-    "sweep": {"widths": (16, 32), "trials": 20, "draws": 500},
-    "permutation": {"d_model": 4},
-    "cost": {"d_model": 16, "lengths": (8, 16), "repeats": 1},
-}
-
 
 # Which column of each lab's table each plotted series is, written down here from the labs'
 # docs (not read from the spec): a plot of the wrong column, or of a column misaligned with x,
@@ -227,7 +220,7 @@ PLOTTED = {
 
 @pytest.mark.parametrize("name", list(PLOTTED))
 def test_lab_plots_draw_the_columns_of_the_labs_own_table(name):
-    result = labs.LABS[name](**SMALL[name])
+    result = labs.LABS[name](**SMALL_LABS[name])
     columns, rows = result.table()
     column = {c: [row[i] for row in rows] for i, c in enumerate(columns)}
     plot = lab_plot(result)

@@ -12,12 +12,12 @@ import itertools
 import numpy as np
 import pytest
 
-from attnlab.core import blockwise
 from attnlab.flash import (
     flash_attn_func,
     flash_attn_kvpacked_func,
     flash_attn_qkvpacked_func,
 )
+from attnlab.kernels import blockwise
 from flash_reference import allowed_table, reference_batch
 from tolerances import F32, F64
 

@@ -1,4 +1,4 @@
-"""The optional compiled tile passes (core/_fused.py, the ``fast`` extra) against numpy's.
+"""The optional compiled tile passes (kernels/_fused.py, the ``fast`` extra) against numpy's.
 
 The compiled exp is checked against numpy's float32 exp and against float64 exp rounded to
 float32 (the correctly rounded answer, nearly always), within ``_fused.ULPS``; the compiled
@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 
 import attnlab as al
-from attnlab.core import _fused, _tiles
 from attnlab.core.masks import Causal, SlidingWindow
 from attnlab.errors import AttnlabError
+from attnlab.kernels import _fused, _tiles
 from tolerances import BLOCKWISE_F32, BLOCKWISE_F64, REORDERED_F64
 
 # The two paths differ by the exp's few ulps in every weight, then by the same sums: within
@@ -175,7 +175,7 @@ def test_auto_reads_the_call_the_cpu_and_the_dtype(kernel, monkeypatch):
 
 def test_auto_falls_back_to_numpy_when_numba_is_missing(kernel, monkeypatch):
     monkeypatch.setitem(sys.modules, "numba", None)  # `import numba` raises ImportError
-    monkeypatch.delitem(sys.modules, "attnlab.core._fused_numba", raising=False)
+    monkeypatch.delitem(sys.modules, "attnlab.kernels._fused_numba", raising=False)
     monkeypatch.setattr(_fused, "_loaded", [])
     monkeypatch.setattr(_tiles, "_SIMD_EXP2", False)
     kernel("auto")

@@ -1,5 +1,5 @@
 """The compiled softmax pass of the dense paths (``_fused_numba.softmax_rows``, taken by
-core/_small.py and core/dense.py on the calls ``_fused.rows_softmax`` picks).
+kernels/_small.py and kernels/dense.py on the calls ``_fused.rows_softmax`` picks).
 
 Oracles: numpy's own passes (scale, mask, row max, shift, exp) on the same table, which the
 kernel must reproduce exactly but for exp's few ulps (``_fused.ULPS``), with the row maxima and
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import attnlab as al
-from attnlab.core import _fused, _small, dense
 from attnlab.core.masks import Causal, Padding, SlidingWindow
+from attnlab.kernels import _fused, _small, dense
 from tolerances import F32
 
 pytest.importorskip("numba")
@@ -81,7 +81,7 @@ def test_a_band_of_rows_and_a_given_shift(softmax):
 
 
 def test_the_row_sum_is_numpys_pairwise_sum_bit_for_bit():
-    from attnlab.core._fused_numba import row_sum
+    from attnlab.kernels._fused_numba import row_sum
 
     rng = np.random.default_rng(5)
     for n in [*range(0, 300), 511, 512, 513, 1000, 2048, 4097]:  # every branch of the split

@@ -15,24 +15,14 @@ from attnlab.errors import AttnlabError
 from attnlab.labs import LABS, timing
 from attnlab.labs._common import jsonable
 from attnlab.labs._plotly import lab_figure
-from conftest import TRAINING_SMALL
+from conftest import SMALL_LABS
 
 # Small, fast arguments for each lab.
-SMALL = {
-    "variance": {"widths": (8, 16), "draws": 2_000},
-    "saturation": {"trials": 40},
-    "sweep": {"widths": (8, 32), "trials": 20, "draws": 500, "bins": 6},
-    "permutation": {},
-    "cost": {"d_model": 16, "lengths": (8, 16), "heads": 2, "repeats": 1},
-    "proof": {"d_k": 16, "draws": 2000},
-    "gradient": {"widths": (8, 32), "trials": 20},
-    **TRAINING_SMALL,
-}
 
 
 @pytest.fixture(scope="module")
 def results():
-    return {name: LABS[name](seed=0, **SMALL[name]) for name in LABS}
+    return {name: LABS[name](seed=0, **SMALL_LABS[name]) for name in LABS}
 
 
 def test_labs_table_is_exactly_the_labs():
@@ -48,6 +38,7 @@ def test_labs_table_is_exactly_the_labs():
         "train-induction": attnlab.labs.train_induction,
         "train-scaling": attnlab.labs.train_scaling,
         "train-positions": attnlab.labs.train_positions,
+        "ablate-heads": attnlab.labs.ablate_heads,
     }
     assert all(spec.name == name for name, spec in LABS.items())
 

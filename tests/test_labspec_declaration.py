@@ -22,7 +22,7 @@ from attnlab.labs import LABS
 from attnlab.labs._spec import _UNSET
 from attnlab.web import create_app
 from attnlab.web.labs import request_model
-from conftest import TRAINING_SMALL
+from conftest import SMALL_LABS
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
@@ -30,17 +30,6 @@ with warnings.catch_warnings():
 
 runner = CliRunner()
 LOCAL = "http://127.0.0.1"  # the explorer serves loopback names only
-
-SMALL = {
-    "variance": {"widths": (8, 16), "draws": 2_000},
-    "saturation": {"trials": 40, "d_k": 32},
-    "sweep": {"widths": (8, 32), "trials": 20, "draws": 500, "bins": 6},
-    "permutation": {"d_model": 4},
-    "cost": {"d_model": 16, "lengths": (8, 16), "heads": 2, "repeats": 1},
-    "proof": {"d_k": 16, "draws": 2_000},
-    "gradient": {"widths": (8, 32), "keys": 8, "trials": 20, "d_v": 4},
-    **TRAINING_SMALL,
-}
 
 
 def _command(name: str):
@@ -154,7 +143,7 @@ def test_the_web_default_run_uses_the_web_defaults():
 
 @pytest.mark.parametrize("name", list(LABS))
 def test_spec_columns_are_the_result_columns(name):
-    result = LABS[name](**SMALL[name])
+    result = LABS[name](**SMALL_LABS[name])
     columns, _ = result.table()
     assert [key for key, _ in LABS[name].columns] == columns
     plot = LABS[name].figure(result)
@@ -165,10 +154,10 @@ def test_spec_columns_are_the_result_columns(name):
 def test_cli_and_web_write_the_same_csv_and_json(name):
     spec = LABS[name]
     args = []
-    for key, value in SMALL[name].items():
+    for key, value in SMALL_LABS[name].items():
         for v in value if isinstance(value, tuple) else (value,):
             args += [spec.param(key).option, str(v)]
-    params = {k: list(v) if isinstance(v, tuple) else v for k, v in SMALL[name].items()}
+    params = {k: list(v) if isinstance(v, tuple) else v for k, v in SMALL_LABS[name].items()}
     with TestClient(create_app(), base_url=LOCAL) as client:
         for fmt in ("csv", "json"):
             cli = runner.invoke(app, ["lab", name, *args, "--seed", "4", f"--{fmt}"])

@@ -1,4 +1,4 @@
-"""The small-problem fast path (core/_small.py) against the general path and against torch.
+"""The small-problem fast path (kernels/_small.py) against the general path and against torch.
 
 The general path is forced with ``threads=1`` (any option set skips the fast path); the fast
 path is checked to have answered (``small_attention`` / ``small_backward`` not None), so a
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import attnlab as al
-from attnlab.core import _small, _small_cores, _small_masks
 from attnlab.errors import FullyMaskedRowError, NonFiniteInputError, ShapeError
+from attnlab.kernels import _small, _small_cores, _small_masks
 from attnlab.masks import Causal, Dense, Padding, SlidingWindow
 from tolerances import BLOCKWISE_F32, BLOCKWISE_F64, for_dtype
 
@@ -27,7 +27,7 @@ SHAPES = [
     ((2, 1, 5, 3), (2, 4, 5, 3), (2, 4, 5, 3)),
     ((4, 2), (4, 2), (4, 3)),
     ((2, 2, 40, 8), (2, 2, 40, 8), (2, 2, 40, 8)),
-    # large enough to share the batch out over the cores (core/_small_cores.py) ...
+    # large enough to share the batch out over the cores (kernels/_small_cores.py) ...
     ((4, 2, 64, 32), (4, 2, 64, 32), (4, 2, 64, 32)),
     # ... and to run one matrix with OpenBLAS pinned to one thread
     ((1, 130, 64), (1, 130, 64), (1, 130, 64)),
@@ -270,7 +270,7 @@ def test_the_large_shapes_take_the_roads_they_are_meant_to(monkeypatch):
 
 def test_a_call_from_the_shared_pool_does_not_share_out_again(monkeypatch):
     """attention() called from the pool's own workers must not queue pieces behind itself."""
-    from attnlab.core._threads import pool_map
+    from attnlab.kernels._threads import pool_map
 
     cuts = []
     monkeypatch.setattr(_small_cores, "CORES", 2)

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import attnlab as al
-from attnlab.core import _fused, _small, _small_cores
 from attnlab.core.masks import Causal
+from attnlab.kernels import _fused, _small, _small_cores
 from tolerances import F32
 
 SHAPE = (64, 4, 32, 16)  # a tiny transformer's batch: past KEEP_FROM, cut over the cores

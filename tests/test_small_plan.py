@@ -1,4 +1,4 @@
-"""The fast path's kept plans (``core/_small_plan.py``): what a call's shapes, mask, scale and
+"""The fast path's kept plans (``kernels/_small_plan.py``): what a call's shapes, mask, scale and
 method decide is worked out once, and a later call that differs in any of them, or in the
 settings the plan read, gets its own.
 
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import attnlab as al
-from attnlab.core import _fused, _small, _small_plan, blockwise
 from attnlab.core.masks import Causal, Padding, SlidingWindow
+from attnlab.kernels import _fused, _small, _small_plan, blockwise
 from tolerances import F32, F64
 
 
@@ -91,11 +91,11 @@ def test_a_smaller_memory_budget_takes_effect_on_the_next_call(monkeypatch):
 def test_the_kernel_setting_is_read_on_every_call(monkeypatch):
     pytest.importorskip("numba")
     q, k, v, _ = _inputs((2, 2, 64, 16))  # below the compiled pass's size under "auto"
-    assert _small_plan.prepare(q, k, v, Causal(), None, "auto")[11] is None
+    assert _small_plan.prepare(q, k, v, Causal(), None, "auto").kernel is None
     monkeypatch.setenv(_fused.ENV, "numba")
-    assert _small_plan.prepare(q, k, v, Causal(), None, "auto")[11] is not None
+    assert _small_plan.prepare(q, k, v, Causal(), None, "auto").kernel is not None
     monkeypatch.setenv(_fused.ENV, "numpy")
-    assert _small_plan.prepare(q, k, v, Causal(), None, "auto")[11] is None
+    assert _small_plan.prepare(q, k, v, Causal(), None, "auto").kernel is None
 
 
 def test_the_kept_plans_are_bounded(monkeypatch):
@@ -132,3 +132,22 @@ def test_plans_with_large_mask_tables_are_not_kept():
     q, k, v, _ = _inputs((1, 1, 64, 2))
     al.attention(q, k, v, Causal())
     assert len(_small_plan._plans) == 1
+
+
+@pytest.mark.parametrize("setting", ["numba", "numpy"])
+def test_a_plan_made_under_a_kernel_setting_is_not_served_after_it_is_unset(monkeypatch, setting):
+    # The compiled pass a plan holds depends on ATTNLAB_KERNEL. A plan made while it was set
+    # and served after it was unset made results depend on what the process did before.
+    if setting == "numba":
+        pytest.importorskip("numba")
+    q, k, v, _ = _inputs((8, 4, 128, 64))  # 2^19 score pairs: the compiled pass's range
+    args = (Causal(), None, "auto")
+    monkeypatch.setenv(_fused.ENV, setting)
+    under = _small_plan.prepare(q, k, v, *args)[-1]
+    monkeypatch.delenv(_fused.ENV)
+    unset = _small_plan.prepare(q, k, v, *args)[-1]
+    _small_plan._plans.clear()
+    fresh = _small_plan.prepare(q, k, v, *args)[-1]
+    assert unset is fresh
+    if (under is None) != (fresh is None):  # the setting changed the plan: the case that bit
+        assert unset is not under

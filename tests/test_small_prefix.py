@@ -1,4 +1,4 @@
-"""The fast path's blocked tails (core/_small_exp.py's ``_exp_prefix``): where a mask ends every
+"""The fast path's blocked tails (kernels/_small_exp.py's ``_exp_prefix``): where a mask ends every
 row's keys early (a causal mask), the row max, exp and mask passes run only up to where each
 band's keys end and write the exact 0 exp(-inf) gives past it.
 
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import attnlab as al
-from attnlab.core import _small_cores, _small_exp, _small_masks, _small_plan
+from attnlab.kernels import _small_cores, _small_exp, _small_masks, _small_plan
 from attnlab.masks import Causal, Dense, Padding, SlidingWindow
 
 

@@ -1,4 +1,4 @@
-"""The fast path's scratch tables (core/_small_exp.py's ``scratch``): tables that never leave a
+"""The fast path's scratch tables (kernels/_small_exp.py's ``scratch``): tables that never leave a
 call are kept per thread and reused by the next call of the same shape. Nothing a call returns
 may be one of them: every answer must survive the next call, on this thread and on others.
 """
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import attnlab as al
-from attnlab.core import _small_exp
+from attnlab.kernels import _small_exp
 from attnlab.masks import Causal
 
 SHAPES = [(64, 4, 32, 16), (1, 2, 40, 8), (3, 100, 12)]

@@ -2,7 +2,7 @@
 then ``attention_backward(..., lse=lse)`` takes the weights from the lse, exp(score − lse),
 and computes no row maximum or row sum again.
 
-Work is counted, not timed: the fast path's row reductions (``core/_small_exp.py``'s ``_max`` and
+Work is counted, not timed: the fast path's row reductions (``kernels/_small_exp.py``'s ``_max`` and
 ``_sum``) are wrapped to record the size of every (..., N, M) table they reduce. Gradients are
 checked against the same call without lse and against torch's autograd.
 """
@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import attnlab as al
-from attnlab.core import _small, _small_exp
+from attnlab.kernels import _small, _small_exp
 from attnlab.masks import Causal, Padding
 from attnlab.transformer import TinyTransformer, _blocks
 from tolerances import BLOCKWISE_F32, BLOCKWISE_F64, for_dtype

@@ -63,6 +63,21 @@ def test_gradients_with_every_variant_at_once(torch, method):
         np.testing.assert_allclose(a, want[name], **GRAD, err_msg=name)
 
 
+@pytest.mark.oracle
+@pytest.mark.parametrize("method", ["dense", "blockwise", "auto"])
+def test_a_capped_bias_of_the_scores_own_shape_has_its_own_gradient(torch, method):
+    # A bias as large as the score table needs no sum back to its shape, so its gradient is
+    # the kernel's own dS table: the cap's factor 1 - tanh² must not reach it afterwards.
+    c = make_case({"softcap", "bias"}, "none", seed=5, n=9, m=9)
+    c.softcap = 3.0
+    c.bias = np.random.default_rng(5).normal(size=c.q.shape[:-1] + (c.k.shape[-2],))
+    g = np.random.default_rng(6).normal(size=c.q.shape[:-1] + (c.v.shape[-1],))
+    want = torch_grads(torch, c, g, WRT[:4])
+    got = attnlab_grads(c, g, WRT[:4], method=method)
+    for name, a in zip(WRT[:4], got, strict=True):
+        np.testing.assert_allclose(a, want[name], **GRAD, err_msg=name)
+
+
 @pytest.mark.parametrize("method", ["dense", "blockwise"])
 def test_a_saved_lse_gives_the_same_gradients(method):
     c = make_case({"softcap", "sinks", "alibi"}, "causal", seed=6, n=20, m=20)

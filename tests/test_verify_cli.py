@@ -201,3 +201,16 @@ def test_the_installed_command_in_a_subprocess(tmp_path):
     assert done.stderr.strip().splitlines() == [
         "error: v: missing array; a case needs q, k, v and out"
     ]
+
+
+def test_bench_verify_reports_both_sides_shape(tmp_path):
+    # The command's shape only (no timing asserted): one small case, attnlab's side alone.
+    result = CliRunner().invoke(
+        app, ["bench", "verify", "--n", "32", "--heads", "1", "--d", "8", "--no-torch", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    got = json.loads(result.stdout)
+    assert got["case"]["N"] == 32 and got["attnlab"]["seconds"] > 0
+    assert got["attnlab"]["peak_mib"] > 0 and "torch" not in got
+    bad = CliRunner().invoke(app, ["bench", "verify", "--dtype", "int8"])
+    assert bad.exit_code == 2 and "--dtype" in bad.stderr

@@ -26,6 +26,7 @@ from attnlab.figures.permutation import EMBEDDINGS
 from attnlab.labs._plotly import lab_figure
 from attnlab.web import create_app
 from attnlab.web.app import MAX_BODY_BYTES, STATIC
+from conftest import SMALL_LABS
 from tolerances import CHAPTER, F64
 
 with warnings.catch_warnings():
@@ -232,12 +233,9 @@ def test_equation_symbols(client):
 
 # -- labs and exercises --------------------------------------------------------------------------
 
+# The five labs the page runs on its own, at the lab tests' small sizes.
 SMALL = {
-    "variance": {"widths": [16, 32], "draws": 2000},
-    "saturation": {"d_k": 64, "trials": 100},
-    "sweep": {"widths": [16, 64], "trials": 50, "draws": 1000},
-    "permutation": {"d_model": 4},
-    "cost": {"d_model": 16, "lengths": [8, 16], "repeats": 1},
+    name: SMALL_LABS[name] for name in ("variance", "saturation", "sweep", "permutation", "cost")
 }
 
 

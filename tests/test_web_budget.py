@@ -18,7 +18,7 @@ import math
 
 import pytest
 
-from attnlab.core import _threads
+from attnlab.kernels import _threads
 from attnlab.labs import LABS, LabSpec, Param
 from attnlab.web import create_app
 from attnlab.web.labs import WEB_BYTES, WEB_SECONDS, request_model

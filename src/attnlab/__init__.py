@@ -16,14 +16,14 @@ import importlib
 from importlib.metadata import PackageNotFoundError, version
 
 from attnlab import cost, errors, masks, positions
-from attnlab.core.attention import (
+from attnlab.api.attention import (
     AttentionTrace,
     attention,
     scaled_dot_product_attention,
     trace_attention,
 )
-from attnlab.core.backward import attention_backward
-from attnlab.core.multihead import MultiHeadAttention, multi_head_attention
+from attnlab.api.backward import attention_backward
+from attnlab.api.multihead import MultiHeadAttention, multi_head_attention
 from attnlab.core.softmax import logsumexp, softmax
 from attnlab.errors import AttnlabError, FullyMaskedRowError, NonFiniteInputError, ShapeError
 from attnlab.verifier import verify
@@ -57,7 +57,7 @@ __all__ = [
     "verify",
 ]
 
-_LAZY = {"labs", "exercises", "figures", "bench", "notebook", "distributed"}
+_LAZY = {"labs", "exercises", "figures", "bench", "notebook", "distributed", "models"}
 
 
 def __getattr__(name: str):

@@ -7,7 +7,15 @@ Every error is a ``ValueError``, so code that already guards numeric input keeps
           ├── ShapeError           shapes that do not fit together (names both shapes)
           ├── FullyMaskedRowError  a query row whose mask allows no key (names the rows)
           ├── NonFiniteInputError  NaN or inf in q, k or v (pass check_finite=False to skip)
-          └── NonFiniteResultError finite inputs whose result overflowed (names stage and array)
+          ├── NonFiniteResultError finite inputs whose result overflowed (names stage and array)
+          ├── FieldError           a web API request's field (``web/models.py``; names it)
+          ├── CaseError            a case ``attnlab verify`` cannot judge
+          │                        (``verifier/_options.py``; names the array or option)
+          └── WidgetValueError     a value a notebook widget refused (``notebook/_checks.py``;
+                                   also a ``traitlets.TraitError``)
+
+AttnlabError and its first four subclasses are defined here; the last three beside the code that
+raises them.
 
 Messages read "expected ..., but got ... instead" and name the argument, so a learner can fix
 the call without reading attnlab's source. The CLI turns them into one red line and exit code 2,

@@ -10,19 +10,18 @@ the forward benchmark (``_suite.py``), every ratio compares rows measured in the
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from attnlab._signature import declared
-from attnlab.bench._measure import Config
+from attnlab.bench._measure import Config, Result
 from attnlab.bench._suite import (
-    RUN_CONTROLS,
-    SIZES,
     Report,
     Target,
     plan_run,
     sweep,
     torch_targets,
 )
+from attnlab.errors import AttnlabError
 
 DEFAULT_NS = (1024, 2048, 4096, 8192)
 QUICK_NS = (512, 1024)
@@ -30,8 +29,20 @@ MEMORY_N = 16_384  # the memory check: one head, where the dense tables alone ar
 MEMORY_LIMIT_MIB = 256.0
 
 
-@declared(SIZES, RUN_CONTROLS, returns="Report")
-def backward(ns, heads, d, masks, quick, repeats, rounds, use_torch, isolate, checks, progress):
+def backward(
+    ns: Sequence[int] | None = None,
+    *,
+    heads: int = 8,
+    d: int = 64,
+    masks: Sequence[str] = ("none", "causal"),
+    quick: bool = False,
+    repeats: int | None = None,
+    rounds: int = 1,
+    use_torch: bool = True,
+    isolate: bool = True,
+    checks: bool | None = None,
+    progress: Callable[[Result], None] | None = None,
+) -> Report:
     """Run the backward benchmark: attnlab dense and blockwise beside torch, and the targets.
 
     Args:
@@ -54,7 +65,7 @@ def backward(ns, heads, d, masks, quick, repeats, rounds, use_torch, isolate, ch
     """
     for mask in masks:
         if mask not in ("none", "causal"):
-            raise ValueError(f"expected masks among 'none', 'causal', but got {mask!r}")
+            raise AttnlabError(f"expected masks among 'none', 'causal', but got {mask!r}")
     ns, repeats, checks, with_torch, run = plan_run(
         ns, (QUICK_NS if quick else DEFAULT_NS), quick, repeats, rounds, checks, use_torch, isolate
     )

@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 
 from attnlab.bench._orphan import command
+from attnlab.errors import AttnlabError
 
 METHODS = ("dense", "blockwise", "torch", "textbook")
 MASKS = ("none", "causal", "window")
@@ -160,9 +161,9 @@ def _prepare(cfg: Config, info: dict):
 
 
 def _warm_kernels(info: dict) -> None:
-    """Load the optional compiled tile passes (core/_fused.py) before the first call, so their
+    """Load the optional compiled tile passes (kernels/_fused.py) before the first call, so their
     one-off load lands in neither its time nor its memory; note which passes ran."""
-    from attnlab.core import _fused
+    from attnlab.kernels import _fused
 
     info["kernel"] = "numba" if _fused.warm() is not None else "numpy"
 
@@ -178,7 +179,7 @@ def _prepare_backward(cfg: Config, info: dict, q, k, v, rng):
         tg = torch.from_numpy(g)
         info["threads"] = torch.get_num_threads()
         if cfg.mask not in ("none", "causal"):
-            raise ValueError(f"expected mask 'none' or 'causal' for torch, but got {cfg.mask!r}")
+            raise AttnlabError(f"expected mask 'none' or 'causal' for torch, but got {cfg.mask!r}")
 
         def call():
             for t in (tq, tk, tv):

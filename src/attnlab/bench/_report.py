@@ -67,11 +67,11 @@ def _table(report, results: list[Result]) -> list[str]:
 
 
 def tile_passes() -> str:
-    """Which passes (numpy or numba) float32 calls take in this run (core/_fused.py)."""
+    """Which passes (numpy or numba) float32 calls take in this run (kernels/_fused.py)."""
     import importlib.util
 
-    from attnlab.core import _fused
-    from attnlab.core._tiles import natural_exp
+    from attnlab.kernels import _fused
+    from attnlab.kernels._tiles import natural_exp
 
     mode = _fused.choice()
     has = importlib.util.find_spec("numba") is not None

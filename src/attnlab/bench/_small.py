@@ -11,7 +11,7 @@ machine slows all of them alike and no block runs beside another library's spinn
 
 - forward: ``attnlab.attention(q, k, v, Causal())`` beside torch's SDPA (``is_causal``, in
   inference mode), and attnlab's general path (the same call with ``threads`` set, which skips
-  the small-problem fast path of ``core/_small.py``) for comparison;
+  the small-problem fast path of ``kernels/_small.py``) for comparison;
 - forward + backward, a training step: ``attention`` then ``attention_backward`` beside torch's
   SDPA and ``.backward()``.
 

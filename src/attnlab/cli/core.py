@@ -17,6 +17,7 @@ from attnlab.cli._app import app, console, fail, friendly_errors, load_matrix, t
 from attnlab.core.example import EXAMPLE_K, EXAMPLE_Q, EXAMPLE_V
 from attnlab.core.numbers import MASKED
 from attnlab.core.numbers import format_number as _fmt
+from attnlab.core.softmax_working import softmax_working
 from attnlab.core.stages import BACKWARD
 
 # §6.2 by hand: a printed table is read cell by cell. Rich lays out a 16-column table in about a
@@ -49,7 +50,7 @@ def _table(title: str, mat: np.ndarray, row_label: str = "query", col_label: str
     console.print(table)
 
 
-def _show_trace(trace: attnlab.AttentionTrace) -> None:
+def show_trace(trace: attnlab.AttentionTrace) -> None:
     _table("Queries Q", trace.q, "token", "dim")
     _table("Keys K", trace.k, "token", "dim")
     _table("Values V", trace.v, "token", "dim")
@@ -62,7 +63,7 @@ def _show_trace(trace: attnlab.AttentionTrace) -> None:
         console.print(f"  [dim]{escape(stage.explain)}[/]\n")
 
 
-def _trace_json(trace: attnlab.AttentionTrace) -> str:
+def trace_json(trace: attnlab.AttentionTrace) -> str:
     """Every table as JSON, one matrix row per line, a blocked pair as "-inf" (as the web API
     writes it, ``core/numbers.py``), never null, which means no value.
 
@@ -127,7 +128,7 @@ def example(
         "[bold]The two-token example of §6.2[/]: "
         f"causal mask {'off' if no_mask else 'on'}, scaling {'off' if no_scale else 'on'}\n"
     )
-    _show_trace(trace)
+    show_trace(trace)
     _show_softmax_working(trace)
 
 
@@ -135,7 +136,8 @@ def _show_softmax_working(trace: attnlab.AttentionTrace) -> None:
     """§6.2 step 4 written out: each row's exponentials, their sum, the division, and the gap.
 
     The exponentials are of the masked scores as they stand (e^0 = 1, e^-inf = 0), as the chapter
-    writes them by hand; the weights printed are the library's own (trace.weights), which equal
+    writes them by hand, worked by ``core/softmax_working.py`` as the stepper figure works them
+    (a row whose top score lies past ±EXP_LIMIT is shifted by it first); the weights printed are the library's own (trace.weights), which equal
     the division shown. §6.3's hinge: a gap g between two scores makes one weight e^g times the
     other, so each row's gap between its two largest scores is printed with e^gap.
     """
@@ -143,19 +145,20 @@ def _show_softmax_working(trace: attnlab.AttentionTrace) -> None:
     for i, (scaled, masked, weights) in enumerate(
         zip(trace.scaled, trace.masked, trace.weights, strict=True)
     ):
-        # Example scores stay small (|s| < 20), so e^s cannot overflow and needs no shift.
-        exps = np.exp(masked)  # (M,)
-        total = float(exps.sum())
+        work = softmax_working(masked)  # the trace raised already for a row with no key
+        exps = [0.0 if e is None else e for e in work.exps]  # (M,): e^-inf = 0
+        # Scores past ±EXP_LIMIT are shifted by the row's top one, so e^s stays printable.
+        sign = "-" if work.shift > 0 else "+"
+        shift = f" {sign} {_fmt(abs(work.shift))}" if work.shift else ""
         cells = ", ".join(
-            f"e^{_fmt(float(s))} = {_fmt(float(e))}" for s, e in zip(masked, exps, strict=True)
+            f"e^{_fmt(float(s))}{shift} = {_fmt(e)}" for s, e in zip(masked, exps, strict=True)
         )
         console.print(f"  query {i + 1}: {cells}", highlight=False)
-        shares = ", ".join(f"{_fmt(float(e))}/{_fmt(total)}" for e in exps)
+        shares = ", ".join(f"{_fmt(e)}/{_fmt(work.total)}" for e in exps)
         ws = ", ".join(_fmt(float(w)) for w in weights)
-        console.print(f"    sum {_fmt(total)}; weights {shares} = [{ws}]", highlight=False)
-        allowed = np.sort(masked[np.isfinite(masked)])[::-1]
-        if allowed.size >= 2:
-            gap = float(allowed[0] - allowed[1])
+        console.print(f"    sum {_fmt(work.total)}; weights {shares} = [{ws}]", highlight=False)
+        if work.gap is not None:
+            gap = work.gap
             console.print(
                 f"    top two differ by {gap:.3f}: one weight "
                 f"e^{gap:.3f} = {_times(gap)} times the other",
@@ -248,9 +251,9 @@ def attention(
         grad_output=_upstream(backward, grad_output, len(qm), len(vm[0])),
     )
     if as_json:
-        typer.echo(_trace_json(trace))
+        typer.echo(trace_json(trace))
     else:
-        _show_trace(trace)
+        show_trace(trace)
 
 
 @app.command()

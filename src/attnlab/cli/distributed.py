@@ -73,7 +73,7 @@ def _time(fn, repeats: int) -> tuple[float, object]:
 
 def _blockwise(q, k, v, threads: int, repeats: int):
     import attnlab as al
-    from attnlab.core._threads import pool_map
+    from attnlab.kernels._threads import pool_map
 
     # pool_map pins OpenBLAS to one thread while open, so threads=1 is one core, as one worker.
     with pool_map(2, 2):
@@ -177,7 +177,7 @@ def _rows(heads, n, d, repeats, counts, q_chunks, kv_chunks, scheduler, client) 
     import dask
     from distributed import Client, LocalCluster
 
-    from attnlab.core._threads import blas_info
+    from attnlab.kernels._threads import blas_info
 
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((heads, n, d), dtype=np.float32) for _ in range(3))

@@ -36,7 +36,8 @@ from rich.table import Table
 
 from attnlab.cli._app import app, clip, console, err_console, fail, friendly_errors
 from attnlab.cli._files import check_target, write_target
-from attnlab.labs import LABS, LabSpec, Param
+from attnlab.core.numbers import format_cell
+from attnlab.labs import LABS, LabSpec, Param, jsonable
 from attnlab.labs._spec import machine_bytes
 
 try:  # Typer >= 0.2x vendors click; its usage errors are that copy's, not click's
@@ -93,11 +94,8 @@ _OUTPUTS = {"as_json": (AsJson, False), "as_csv": (AsCsv, False), "plot": (Plot,
 
 
 def _cell(x) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, float):
-        return f"{x:.5g}" if x == 0 or 1e-3 <= abs(x) < 1e5 else f"{x:.3e}"
-    return escape(str(x))  # a user's word such as "[/x]" is text, not Rich markup
+    """A table cell as the notebook and the page write it (``core/numbers.py``), NaN as "—"."""
+    return escape(format_cell(x))  # a user's word such as "[/x]" is text, not Rich markup
 
 
 @contextmanager
@@ -290,7 +288,7 @@ def _present(
         table = Table(title=escape(title), title_justify="left")
         for c, name in zip(columns, titles(columns), strict=True):
             table.add_column(name, justify="left" if c in ("case", "token", "lab") else "right")
-        for row in rows:
+        for row in jsonable(rows):  # plain Python numbers; NaN becomes None
             table.add_row(*map(_cell, row))
         console.print(table)
         for line in result.summary():

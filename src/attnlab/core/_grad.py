@@ -5,9 +5,9 @@ Shape legend (the chapter's letters):
     N    query rows            M    key rows
     d_k  query and key width   d_v  value width
 
-``attention_backward`` (``core/backward.py``) and ``trace_attention(grad_output=...)``
-(``core/attention.py``) both check ``grad_output`` here, once, after ``_validate.validate``;
-the backward kernels (``core/dense_backward.py``, ``core/blockwise_backward.py``) hand their
+``attention_backward`` (``api/backward.py``) and ``trace_attention(grad_output=...)``
+(``api/attention.py``) both check ``grad_output`` here, once, after ``_validate.validate``;
+the backward kernels (``kernels/dense_backward.py``, ``kernels/blockwise_backward.py``) hand their
 gradients back through ``sum_to``, so a broadcast input gets a gradient of its own shape.
 """
 

@@ -6,8 +6,8 @@ Shape legend (the chapter's letters):
     d_k  query and key width   d_v  value width
 
 The public functions (``attention``, ``blockwise_attention``, ``trace_attention``, multi-head)
-call ``validate`` and the option checks here; the kernels (``core/dense.py``,
-``core/blockwise.py``) take the ``Inputs`` it returns and trust them. Errors are worded
+call ``validate`` and the option checks here; the kernels (``kernels/dense.py``,
+``kernels/blockwise.py``) take the ``Inputs`` it returns and trust them. Errors are worded
 "expected ..., but got ... instead" and name the argument.
 """
 

@@ -4,7 +4,7 @@ Shape legend (the chapter's letters):
     ...  leading batch axes, broadcast between q, k and v, ending in the head axis h
     N    query rows            M    key rows
 
-The dispatchers (``core/attention.py``, ``core/backward.py``) call these once, after
+The dispatchers (``api/attention.py``, ``api/backward.py``) call these once, after
 ``_validate.validate``, and put softcap and sinks on the validated ``Inputs``; the kernels read
 them from there. Errors are worded "expected ..., but got ... instead" and name the argument.
 """

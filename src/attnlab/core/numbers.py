@@ -21,7 +21,15 @@ from decimal import ROUND_HALF_UP, Decimal, localcontext
 
 from attnlab.errors import AttnlabError
 
-__all__ = ["MASKED", "MAX_DIGITS", "NO_VALUE", "SIGNIFICANT", "encode_cell", "format_number"]
+__all__ = [
+    "MASKED",
+    "MAX_DIGITS",
+    "NO_VALUE",
+    "SIGNIFICANT",
+    "encode_cell",
+    "format_cell",
+    "format_number",
+]
 
 # Four significant digits print the chapter's numbers as it prints them (0.1065, 0.9987, 0.00825,
 # 4.113); a fixed three decimals would not (0.00825 becomes 0.008, 0.1065 becomes 0.107).
@@ -68,6 +76,19 @@ def format_number(x, digits: int = SIGNIFICANT) -> str:
     places = max(0, digits - 1 - decade)
     text = str(Decimal(x).quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP))
     return _trim(text)
+
+
+def format_cell(x) -> str:
+    """A table cell as text: a float, or None for no value, under ``format_number``; anything
+    else (a whole number such as a width or a count, a flag, a word) as ``str`` writes it, so
+    that 65536 keys stay 65536.
+
+    >>> [format_cell(v) for v in (0.123456, None, 65536, True, "case")]
+    ['0.1235', '—', '65536', 'True', 'case']
+    """
+    if isinstance(x, float) or x is None:
+        return format_number(x)
+    return str(x)
 
 
 def _trim(text: str) -> str:

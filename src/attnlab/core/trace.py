@@ -2,8 +2,8 @@
 
 Shape legend (the chapter's letters): ... batch axes, N query rows, M key rows, d_v value width.
 
-``trace_attention`` (in ``core/attention.py``) fills an ``AttentionTrace``, and with a
-``grad_output`` also the backward tables of the chain rule (``core/dense_backward.py``); this
+``trace_attention`` (in ``api/attention.py``) fills an ``AttentionTrace``, and with a
+``grad_output`` also the backward tables of the chain rule (``kernels/dense_backward.py``); this
 module only holds and renders them: ``str(trace)`` aligns the tables as text, ``trace._repr_html_()`` draws
 them as HTML tables for Jupyter. Each step's caption is ``core/stages.py``'s and each cell goes
 through ``core/numbers.py``'s ``format_number``, as on the terminal and the page.

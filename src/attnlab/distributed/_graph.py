@@ -119,7 +119,7 @@ def compute(roots: list, client, threads: int, graph_bytes: int) -> list:
             client.cancel(futures)  # nothing left queued on the scheduler for a dead run
             raise
         return client.gather(futures)
-    from attnlab.core._threads import pool_map
+    from attnlab.kernels._threads import pool_map
 
     # pool_map pins OpenBLAS to one thread while it is open: each of the scheduler's threads
     # runs its own matmuls, and two BLAS threads under each would oversubscribe the cores.

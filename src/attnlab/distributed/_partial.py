@@ -16,7 +16,7 @@ commutative, so any tree of merges gives the attention output over all keys (§6
 
     lse = logaddexp(lse_a, lse_b);  o = exp(lse_a - lse) o_a + exp(lse_b - lse) o_b
 
-Numpy only: nothing here imports Dask. The kernel is ``attnlab.core.blockwise.run`` itself,
+Numpy only: nothing here imports Dask. The kernel is ``attnlab.kernels.blockwise.run`` itself,
 asked for each row's logsumexp and to keep rows the chunk allows no key (lse = -inf, o = 0).
 """
 
@@ -27,12 +27,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnlab.core import blockwise
 from attnlab.core._validate import Inputs, refuse_non_finite
 from attnlab.core.masks import Combined, Dense, Mask, raise_fully_masked
 from attnlab.errors import NonFiniteInputError
+from attnlab.kernels import blockwise
 
-BLOCK = 512  # query rows x keys per tile: blockwise's measured default (core/blockwise.py)
+BLOCK = 512  # query rows x keys per tile: blockwise's measured default (kernels/blockwise.py)
 
 
 # -- a mask seen from inside a chunk --------------------------------------------------------------

@@ -9,7 +9,6 @@ an error message instead of weights (attnlab refuses the 0/0 = NaN that softmax 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -18,6 +17,7 @@ import numpy as np
 from attnlab import trace_attention
 from attnlab.core.example import EXAMPLE_K, EXAMPLE_Q, EXAMPLE_V
 from attnlab.core.numbers import MASKED, format_number
+from attnlab.core.softmax_working import SoftmaxRow, softmax_working
 from attnlab.core.stages import BACKWARD, FORWARD, INPUTS, Stage
 from attnlab.errors import AttnlabError, FullyMaskedRowError
 from attnlab.figures._data import as_dict, matrix, vector
@@ -51,29 +51,9 @@ _QUERY_ROWS = tuple(s.name for s in FORWARD[2:] + BACKWARD[1:] if s.rows == "que
 MAX_TOKENS = 32  # rows of Q, K and V
 MAX_WIDTH = 16  # d_k and d_v
 MAX_ABS = 1000.0  # keeps every score finite: 16 * 1000 * 1000 is far from overflow
-EXP_LIMIT = 50.0  # e^50 is about 5e21: still printable; past it the working shifts the row
 # The page's "Random" button: this many tokens of this width, whole entries in ±RANDOM_RANGE,
 # small enough to check a dot product by hand.
 RANDOM_TOKENS, RANDOM_WIDTH, RANDOM_RANGE = 4, 3, 2
-
-
-@dataclass(frozen=True)
-class SoftmaxRow:
-    """The softmax step's working for one query row, as the page writes it out.
-
-    ``exps[j]`` is e^(x_j - shift) for each allowed key (None where blocked); ``shift`` is 0
-    unless the row's largest score is beyond ±EXP_LIMIT, when it is that score (softmax does not
-    change when one number is taken from the whole row). ``gap`` is the top score minus the
-    runner-up (None with fewer than two allowed keys), and ``gap_ratio`` = e^gap: how many
-    times more weight the top key gets than the next.
-    """
-
-    exps: list[float | None]
-    shift: float
-    total: float
-    weights: list[float | None]
-    gap: float | None
-    gap_ratio: float | None
 
 
 @dataclass(frozen=True)
@@ -146,31 +126,9 @@ def _culprit(i: int, m: int, causal: bool, blocked: Sequence[Sequence[int]]) -> 
     return "by hand"  # pragma: no cover - without the causal mask only the hand blocks
 
 
-def _working(masked: list[list[float | str | None]]) -> list[SoftmaxRow | None]:
+def _working(masked: list[list[float | str]]) -> list[SoftmaxRow | None]:
     """The softmax step written out for each row: exponentials, their sum, the division, gap."""
-    rows: list[SoftmaxRow | None] = []
-    for row in masked:
-        open_ = [x for x in row if x != MASKED]
-        if not open_:
-            rows.append(None)
-            continue
-        top = max(open_)
-        shift = top if abs(top) > EXP_LIMIT else 0.0
-        exps = [None if x == MASKED else math.exp(x - shift) for x in row]
-        total = math.fsum(e for e in exps if e is not None)
-        ranked = sorted(open_, reverse=True)
-        gap = ranked[0] - ranked[1] if len(ranked) > 1 else None
-        rows.append(
-            SoftmaxRow(
-                exps=exps,
-                shift=shift,
-                total=total,
-                weights=[None if e is None else e / total for e in exps],
-                gap=gap,
-                gap_ratio=None if gap is None or gap > 700 else math.exp(gap),
-            )
-        )
-    return rows
+    return [softmax_working(row) for row in masked]
 
 
 def _delta(trace) -> list[float]:

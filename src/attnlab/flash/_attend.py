@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnlab.core.attention import attention
-from attnlab.core.backward import attention_backward
+from attnlab.api.attention import attention
+from attnlab.api.backward import attention_backward
 from attnlab.flash._options import Options
 
 __all__ = ["Result", "backward", "forward"]

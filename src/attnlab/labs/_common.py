@@ -86,10 +86,6 @@ def check_positive(name: str, value) -> float:
     return float(value)
 
 
-def check_workers(workers) -> int | None:
-    return None if workers is None else check_int("workers", workers, low=1, high=64)
-
-
 # -- results ------------------------------------------------------------------------------------
 
 
@@ -170,6 +166,13 @@ class LabResult:
 
         return result_html(self)
 
+    def _ipython_display_(self) -> None:
+        """Jupyter's display, preferred to the HTML above: the table, then the plot as Plotly's
+        notebook mimetype, so a saved notebook holds no plotly.js (see ``_display``)."""
+        from attnlab.labs._display import show
+
+        show(self)
+
 
 def column_keys(columns: tuple[tuple[str, str], ...]) -> list[str]:
     """The keys of a lab's (key, title) columns, in order: its table's header."""
@@ -180,14 +183,3 @@ def row_table(rows, columns: tuple[tuple[str, str], ...]) -> tuple[list[str], li
     """``table()`` for rows that carry every column as an attribute of the column's key."""
     keys = column_keys(columns)
     return keys, [[getattr(row, key) for key in keys] for row in rows]
-
-
-def mean_or_none(values: np.ndarray) -> float | None:
-    return float(np.mean(values)) if len(values) else None
-
-
-def se_of_mean(values: np.ndarray) -> float | None:
-    """Standard error of a sample mean; None with fewer than two values."""
-    if len(values) < 2:
-        return None
-    return float(np.std(values, ddof=1) / math.sqrt(len(values)))

@@ -23,6 +23,7 @@ Measured on fresh sequences from a stream training never sees:
     previous-token score of a head   its mean weight from query i on key i - 1 (i ≥ 1)
     induction score of a head        its mean weight from query i in the second copy on key
                                      i - T + 1
+    position_losses   the loss per offset inside the first and the second copy (``_repeats``)
 
 Shape legend: B sequences, N = context, L layers, h heads per layer, V the vocabulary.
 """
@@ -35,6 +36,7 @@ import numpy as np
 
 from attnlab.errors import AttnlabError
 from attnlab.labs._common import LabResult, Progress, rng_for, row_table
+from attnlab.labs._repeats import position_losses
 from attnlab.labs._spec import SEED, Estimate, LabPlot, LabSpec, Param, Series
 from attnlab.labs._training import FRESH, INDUCTION, TRAIN, checked, fit, one_thread, smoothed
 from attnlab.transformer import TinyTransformer
@@ -138,6 +140,7 @@ class InductionResult(LabResult):
     ceiling: float
     head_rows: tuple[HeadRow, ...]
     losses: tuple[float, ...]  # the training loss, smoothed over 10 steps, every step
+    position_losses: dict  # loss per offset in each copy, on the fresh sequences (_repeats)
     seconds: float  # wall time of the training loop (varies from run to run)
     lab = "train-induction"
 
@@ -224,6 +227,8 @@ def train_induction(
     tokens, lengths = induction_sequences(rng_for(seed, INDUCTION, FRESH), fresh, context,
                                           vocab_size)  # fmt: skip
     accuracy, rows = measure(model, tokens, lengths)
+    with one_thread():
+        by_position = position_losses(model, tokens, lengths)
     if save:
         model.save(save, extra)
     return InductionResult(steps=steps, batch=batch, seed=seed, vocab_size=vocab_size,
@@ -231,7 +236,7 @@ def train_induction(
                            init_std=init_std, fresh=fresh, accuracy=accuracy,
                            ceiling=ceiling(tokens, lengths, vocab_size), head_rows=rows,
                            losses=tuple(smoothed(curve.losses).tolist()),
-                           seconds=curve.seconds)  # fmt: skip
+                           position_losses=by_position, seconds=curve.seconds)  # fmt: skip
 
 
 def snapshot_steps(steps: int, count: int) -> set[int]:

@@ -3,7 +3,7 @@
 §6.3 says saturation stalls learning: once softmax puts nearly all weight on one key, its
 Jacobian is nearly zero, so little gradient flows back through it. This lab measures that flow
 with the library's own backward pass (``attnlab.trace_attention(..., grad_output=...)``, the
-chain rule of ``core/dense_backward.py``), nothing re-derived here.
+chain rule of ``kernels/dense_backward.py``), nothing re-derived here.
 
 Each trial draws one query q, ``keys`` keys and values, and an upstream gradient dO = ∂L/∂O,
 all with i.i.d. N(0, 1) entries, and runs attention forward and backward twice on the same

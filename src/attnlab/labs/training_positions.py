@@ -83,6 +83,7 @@ class PositionsResult(LabResult):
     without_positions: dict  # {"accuracy", "ceiling", "final_loss"}
     losses_with: tuple[float, ...]
     losses_without: tuple[float, ...]
+    position_losses: dict  # {"with", "without"}: loss per position on the fresh sequences
     lab = "train-positions"
 
     def table(self) -> tuple[list[str], list[list]]:
@@ -130,7 +131,7 @@ def train_positions(
     # d_model divisible by heads, the one cross-argument rule, is TinyTransformer's to check.
     tokens, targets = previous_token_task(rng_for(seed, POSITIONS, FRESH), fresh, context,
                                           vocab_size)  # fmt: skip
-    found, curves = {}, {}
+    found, curves, by_position = {}, {}, {}
     for i, positions in enumerate(("learned", None)):
         model = TinyTransformer(vocab_size=vocab_size, context=context, layers=1, heads=heads,
                                 d_model=d_model, positions=positions, causal=False,
@@ -140,6 +141,8 @@ def train_positions(
                     done=i * steps, total=2 * steps)  # fmt: skip
         with one_thread():
             accuracy = float((model.predict(tokens) == targets).mean())
+            per = model.token_losses(tokens, targets).mean(axis=0)  # (N,)
+        by_position["with" if positions else "without"] = [round(float(x), 6) for x in per]
         curves[positions] = smoothed(curve.losses)
         found[positions] = {"accuracy": accuracy, "final_loss": float(curves[positions][-1])}
     found[None]["ceiling"] = permutation_ceiling(tokens, vocab_size)
@@ -148,7 +151,8 @@ def train_positions(
                            with_positions=found["learned"],
                            without_positions=found[None],
                            losses_with=tuple(curves["learned"].tolist()),
-                           losses_without=tuple(curves[None].tolist()))  # fmt: skip
+                           losses_without=tuple(curves[None].tolist()),
+                           position_losses=by_position)  # fmt: skip
 
 
 # -- the declaration: CLI options, web fields, plot and estimate come from here ----------------

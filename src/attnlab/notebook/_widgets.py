@@ -13,7 +13,7 @@ import zlib
 import numpy as np
 import traitlets as t
 
-from attnlab.core.attention import attention
+from attnlab.api.attention import attention
 from attnlab.core.positions import sinusoidal
 from attnlab.errors import AttnlabError
 from attnlab.figures import histogram as _hist

@@ -3,31 +3,52 @@
 Both hold named arrays, which is all a case is: the tensors (q, k, v, out, ...) and the options
 as small arrays under FlashAttention's names (``causal`` a bool, ``window_size`` two ints, ...).
 
-- ``.safetensors`` is read with the ``safetensors`` package's numpy API, which returns bfloat16
-  tensors as ``ml_dtypes.bfloat16`` arrays: the format PyTorch's bfloat16 tensors round-trip in
-  (``safetensors.torch.save_file``).
-- ``.npz`` is read without pickles. numpy has no bfloat16 of its own, so ``np.savez`` stores an
-  ``ml_dtypes.bfloat16`` array as raw 2-byte records (dtype ``V2``); those are read back as
-  bfloat16, the only 2-byte float numpy cannot name (float16 is stored as itself).
+A case file comes from elsewhere, so nothing in it is believed before it is checked, and every
+size is checked before a byte of data is read:
+
+- ``.npz``: each member must be a ``.npy`` array; its header (``numpy.lib.format``) declares a
+  dtype and shape, whose bytes must be what the zip directory says the member inflates to, and
+  all members together must fit ``max_bytes``. Data is then read into an array of exactly the
+  declared size: a member that inflates past it, or stops short, is refused. No pickles.
+- ``.safetensors``: the JSON header's declared dtypes, shapes and byte spans must agree with
+  each other and lie inside the file, and fit ``max_bytes``, before the ``safetensors``
+  package reads the data (its numpy API returns bfloat16 as ``ml_dtypes.bfloat16``).
+
+numpy has no bfloat16 of its own, so ``np.savez`` stores an ``ml_dtypes.bfloat16`` array as raw
+2-byte records (dtype ``V2``); those are read back as bfloat16, the only 2-byte float numpy
+cannot name (float16 is stored as itself).
 """
 
 from __future__ import annotations
 
+import json
+import math
+import struct
 import zipfile
 from pathlib import Path
 
 import numpy as np
+from numpy.lib import format as npy
 
 from attnlab.verifier._options import CaseError
 
-__all__ = ["SUFFIXES", "read_case_file"]
+__all__ = ["DEFAULT_MAX_BYTES", "SUFFIXES", "read_case_file"]
 
 SUFFIXES = (".npz", ".safetensors")
 
+#: Bytes of array data a case file may declare, all arrays together (``max_bytes=``).
+DEFAULT_MAX_BYTES = 2 * 2**30
 
-def read_case_file(path) -> dict[str, np.ndarray]:
-    """The named arrays of a case file, or CaseError naming the file and what is wrong."""
+_CHUNK = 1 << 24  # bytes inflated at a time
+
+
+def read_case_file(path, max_bytes=None) -> dict[str, np.ndarray]:
+    """The named arrays of a case file, or CaseError naming the file and what is wrong.
+
+    ``max_bytes`` (default 2 GiB) bounds the array data the file may declare; a file past it
+    is refused from its headers, before any data is read."""
     path = Path(path)
+    budget = DEFAULT_MAX_BYTES if max_bytes is None else int(max_bytes)
     suffix = path.suffix.lower()
     if suffix not in SUFFIXES:
         raise CaseError(
@@ -36,35 +57,148 @@ def read_case_file(path) -> dict[str, np.ndarray]:
     if not path.is_file():
         raise CaseError(f"case: cannot read {str(path)!r}: no such file")
     if suffix == ".npz":
-        return _read_npz(path)
-    return _read_safetensors(path)
+        return _read_npz(path, budget)
+    return _read_safetensors(path, budget)
 
 
-def _read_npz(path: Path) -> dict[str, np.ndarray]:
-    entries, name = {}, None
+def _size(n: int) -> str:
+    for unit, step in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= step:
+            return f"{n / step:.3g} {unit}"
+    return f"{n} bytes"
+
+
+def _over_budget(path: Path, total: int, budget: int) -> CaseError:
+    return CaseError(
+        f"case: {str(path)!r} declares {_size(total)} of arrays, past the {_size(budget)} "
+        "a case may take (--max-bytes to allow more)"
+    )
+
+
+def _npz_header(zf: zipfile.ZipFile, info: zipfile.ZipInfo):
+    """(name, shape, dtype, header bytes) of one member, from its first bytes only."""
+    if not info.filename.endswith(".npy"):
+        raise CaseError(f"{info.filename}: not a .npy array; a case .npz holds only arrays")
+    name = info.filename[:-4]
+    with zf.open(info) as f:
+        try:
+            version = npy.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = npy.read_array_header_1_0(f)
+            elif version == (2, 0):
+                shape, fortran, dtype = npy.read_array_header_2_0(f)
+            else:
+                raise ValueError(f"npy format version {version}")
+        except (ValueError, EOFError, SyntaxError, TypeError) as exc:
+            raise CaseError(f"{name}: not a readable .npy header ({_reason(exc)})") from None
+        start = f.tell()
+    if dtype.hasobject:
+        raise CaseError(
+            f"{name}: stored as a Python object (a pickle), which verify does not load; "
+            "store numbers, or leave the entry out for FlashAttention's default"
+        )
+    nbytes = math.prod(shape) * dtype.itemsize  # Python ints: no overflow
+    if start + nbytes != info.file_size:
+        raise CaseError(
+            f"{name}: its header declares shape {shape} of {dtype} ({_size(nbytes)}), but the "
+            f"zip directory says the member holds {_size(max(info.file_size - start, 0))}"
+        )
+    return name, shape, fortran, dtype, start
+
+
+def _npz_data(zf, info, shape, fortran, dtype, start) -> np.ndarray:
+    """The member's data, read into an array of its declared size and no further."""
+    arr = np.empty(shape, dtype=dtype, order="F" if fortran else "C")
+    view = memoryview(arr.reshape(-1, order="A").view(np.uint8))
+    name = info.filename[:-4]
+    with zf.open(info) as f:
+        f.read(start)
+        done = 0
+        while done < len(view):
+            got = f.readinto(view[done : done + _CHUNK])
+            if not got:
+                raise CaseError(f"{name}: the member ends before its declared {_size(len(view))}")
+            done += got
+        if f.read(1):
+            raise CaseError(f"{name}: the member holds more than its declared {_size(len(view))}")
+    return arr
+
+
+def _read_npz(path: Path, budget: int) -> dict[str, np.ndarray]:
     try:
-        with np.load(path, allow_pickle=False) as data:
-            for name in data.files:
-                entries[name] = data[name]
-    except ValueError as exc:  # an entry numpy stored as a pickled object (None, a dict, ...)
-        if "allow_pickle" in str(exc) and name is not None:
-            raise CaseError(
-                f"{name}: stored as a Python object (a pickle), which verify does not load; "
-                "store numbers, or leave the entry out for FlashAttention's default"
-            ) from None
-        raise CaseError(f"case: cannot read {str(path)!r} as .npz ({_reason(exc)})") from None
-    except (OSError, zipfile.BadZipFile, EOFError) as exc:
+        with zipfile.ZipFile(path) as zf:
+            infos = [info for info in zf.infolist() if not info.is_dir()]
+            members = [_npz_header(zf, info) for info in infos]
+            total = sum(math.prod(m[1]) * m[3].itemsize for m in members)
+            if total > budget:
+                raise _over_budget(path, total, budget)
+            entries = {
+                m[0]: _npz_data(zf, info, *m[1:]) for m, info in zip(members, infos, strict=True)
+            }
+    except CaseError:
+        raise
+    except (OSError, zipfile.BadZipFile, EOFError, ValueError, NotImplementedError) as exc:
         raise CaseError(f"case: cannot read {str(path)!r} as .npz ({_reason(exc)})") from None
     return {name: _bfloat16_from_void(name, arr) for name, arr in entries.items()}
 
 
-def _read_safetensors(path: Path) -> dict[str, np.ndarray]:
+_ST_ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2}
+_ST_ITEMSIZE.update({"I8": 1, "U8": 1, "U16": 2, "U32": 4, "U64": 8, "BOOL": 1})
+
+
+def _safetensors_header(path: Path, budget: int) -> None:
+    """Check the declared spans of a .safetensors file against each other, the file and the
+    budget, reading only its header."""
+    size = path.stat().st_size
+    with path.open("rb") as f:
+        head = f.read(8)
+        if len(head) < 8:
+            raise CaseError(f"case: cannot read {str(path)!r} as .safetensors (no header)")
+        (length,) = struct.unpack("<Q", head)
+        if length > min(size - 8, 100 * 2**20):
+            raise CaseError(
+                f"case: {str(path)!r} declares a {_size(length)} header in a file of {_size(size)}"
+            )
+        try:
+            header = json.loads(f.read(length))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise CaseError(f"case: {str(path)!r} has no JSON header ({_reason(exc)})") from None
+    if not isinstance(header, dict):
+        raise CaseError(f"case: {str(path)!r} has no JSON header of named tensors")
+    data, total = size - 8 - length, 0
+    for name, spec in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype, shape, (begin, end) = spec["dtype"], spec["shape"], spec["data_offsets"]
+            nbytes = math.prod(int(s) for s in shape) * _ST_ITEMSIZE.get(dtype, 0)
+        except (KeyError, TypeError, ValueError):
+            raise CaseError(f"{name}: not a tensor entry in the .safetensors header") from None
+        if dtype not in _ST_ITEMSIZE:
+            raise CaseError(
+                f"{name}: expected float64, float32, float16, bfloat16, an integer or a bool, "
+                f"but got {dtype} instead"
+            )
+        if not (0 <= begin <= end <= data) or end - begin != nbytes:
+            raise CaseError(
+                f"{name}: its header declares shape {tuple(shape)} of {dtype} ({_size(nbytes)}) "
+                f"at bytes {begin}..{end}, but the file holds {_size(data)} of data"
+            )
+        total += nbytes
+    if total > budget:
+        raise _over_budget(path, total, budget)
+
+
+def _read_safetensors(path: Path, budget: int) -> dict[str, np.ndarray]:
     import ml_dtypes  # noqa: F401  (registers bfloat16 with numpy, which safetensors asks for)
     from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
     try:
+        _safetensors_header(path, budget)
         return dict(load_file(str(path)))
+    except CaseError:
+        raise
     except (OSError, SafetensorError, ValueError) as exc:
         raise CaseError(
             f"case: cannot read {str(path)!r} as .safetensors ({_reason(exc)})"

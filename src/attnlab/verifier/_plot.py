@@ -120,7 +120,7 @@ def figure(report, tile: int = DEFAULT_TILE) -> dict:
     layout = {"title": title, "height": 360 * panels, "showlegend": False, "shapes": shapes}
     for i, name in enumerate(names):
         t = report.tensors[name]
-        cu = report.cu_k if name in ("dk", "dv") else report.cu_q
+        cu = t.rows_cu if t.rows_cu is not None else report.cu_q  # a cache's own rows too
         top = 1.0 - 2 * i * (height + gap)
         heat, bars = _axis(2 * i + 1), _axis(2 * i + 2)
         data.append(_heat_trace(t, heat, {"len": height, "y": top - height / 2}))

@@ -12,7 +12,7 @@ most ``MAX_WAITING`` more waiting; the routes are ``async`` and await the lab, s
 hold no thread of the pool that serves every other route. A lab request beyond the queue gets
 HTTP 429 at once, with a ``Retry-After`` of the queued work's estimated seconds.
 
-A lab runs with OpenBLAS held to one thread (``core/_threads.one_blas_thread``): the estimates
+A lab runs with OpenBLAS held to one thread (``kernels/_threads.one_blas_thread``): the estimates
 count one core, and the cost lab, which times matmuls, took 10.7 s with OpenBLAS's own threads
 on a loaded machine against 1.24 s on one (their waiting threads spin). The labs that spread
 their draws over the machine's threads already pin BLAS in their pool; the pin is counted, so
@@ -33,7 +33,7 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from attnlab import exercises, labs
-from attnlab.core._threads import one_blas_thread
+from attnlab.kernels._threads import one_blas_thread
 from attnlab.labs import LabSpec, Param, jsonable
 from attnlab.labs._plotly import plotly_figure
 from attnlab.web.models import FieldError

@@ -1,0 +1,83 @@
+"""The backward kernel's tile memory: which tiles a query block keeps between its sweeps, and
+each thread's scratch tiles.
+
+Shape legend: Bq x Bk a tile (query rows x keys), d_k and d_v the widths.
+
+``kernels/blockwise_backward.py`` keeps a block's weights p and dP' from one sweep to the next
+while they fit a budget (``keep_tiles``), and computes the rest again in scratch tiles that
+each thread keeps between work items and calls (``scratch``).
+"""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+
+__all__ = ["keep_tiles", "scratch"]
+
+
+def keep_tiles(steps, budget: int, dtype) -> list:
+    """(p, dP') buffers for the first steps whose two tiles fit ``budget`` elements; None for
+    the rest, which sweep B2 recomputes."""
+    sizes = [(st[0].stop - st[0].start, st[1].stop - st[1].start) for st in steps]
+    count, used = 0, 0
+    for rows, cols in sizes:
+        if used + 2 * rows * cols > budget:
+            break
+        used += 2 * rows * cols
+        count += 1
+    flat = np.empty(used, dtype)  # one allocation: the tiles are views of it
+    kept, at = [], 0
+    for rows, cols in sizes[:count]:
+        size = rows * cols
+        kept.append(
+            tuple(flat[at + i * size : at + (i + 1) * size].reshape(rows, cols) for i in (0, 1))
+        )
+        at += 2 * size
+    return kept + [None] * (len(steps) - count)
+
+
+_local = threading.local()
+
+
+def scratch(dtype) -> _Scratch:
+    """This thread's scratch tiles, kept between items and calls (a fresh 1 MiB array faults
+    its pages in on first touch: see _tiles.buffers)."""
+    cache = getattr(_local, "scratch", None)
+    if cache is None or cache.dtype != dtype:
+        cache = _local.scratch = _Scratch(dtype)
+    return cache
+
+
+class _Scratch:
+    """Tiles for steps not kept, and each step's (rows, d_k), (cols, d_k), (cols, d_v) products."""
+
+    def __init__(self, dtype):
+        self.dtype, self.table, self.ones = dtype, {}, np.ones(0, dtype)
+
+    def _get(self, key, make):
+        if key not in self.table:
+            if len(self.table) >= 32:  # ragged edges of many different calls: start afresh
+                self.table.clear()
+            self.table[key] = make()
+        return self.table[key]
+
+    def __call__(self, rows: int, cols: int, dk: int):
+        return self._get(
+            (rows, cols, dk),
+            lambda: (
+                np.empty((rows, cols), self.dtype),  # p
+                np.empty((rows, cols), self.dtype),  # dP', then dS
+                np.empty((rows, dk), self.dtype),  # dS K_j
+                np.empty((cols, dk), self.dtype),  # dSᵀ Q_i
+            ),
+        )
+
+    def ones_for(self, cols: int) -> np.ndarray:
+        if self.ones.size < cols:
+            self.ones = np.ones(cols, self.dtype)  # row sums by matrix-vector products
+        return self.ones[:cols]
+
+    def tv(self, cols: int, dv: int) -> np.ndarray:
+        return self._get((cols, dv), lambda: np.empty((cols, dv), self.dtype))  # pᵀ dO / l
