@@ -49,12 +49,16 @@ def attention(q, k, v, mask=None, *, scale=None, softcap=None, sinks=None, retur
     return (f.o, f.lse) if return_lse else f.o
 
 
-def gradients(q, k, v, grad_output, mask=None, *, scale=None, softcap=None, sinks=None) -> dict:
+def gradients(
+    q, k, v, grad_output, mask=None, *, scale=None, softcap=None, sinks=None, lse=None
+) -> dict:
     """The gradient of sum(grad_output ∘ attention(...)) with respect to each input, by the
     chain rule run backward through the forward's steps: a dict with keys "q", "k", "v" (each
     of its input's shape), "bias" (the float mask's shape, or None without exactly one float
-    table among the mask's parts) and "sinks" (the sinks' shape, or None without sinks)."""
-    f = _forward(q, k, v, mask, scale, softcap, sinks)
+    table among the mask's parts) and "sinks" (the sinks' shape, or None without sinks).
+    ``lse`` (..., N): a saved log-sum-exp, as ``attention_backward(lse=)`` reads it: the
+    weights are exp(Z − lse) from it, its rounding included."""
+    f = _forward(q, k, v, mask, scale, softcap, sinks, lse)
     g = np.asarray(grad_output, dtype=f.dtype)  # (..., N, d_v): dO
     # 1) dV = Pᵀ dO                                                   (..., M, d_v)
     dv = np.swapaxes(f.p, -1, -2) @ g
@@ -85,7 +89,7 @@ def gradients(q, k, v, grad_output, mask=None, *, scale=None, softcap=None, sink
     }
 
 
-def _forward(q, k, v, mask, scale, softcap, sinks) -> SimpleNamespace:
+def _forward(q, k, v, mask, scale, softcap, sinks, saved=None) -> SimpleNamespace:
     """Every forward table the gradients read, step by step (the module docstring's lines)."""
     dtype = np.result_type(np.asarray(q), np.asarray(k), np.asarray(v), np.float32)
     dtype = dtype if dtype.kind == "f" else np.dtype(np.float64)
@@ -113,6 +117,8 @@ def _forward(q, k, v, mask, scale, softcap, sinks) -> SimpleNamespace:
         total = total + np.exp(sink[..., None] - top)
     total = np.where(empty, 1.0, total)  # an empty row's sum is 0: 0 stands in for its lse
     lse_finite = np.where(empty, 0.0, top + np.log(total))  # (..., N)
+    if saved is not None:  # the weights from a saved lse instead (same rows empty)
+        lse_finite = np.where(empty, 0.0, np.asarray(saved, dtype=dtype))
     # 5) P = exp(Z − lse): each row sums to 1 less the sink's share; 0 on an empty row
     p = np.where(empty[..., None], 0.0, np.exp(z - lse_finite[..., None]))  # (..., N, M)
     # 6) O = P v                                                      (..., N, d_v)

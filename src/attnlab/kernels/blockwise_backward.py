@@ -159,7 +159,8 @@ class _Kernel:
         self.dsinks = np.zeros(x.lead, dtype) if "sinks" in wrt else None  # (...)
         shape = float_bias(x) if "bias" in wrt else None
         self.dbias = None if shape is None else np.zeros(shape, dtype)  # the mask's shape
-        self.lse2 = None if lse is None else lse * dtype.type(LOG2E)  # (..., N), log2 units
+        # (..., N) in log2 units, in float64: a float32 product would round the saved lse again
+        self.lse2 = None if lse is None else lse.astype(np.float64) * LOG2E
         finfo = np.finfo(dtype)
         # Row sums the base of 0 may leave (f32: [2^-16, 2^64]): 1 / l stays a normal number.
         # Outside, the exact sweep.
@@ -213,7 +214,7 @@ class _Kernel:
             hollow = np.isneginf(lse2)
             base = np.where(hollow, 0.0, np.ceil(lse2)).astype(qs.dtype)  # (Bq,) integers
             _, acc = self._sweep_a(qs, k_i, v_i, steps, kept, idx, base, bufs)
-            return base, np.exp2(lse2 - base), acc, hollow
+            return base, np.exp2(lse2 - base).astype(qs.dtype), acc, hollow
         base = None
         l = acc = None  # anchored: straight to the sweep against the row maxima
         if not self.anchored:
