@@ -132,9 +132,11 @@ def test_a_trained_run_opens_in_the_learned_view(browser, server):  # noqa: F811
     run_id = page.evaluate("(async () => (await (await fetch('/api/runs', {method: 'POST', "
                            "headers: {'Content-Type': 'application/json'}, body: JSON.stringify("
                            "{lab: 'train-induction', params: {steps: 20, fresh: 20}})})).json()).id)()")  # fmt: skip
-    page.wait_for_function(
-        f"(async () => (await (await fetch('/api/runs/{run_id}')).json()).state === 'done')()"
-    )
+    state = f"(async () => (await (await fetch('/api/runs/{run_id}')).json()).state)()"
+    deadline = time.monotonic() + 120
+    while page.evaluate(state) != "done":  # an async predicate would be a Promise: always true
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
     page.goto(server + f"/?mh.mode=learned&mh.run={run_id}#figure-multi-head")
     page.wait_for_function(KNOCK_READY + " === 'none'")
     assert page.locator("#learned-knock").get_attribute("data-model") == f"run {run_id}"
