@@ -94,7 +94,29 @@ CARELESS: list[tuple[list[str], str]] = [
     (["bench", "attention", "--heads", "0"], "--heads"),
     (["bench", "attention", "--json", "/nonexistent/folder/x.json"], "--json"),
     (["bench", "labs", "--repeats", "0"], "--repeats"),
+    # files a lab writes: checked before the work, never over a file without --force
+    (["lab", "train-induction", "--save", "keep.npz"], "--save"),
+    (["lab", "train-induction", "--save", "."], "--save"),
+    (["lab", "train-induction", "--save", "model.txt"], "--save"),
+    (["lab", "train-induction", "--save", "/proc/attnlab.npz"], "--save"),
+    (["lab", "train-induction", "--save", "/nonexistent/folder/m.npz"], "--save"),
+    (["lab", "train-induction", "--snapshots", "3"], "--snapshots"),
+    (["lab", "variance", "--plot", "keep.html"], "--plot"),
+    (["lab", "variance", "--plot", "/proc/attnlab.html"], "--plot"),
+    (["verify", "missing.npz", "--plot", "/proc/attnlab.html"], "--plot"),
+    (["verify", "missing.npz", "--plot", "keep.html"], "--plot"),
+    # bench small: hours of blocks ask for --yes; shapes checked
+    (["bench", "small", "--rounds", "1000", "--block-ms", "10000"], "--yes"),
+    (["bench", "small", "--shape", "1,1,4"], "--shape"),
+    (["bench", "small", "--shape", "1,1,4,２"], "--shape"),
+    (["bench", "small", "--shape", "0,1,4,2"], "--shape"),
+    # the training labs: a table past half the memory, a vocabulary past the cap
+    (["lab", "train-positions", "--vocab-size", "4097"], "--vocab-size"),
+    (["lab", "train-induction", "--vocab-size", "4096", "--steps", "100000"], "--yes"),
 ]
+
+# Files in the sweep's working folder before it runs: no case may change or remove them.
+KEPT = {"keep.npz": b"KEEP-MODEL", "keep.html": b"KEEP-PAGE"}
 
 # One child process runs every case: it prints, per case, the exit code, stderr, the type of an
 # exception that escaped (None for a clean exit) and the seconds it took.
@@ -124,6 +146,8 @@ def _label(args: list[str]) -> str:
 def outcomes(tmp_path_factory) -> list[list]:
     # A scratch folder as the working directory: no case may leave a file behind there.
     cwd = tmp_path_factory.mktemp("careless")
+    for name, data in KEPT.items():
+        (cwd / name).write_bytes(data)
     child = subprocess.run(
         [sys.executable, "-c", CHILD],
         input=json.dumps([args for args, _ in CARELESS]),
@@ -133,7 +157,8 @@ def outcomes(tmp_path_factory) -> list[list]:
         cwd=cwd,
     )
     assert child.returncode == 0, child.stderr[-3000:]
-    assert list(cwd.iterdir()) == []
+    assert sorted(p.name for p in cwd.iterdir()) == sorted(KEPT)  # nothing new, nothing lost
+    assert all((cwd / name).read_bytes() == data for name, data in KEPT.items())
     got = json.loads(child.stdout)
     assert len(got) == len(CARELESS)
     return got

@@ -214,3 +214,18 @@ def test_loading_holds_no_second_copy(tmp_path):
         tracemalloc.stop()
     weights = sum(a.nbytes for a in model.network.w.values())
     assert peak < 1.3 * weights
+
+
+def test_run_and_scores_are_json_ready(model):
+    run = model.run(model.tokenize("the cat sat . the cat"))
+    data = json.loads(json.dumps(run.as_dict(weights=True), allow_nan=False))
+    assert data["layers"] == [{"kind": "full", "heads": 2, "kv_heads": 2}] * 2
+    np.testing.assert_allclose(data["attention"][1], run.attention[1])
+    top = data["next_tokens"][-1][0]
+    assert top["id"] == int(run.logits[0, -1].argmax())
+    scores = json.loads(json.dumps(run.head_scores().as_dict(), allow_nan=False))
+    assert set(scores["attnlab"]) == set(scores["transformer_lens"]) == {
+        "previous_token", "induction", "duplicate_token", "first_token",
+    }  # fmt: skip
+    with pytest.raises(AttnlabError, match="batch"):
+        run.head_scores(batch=1)

@@ -169,13 +169,15 @@ def test_sharded_checkpoint(hf, saved):
     close(load(folder).run(IDS).logits, logits, 1e-4)
 
 
-@pytest.mark.parametrize("family", ["gpt2", "gemma2"])
-def test_bfloat16_checkpoint(hf, saved, family):
-    """Weights stored in bfloat16, computed in float32 by both."""
+@pytest.mark.parametrize(
+    ("family", "stored"), [("gpt2", "bfloat16"), ("gemma2", "bfloat16"), ("llama", "float16")]
+)
+def test_half_precision_checkpoint(hf, saved, family, stored):
+    """Weights stored in bfloat16 or float16, computed in float32 by both."""
     torch, transformers = hf
     from attnlab.models import load
 
-    folder, _ = saved(family, "bfloat16")
+    folder, _ = saved(family, stored)
     theirs = transformers.AutoModelForCausalLM.from_pretrained(
         folder, dtype=torch.float32, attn_implementation="eager"
     ).eval()

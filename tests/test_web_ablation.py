@@ -97,3 +97,11 @@ def test_only_a_finished_induction_run_has_heads_to_show(client):
     r = client.get(f"/api/runs/{run_id}/learned")
     assert r.status_code == 422 and "train-positions" in r.json()["message"]
     assert client.get("/api/runs/ffff/learned").status_code == 422
+
+
+@pytest.mark.parametrize("ablate", ["0.²", "１.0", "0.١", "①.1", "0.2,,1.1x"])
+def test_heads_to_knock_out_are_ascii_digits_or_a_422_naming_ablate(client, ablate):
+    # str.isdigit passes "²" (which int refuses: a 500) and reads "１" as 1: neither is taken.
+    r = client.get("/api/learned/ablation", params={"ablate": ablate})
+    assert r.status_code == 422, r.text
+    assert "ablate" in r.text

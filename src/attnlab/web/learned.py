@@ -24,17 +24,19 @@ model is loaded once and only read.
 
 from __future__ import annotations
 
+import asyncio
 import re
-from functools import cache
+from functools import cache, lru_cache
 from typing import Annotated
 
 import numpy as np
 from fastapi import APIRouter, Query
-from fastapi.responses import RedirectResponse
+from fastapi.responses import JSONResponse, RedirectResponse
 
 from attnlab.labs._common import rng_for
 from attnlab.labs.induction import induction_sequences, measure
 from attnlab.transformer import checkpoints
+from attnlab.web.labs import LabQueue
 from attnlab.web.models import SEED_MAX, FieldError
 
 router = APIRouter(tags=["learned heads"])
@@ -47,6 +49,32 @@ EXPLORER_LEARNED = "/?mh.mode=learned#figure-multi-head"
 Tokens = Annotated[str | None, Query(max_length=400)]
 Seed = Annotated[int, Query(ge=0, le=SEED_MAX)]
 Checkpoint = Annotated[int | None, Query(ge=0)]
+
+# Admission, as the labs': the answers are computed on one thread of their own, at most
+# MAX_WAITING wait, and the next request gets 429 with Retry-After at once, so a burst of them
+# never holds the pool that serves the page and every other route. An answer is computed once
+# per (sequence, checkpoint): a class asking for the same sequence is served from the cache.
+MAX_WAITING = 16
+ANSWER_S = 0.1  # an answer's seconds, for Retry-After (tens of ms measured; the first loads)
+QUEUE = LabQueue(waiting=MAX_WAITING)
+BUSY = {429: {"description": "The learned routes' queue is full; see Retry-After."}}
+
+
+def _busy() -> JSONResponse:
+    wait = QUEUE.retry_after()
+    return JSONResponse(
+        {"message": f"expected at most {MAX_WAITING} learned-head requests waiting, but the "
+                    f"queue is full; try again in {wait} s"},
+        status_code=429,
+        headers={"Retry-After": str(wait)},
+    )  # fmt: skip
+
+
+async def _queued(fn):
+    future = QUEUE.submit(fn, ANSWER_S)
+    if future is None:
+        return _busy()
+    return await asyncio.wrap_future(future)
 
 
 @cache
@@ -118,15 +146,27 @@ def _sequence(tokens: str | None, seed: int, checkpoint: int | None):
     return index, model, seq[0].tolist(), int(lengths[0])
 
 
-@router.get("/api/learned", summary="The shipped induction model's heads on one sequence")
-def learned(tokens: Tokens = None, seed: Seed = 0, checkpoint: Checkpoint = None) -> dict:
-    index, model, ids, repeat = _sequence(tokens, seed, checkpoint)
+@router.get("/api/learned", summary="The shipped induction model's heads on one sequence",
+            responses=BUSY)  # fmt: skip
+async def learned(tokens: Tokens = None, seed: Seed = 0, checkpoint: Checkpoint = None) -> dict:
+    return await _queued(lambda: _learned(tokens, seed, checkpoint))
+
+
+def _learned(tokens: str | None, seed: int, checkpoint: int | None) -> dict:
+    index, _, ids, repeat = _sequence(tokens, seed, checkpoint)
+    return {**_answer(tuple(ids), index), "repeat": repeat}
+
+
+@lru_cache(maxsize=256)
+def _answer(ids: tuple[int, ...], index: int) -> dict:
+    """The model's part of an answer, once per (sequence, checkpoint); callers copy the dict
+    before adding to it (its lists are only read)."""
+    model = _model(index)
     batch = np.array([ids])
     weights = model.attention_weights(batch)[0]  # (layers, heads, N, N)
     return {
         "config": model.config,
-        "tokens": ids,
-        "repeat": repeat,
+        "tokens": list(ids),
         "predictions": model.predict(batch)[0].tolist() if _own_output(index) else None,
         "predictions_note": None
         if _own_output(index)
@@ -151,8 +191,9 @@ def _below(name: str, value: int, limit: int, what: str) -> None:
                          f"{value} instead")  # fmt: skip
 
 
-@router.get("/api/learned/head", summary="One learned head's q, k and v for one query")
-def learned_head(
+@router.get("/api/learned/head", summary="One learned head's q, k and v for one query",
+            responses=BUSY)  # fmt: skip
+async def learned_head(
     layer: Annotated[int, Query(ge=0)],
     head: Annotated[int, Query(ge=0)],
     query: Annotated[int, Query(ge=0)],
@@ -160,6 +201,10 @@ def learned_head(
     seed: Seed = 0,
     checkpoint: Checkpoint = None,
 ) -> dict:
+    return await _queued(lambda: _learned_head(layer, head, query, tokens, seed, checkpoint))
+
+
+def _learned_head(layer, head, query, tokens, seed, checkpoint) -> dict:
     index, model, ids, _ = _sequence(tokens, seed, checkpoint)
     cfg = model.config
     _below("layer", layer, cfg["layers"], "the model's layers")

@@ -87,7 +87,7 @@ def _pairs(text: str, model) -> list[tuple[int, int]]:
     pairs = []
     for i, part in enumerate(text.replace(",", " ").split()):
         layer, dot, head = part.partition(".")
-        if not (dot and layer.isdigit() and head.isdigit()) or len(part) > 9:
+        if not (dot and part.isascii() and layer.isdigit() and head.isdigit()) or len(part) > 9:
             raise FieldError("ablate", f"expected heads as layer.head (0.2), but got "
                              f"{part[:12]!r} at entry {i}")  # fmt: skip
         pairs.append((int(layer), int(head)))
