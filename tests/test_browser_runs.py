@@ -132,9 +132,11 @@ def test_a_trained_run_opens_in_the_learned_view(browser, server):  # noqa: F811
     run_id = page.evaluate("(async () => (await (await fetch('/api/runs', {method: 'POST', "
                            "headers: {'Content-Type': 'application/json'}, body: JSON.stringify("
                            "{lab: 'train-induction', params: {steps: 20, fresh: 20}})})).json()).id)()")  # fmt: skip
-    page.wait_for_function(
-        f"(async () => (await (await fetch('/api/runs/{run_id}')).json()).state === 'done')()"
-    )
+    state = f"(async () => (await (await fetch('/api/runs/{run_id}')).json()).state)()"
+    deadline = time.monotonic() + 120
+    while page.evaluate(state) != "done":  # an async predicate would be a Promise: always true
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
     page.goto(server + f"/?mh.mode=learned&mh.run={run_id}#figure-multi-head")
     page.wait_for_function(KNOCK_READY + " === 'none'")
     assert page.locator("#learned-knock").get_attribute("data-model") == f"run {run_id}"
@@ -142,3 +144,34 @@ def test_a_trained_run_opens_in_the_learned_view(browser, server):  # noqa: F811
     assert page.locator("#mh-learned .learned-head canvas").count() == 8
     assert not problems and not offline.blocked
     context.close()
+
+
+def test_train_induction_at_its_defaults_then_open_and_knock_out_its_heads(browser, server):  # noqa: F811
+    # The whole path a reader takes: about 600 steps of the CLI's default run (tens of seconds).
+    context, page, offline, problems = _page(browser, server, 1280)
+    page.set_default_timeout(300_000)
+    page.goto(server + "/#runs")
+    page.wait_for_function("document.querySelector('#run-key li')")
+    page.focus("#run-start")
+    page.keyboard.press("Enter")
+    page.wait_for_function("document.querySelector('#runs').dataset.run === 'done'")
+    assert _step(page) == 600
+    assert "copy" in page.locator("#run-summary").inner_text()
+    page.locator("#runs").screenshot(path=str(SHOTS / "runs-induction-done-1280.png"))
+    _tab_to(page, "#run-open")
+    page.keyboard.press("Enter")
+    page.wait_for_function(KNOCK_READY + " === 'none'")
+    assert _param_run(page) is not None
+    assert page.locator("#learned-knock").get_attribute("data-model") == f"run {_param_run(page)}"
+    page.focus("#knock-heads button[data-head='0.0']")
+    page.keyboard.press("Space")
+    page.wait_for_function(KNOCK_READY + " === '0.0'")
+    cells = page.locator("#knock-table tr td").all_inner_texts()
+    assert float(cells[0].rstrip("%")) > 50  # the page's own model learned to copy
+    page.locator("#figure-multi-head").screenshot(path=str(SHOTS / "learned-run-1280.png"))
+    assert not problems and not offline.blocked
+    context.close()
+
+
+def _param_run(page):
+    return page.evaluate("new URL(location).searchParams.get('mh.run')")

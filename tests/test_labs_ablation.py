@@ -77,7 +77,7 @@ def test_the_json_and_the_plot_carry_the_position_losses(result):
 
 
 def test_the_training_labs_report_loss_per_position():
-    from attnlab.labs import train_induction, train_positions
+    from attnlab.labs import train_induction, train_positions, train_scaling
 
     ind = train_induction(steps=3, batch=4, context=8, d_model=8, heads=2, vocab_size=8, fresh=8)
     assert set(ind.position_losses) == {"first_copy", "second_copy", "first_mean", "second_mean"}
@@ -88,3 +88,8 @@ def test_the_training_labs_report_loss_per_position():
     # fixed symbol, which needs no order
     assert all(w < wo for w, wo in zip(pos.position_losses["with"][1:],
                                        pos.position_losses["without"][1:], strict=True))  # fmt: skip
+    scaling = train_scaling(widths=(8,), steps=3, batch=4, runs=2, context=8, vocab_size=8)
+    for row in scaling.rows:
+        assert len(row.position_losses["second_copy"]) == 3
+        assert row.position_losses["second_mean"] > 0
+    assert "position_losses" not in scaling.scaled  # the headline stays a few numbers

@@ -12,7 +12,7 @@ import warnings
 import numpy as np
 import pytest
 
-from attnlab.labs import train_positions
+from attnlab.labs import LABS, train_positions
 from attnlab.labs._training import smoothed
 from attnlab.web import create_app
 from attnlab.web.runs import MAX_WAITING, Runs
@@ -124,7 +124,7 @@ def test_an_unknown_run_is_404(client):
 
 def test_finished_runs_are_kept_up_to_a_bound():
     runs = Runs(waiting=8, kept=2)
-    made = [runs.submit("train-positions", {**train_positions_defaults(), **TINY}, 1.0)
+    made = [runs.submit("train-positions", {**_defaults("train-positions"), **TINY}, 1.0)
             for _ in range(4)]  # fmt: skip
     deadline = time.monotonic() + 60
     while runs.get(made[-1].id)[0].state != "done" and time.monotonic() < deadline:
@@ -133,7 +133,20 @@ def test_finished_runs_are_kept_up_to_a_bound():
     assert [r.id for r in runs.all()] == [made[3].id, made[2].id]
 
 
-def train_positions_defaults() -> dict:
-    from attnlab.labs import LABS
+def test_only_the_newest_trained_models_are_kept(monkeypatch):
+    import attnlab.web.runs as web_runs
 
-    return LABS["train-positions"].defaults()
+    monkeypatch.setattr(web_runs, "MAX_MODELS", 2)
+    runs = Runs(waiting=8, kept=10)
+    params = {**_defaults("train-induction"), "steps": 2, "batch": 2, "context": 8,
+              "d_model": 8, "heads": 2, "vocab_size": 8, "fresh": 4}  # fmt: skip
+    made = [runs.submit("train-induction", params, 1.0) for _ in range(3)]
+    deadline = time.monotonic() + 60
+    while runs.get(made[-1].id)[0].state != "done" and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [r.model is not None for r in made] == [False, True, True]
+    assert all(r.state == "done" and r.result is not None for r in made)
+
+
+def _defaults(name: str) -> dict:
+    return LABS[name].defaults()

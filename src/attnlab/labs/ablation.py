@@ -85,7 +85,7 @@ class AblationResult(LabResult):
 
 
 def ablate_heads(
-    fresh: int = 500,
+    fresh: int = 200,
     seed: int = 0,
     *,
     ablation: str = "zero",

@@ -16,8 +16,9 @@ limit for a run without ``--yes``; a refusal is HTTP 422 naming the parameter.
 One run trains at a time, on one worker thread of its own (the labs' request queue is not held
 up); up to ``MAX_WAITING`` more wait, each with its place in line as ``position``; beyond that,
 HTTP 429 with a ``Retry-After`` of the estimated seconds of the work ahead. The server keeps the
-last ``MAX_KEPT`` finished runs (done, failed or cancelled) for its life; older ones are
-forgotten, so memory stays bounded (a run's losses are bounded by its estimate's steps).
+last ``MAX_KEPT`` finished runs (done, failed or cancelled) for its life, and the trained models
+of the last ``MAX_MODELS`` train-induction runs; older ones are forgotten, so memory stays
+bounded (a run's losses are bounded by its estimate's steps).
 
 A state is "queued", "running", "done", "failed" (``error`` says why) or "cancelled". The
 training loop reports each step through ``attnlab.labs._training.watching``; the watcher
@@ -58,6 +59,7 @@ RUN_SECONDS = 60.0  # the CLI's limit for a run without --yes
 RUN_BYTES = 1 << 30  # estimated peak memory of one run
 MAX_WAITING = 4  # runs queued behind the running one before 429
 MAX_KEPT = 20  # finished runs remembered
+MAX_MODELS = 4  # trained models kept for the learned view (each up to tens of MiB), newest
 STATES = ("queued", "running", "done", "failed", "cancelled")
 RunId = Annotated[str, Path(min_length=1, max_length=32, pattern=r"^[0-9a-f]+$")]
 
@@ -169,6 +171,9 @@ class Runs:
         finished = [i for i, r in self._runs.items() if r.state in ("done", "failed", "cancelled")]
         for run_id in finished[: max(0, len(finished) - self._kept)]:
             del self._runs[run_id]
+        with_model = [r for r in self._runs.values() if r.state == "done" and r.model is not None]
+        for run in with_model[: max(0, len(with_model) - MAX_MODELS)]:
+            run.model = None  # its numbers stay; its heads can no longer be opened
 
     def _work(self) -> None:
         while True:
@@ -214,6 +219,7 @@ class Runs:
                 return
             run.result, run.summary = jsonable(result.as_dict()), list(result.summary())
             run.state = "done"
+            self._forget()
 
 
 # -- validation ------------------------------------------------------------------------------

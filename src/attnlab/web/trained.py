@@ -14,7 +14,9 @@
       the repeat on ``FRESH`` fresh induction sequences (the ablate-heads lab's measures), and
       both models' predictions on the sequence shown
 
-Bad input is 422 naming the field (``ablate`` names the pair that is out of the model).
+Bad input is 422 naming the field (``ablate`` names the pair that is out of the model). Both
+routes compute on the learned routes' own queue (web/learned.py), 429 with Retry-After when it
+is full.
 """
 
 from __future__ import annotations
@@ -61,9 +63,15 @@ def _sequence(model, tokens: str | None, seed: int) -> tuple[list[int], int | No
     return seq[0].tolist(), int(lengths[0])
 
 
-@router.get("/runs/{run_id}/learned", summary="A trained run's heads on one sequence")
-def run_learned(run_id: RunId, request: Request, tokens: learned.Tokens = None,
-                seed: learned.Seed = 0) -> dict:  # fmt: skip
+@router.get("/runs/{run_id}/learned", summary="A trained run's heads on one sequence",
+            responses=learned.BUSY)  # fmt: skip
+async def run_learned(run_id: RunId, request: Request, tokens: learned.Tokens = None,
+                      seed: learned.Seed = 0):  # fmt: skip
+    # On the learned routes' queue (web/learned.py): one answer computed at a time.
+    return await learned._queued(lambda: _run_learned(request, run_id, tokens, seed))
+
+
+def _run_learned(request: Request, run_id: str, tokens: str | None, seed: int) -> dict:
     trained = _run(request, run_id)
     model = trained.model
     ids, repeat = _sequence(model, tokens, seed)
@@ -76,7 +84,8 @@ def run_learned(run_id: RunId, request: Request, tokens: learned.Tokens = None,
     heads = [r.__dict__ | {"previous_token": round(r.previous_token, 3),
                            "induction_score": round(r.induction_score, 3)} for r in rows]  # fmt: skip
     return {"config": model.config, "tokens": ids, "repeat": repeat, "run": run_id,
-            "predictions": model.predict(batch)[0].tolist(), "heads": heads,
+            "predictions": model.predict(batch)[0].tolist(), "predictions_note": None,
+            "heads": heads,
             "checkpoints": [trained.step],
             "checkpoint": 0, "weights": np.round(weights.astype(float), 4).tolist()}  # fmt: skip
 
@@ -109,15 +118,22 @@ def _measured(model, pairs, ablation: str, tokens, lengths) -> dict:
     return {"accuracy": round(accuracy, 4), **losses}
 
 
-@router.get("/learned/ablation", summary="What knocking heads out costs the model")
-def ablation_route(
+@router.get("/learned/ablation", summary="What knocking heads out costs the model",
+            responses=learned.BUSY)  # fmt: skip
+async def ablation_route(
     request: Request,
     ablate: Annotated[str, Query(max_length=200)] = "",
     ablation: Annotated[str, Query(pattern="^(zero|mean)$")] = "zero",
     run: Annotated[str | None, Query(min_length=1, max_length=32, pattern="^[0-9a-f]+$")] = None,
     tokens: learned.Tokens = None,
     seed: learned.Seed = 0,
-) -> dict:
+):
+    # On the learned routes' queue (web/learned.py): one answer computed at a time.
+    return await learned._queued(lambda: _ablation(request, ablate, ablation, run, tokens, seed))
+
+
+def _ablation(request: Request, ablate: str, ablation: str, run: str | None,
+              tokens: str | None, seed: int) -> dict:  # fmt: skip
     model = learned._model() if run is None else _run(request, run).model
     pairs = _pairs(ablate, model)
     ids, repeat = _sequence(model, tokens, seed)
