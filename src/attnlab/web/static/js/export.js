@@ -60,10 +60,10 @@ export function texNumber(x) {
 
 // The column widths TeX will give a table, in points at \small (about 4.6 pt a digit, 10 pt of
 // column gap): enough to cut a wide table into parts that fit the text width.
-const LINE = 390; // \textwidth with the 2.5 cm margins below, in pt
 const texWidth = (text) => 4.6 * String(text).length + 10;
 
 function columnParts(t) {
+  const LINE = 390; // \textwidth with the 2.5 cm margins below, in pt
   const label = Math.max(...t.rows.map((r) => texWidth(tex(r))));
   const widths = t.cols.map((c, j) => Math.max(texWidth(c), ...t.values.map((row) => texWidth(fmt(row[j])) - 2)));
   const parts = [];
@@ -138,9 +138,8 @@ function tableSvg(t, y0) {
 
 // Heatmaps (data.heatmaps: [{ title, values }], weights in 0..1) as squares of rects, darker =
 // more weight, the same shading as the page's canvases: four to a row, each with its title.
-const SQUARE = 180;
-
 function heatmapsSvg(maps, y0) {
+  const SQUARE = 180; // each head's square, in px of the exported image
   const parts = [];
   const across = Math.min(4, maps.length);
   maps.forEach((m, n) => {

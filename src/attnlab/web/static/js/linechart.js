@@ -3,8 +3,8 @@
 import { el } from "./common.js";
 
 const NS = "http://www.w3.org/2000/svg";
-const W = 320;
-const H = 150;
+// The chart's box in SVG units (the node scales it) and its margins for the axes' labels.
+const BOX = { width: 320, height: 150 };
 const PAD = { left: 34, right: 8, top: 8, bottom: 26 };
 
 function svg(tag, attrs = {}, text = null) {
@@ -18,6 +18,7 @@ const nice = (x) => (x >= 10 ? x.toFixed(0) : x >= 1 ? x.toFixed(1) : x.toFixed(
 
 // Draw into the <svg> node; xMax: the x axis' end (the steps a run will make, say).
 export function drawLines(node, series, { xMax = null, xLabel = "", yLabel = "" } = {}) {
+  const { width: W, height: H } = BOX;
   const values = series.flatMap((s) => s.y).filter((v) => v !== null && Number.isFinite(v));
   const top = values.length ? Math.max(...values) * 1.05 || 1 : 1;
   const n = Math.max(xMax ?? 0, ...series.map((s) => s.y.length - 1), 1);

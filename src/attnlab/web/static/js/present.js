@@ -6,8 +6,9 @@ let current = null;
 // The part of each presented figure that grows or shrinks to fill the screen: its font size,
 // which its tables and squares are sized by (em). Other figures keep the CSS's sizes.
 const FIT = { "figure-attention-stepper": "#stepper-tables", "figure-multi-head": "#mh-learned:not([hidden]) #learned-layers" };
-const GROW = 2.4; // at most this many times the CSS's size: a 3-token table is not a poster
-const SHRINK = 0.25; // at least this share of it: an 8 x 32 table still fits 1280 x 720
+// The range of font sizes tried, as shares of the CSS's: at most 2.4 times (a 3-token table is
+// not a poster), at least a quarter (an 8 x 32 table still fits 1280 x 720).
+const SCALE = { shrink: 0.25, grow: 2.4 };
 
 // Whether the presented figure fits its box: nothing below, nothing beside, no box inside that
 // scrolls sideways.
@@ -16,14 +17,14 @@ function fits(root, target) {
   return [target, ...target.querySelectorAll(".scroll")].every((e) => e.scrollWidth <= e.clientWidth + 1);
 }
 
-// The largest font size (between SHRINK and GROW times the CSS's) at which the figure fits, by
+// The largest font size (within SCALE's shares of the CSS's) at which the figure fits, by
 // bisection: each try is one layout, and nine of them pin it to within half a percent.
 function fit(root) {
   const target = root.querySelector(FIT[root.id] ?? ":not(*)");
   if (!target) return;
   target.style.fontSize = "";
   const base = parseFloat(getComputedStyle(target).fontSize);
-  let [lo, hi] = [SHRINK, GROW];
+  let [lo, hi] = [SCALE.shrink, SCALE.grow];
   for (let n = 0; n < 9; n++) {
     const mid = (lo + hi) / 2;
     target.style.fontSize = `${base * mid}px`;

@@ -6,7 +6,6 @@ import { api, clearError, el, showError } from "./common.js";
 import { drawLines, legend } from "./linechart.js";
 import { redrawAll, writeUrl } from "./state.js";
 
-const POLL_MS = 300;
 let root = null;
 const $ = (sel) => root.querySelector(sel);
 let run = null; // { id, lab, losses, steps, state }
@@ -71,7 +70,7 @@ async function poll() {
   status(body);
   draw();
   if (FINISHED.includes(body.state)) finish(body);
-  else timer = setTimeout(poll, POLL_MS);
+  else timer = setTimeout(poll, 300); // ask again in 0.3 s: a live curve without a flood
 }
 
 async function start(event) {

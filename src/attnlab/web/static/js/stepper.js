@@ -195,11 +195,12 @@ function backWorking() {
 // saturated row's 2081.3 / 2081.5 must not read "2081 / 2081 = 0.9999".
 function divisionDigits(row) {
   const shown = (x, d) => Number(formatNumber(x, d));
-  for (let d = digitsShown(); d < 16; d++) {
+  const ROUND_TRIP = 17; // float64 reads back exactly at 17 significant digits
+  for (let d = digitsShown(); d < ROUND_TRIP; d++) {
     const right = row.exps.every((e, j) => e === null || fmt(shown(e, d) / shown(row.total, d)) === fmt(row.weights[j]));
     if (right) return d;
   }
-  return 16;
+  return ROUND_TRIP;
 }
 
 // The softmax step's working, row by row, from the server's numbers (fig.softmax).
