@@ -122,3 +122,31 @@ def test_apply_rotary_still_turns_within_its_tables():
     np.testing.assert_allclose(got[..., :2], turned.real, rtol=0, atol=1e-12)
     np.testing.assert_allclose(got[..., 2:4], turned.imag, rtol=0, atol=1e-12)
     np.testing.assert_array_equal(got[..., 4:], X[..., 4:])
+
+
+# Found by tests/test_flash_fuzz.py.
+def test_rotary_tables_with_nan_or_inf_are_refused_before_the_append():
+    q, k_cache, v_cache, k, v = arrays()
+    cos, sin = np.cos(np.ones((S, 2))), np.sin(np.ones((S, 2)))
+    sin[3, 1] = np.inf
+    before = k_cache.copy()
+    with pytest.raises(NonFiniteInputError, match="rotary_sin"):
+        flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cos, sin, cache_seqlens=[2, 5])
+    np.testing.assert_array_equal(k_cache, before)
+
+
+def test_rotary_into_an_integer_cache_is_refused():
+    q, k_cache, v_cache, k, v = (a.astype(np.int64) for a in arrays())
+    cos, sin = np.cos(np.ones((S, 2))), np.sin(np.ones((S, 2)))
+    with pytest.raises(AttnlabError, match="floating-point cache with rotary"):
+        flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cos, sin, cache_seqlens=1)
+
+
+def test_an_empty_batch_with_rotary_returns_an_empty_output():
+    q, k_cache, v_cache, k, v = (a[:0] for a in arrays())
+    cos, sin = np.cos(np.ones((S, 2))), np.sin(np.ones((S, 2)))
+    try:
+        out = flash_attn_with_kvcache(q, k_cache, v_cache, k, v, cos, sin, cache_seqlens=1)
+    except AttnlabError:  # attnlab may refuse an empty axis, by name; never a numpy ValueError
+        return
+    assert out.shape == (0, 3, H, D)

@@ -326,6 +326,11 @@ def _rotary_tables(cos, sin, c: _Cache, n: int, local: bool):
             "expected new k and v with rotary_cos/rotary_sin (rotary turns the "
             "appended keys), but got k=None"
         )
+    if c.k_cache.dtype.kind in "iu":
+        raise AttnlabError(
+            f"expected a floating-point cache with rotary_cos/rotary_sin (turned keys are not "
+            f"integers), but got k_cache.dtype={c.k_cache.dtype}"
+        )
     cos = real_array("rotary_cos", cos, (2,), "(seqlen_ro, rotary_dim / 2)")
     sin = real_array("rotary_sin", sin, (2,), "(seqlen_ro, rotary_dim / 2)")
     d = c.q.shape[-1]
@@ -334,7 +339,9 @@ def _rotary_tables(cos, sin, c: _Cache, n: int, local: bool):
             f"expected rotary_cos and rotary_sin of one shape (S_ro, r/2) with "
             f"r <= headdim {d}, but got {cos.shape} and {sin.shape} instead"
         )
-    reach = int((c.seqlens + max(c.k.shape[1], n if local else 1)).max())
+    for name, table in (("rotary_cos", cos), ("rotary_sin", sin)):
+        refuse_non_finite(name, table, hint=False)
+    reach = int((c.seqlens + max(c.k.shape[1], n if local else 1)).max(initial=0))  # B may be 0
     if cos.shape[0] < reach:
         raise ShapeError(
             f"expected rotary tables with at least {reach} positions (the last "

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnlab.errors import AttnlabError, ShapeError
+from attnlab.core._validate import refuse_non_finite
+from attnlab.errors import AttnlabError, NonFiniteResultError, ShapeError
 from attnlab.flash._arrays import BFLOAT16, real_array
 
 __all__ = ["apply_rotary"]
@@ -21,8 +22,9 @@ __all__ = ["apply_rotary"]
 def apply_rotary(x, cos, sin, positions, interleaved: bool) -> np.ndarray:
     """x (B, S, H, d) with features 0 .. r - 1 turned by the angles at ``positions`` (B, S).
 
-    Raises ShapeError for a wrong rank or shape, and AttnlabError for a position outside
-    0 .. S_ro - 1 (the rows of the tables), naming the argument.
+    Raises ShapeError for a wrong rank or shape, AttnlabError for a position outside
+    0 .. S_ro - 1 (the rows of the tables) or NaN/inf in x, cos or sin, naming the argument, and
+    NonFiniteResultError when a turned feature passes the computing dtype's range.
     """
     x, cos, sin, positions = _checked(x, cos, sin, positions, interleaved)
     r = 2 * cos.shape[-1]
@@ -30,12 +32,21 @@ def apply_rotary(x, cos, sin, positions, interleaved: bool) -> np.ndarray:
     c = cos[positions][:, :, None, :].astype(dtype)  # (B, S, 1, r/2)
     s = sin[positions][:, :, None, :].astype(dtype)  # (B, S, 1, r/2)
     out = x.astype(dtype, copy=True)  # (B, S, H, d)
-    if interleaved:
-        a, b = out[..., 0:r:2].copy(), out[..., 1:r:2].copy()  # (B, S, H, r/2) each
-        out[..., 0:r:2], out[..., 1:r:2] = a * c - b * s, b * c + a * s
-    else:
-        a, b = out[..., : r // 2].copy(), out[..., r // 2 : r].copy()  # (B, S, H, r/2) each
-        out[..., : r // 2], out[..., r // 2 : r] = a * c - b * s, b * c + a * s
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is checked just below
+        if interleaved:
+            a, b = out[..., 0:r:2].copy(), out[..., 1:r:2].copy()  # (B, S, H, r/2) each
+            out[..., 0:r:2], out[..., 1:r:2] = a * c - b * s, b * c + a * s
+        else:
+            a, b = out[..., : r // 2].copy(), out[..., r // 2 : r].copy()  # (B, S, H, r/2) each
+            out[..., : r // 2], out[..., r // 2 : r] = a * c - b * s, b * c + a * s
+    if not np.isfinite(out).all():
+        raise NonFiniteResultError(
+            f"expected x turned by cos and sin to fit {dtype}, but it overflowed (largest "
+            f"|x| {float(np.abs(x.astype(np.float64)).max()):.3g}, largest |cos|, |sin| "
+            f"{float(max(np.abs(cos).max(), np.abs(sin).max())):.3g})",
+            stage="forward",
+            array="x",
+        )
     return out
 
 
@@ -63,4 +74,6 @@ def _checked(x, cos, sin, positions, interleaved):
             f"expected positions from 0 to {cos.shape[0] - 1} (the rows of cos and sin), but got "
             f"position {int(bad)} instead"
         )
+    for name, arr in (("x", x), ("cos", cos), ("sin", sin)):
+        refuse_non_finite(name, arr, hint=False)
     return x, cos, sin, pos
