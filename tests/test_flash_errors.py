@@ -33,7 +33,7 @@ V = RNG.standard_normal((2, 7, 2, 8))
         ({"window_size": 3}, AttnlabError, "window_size"),
         ({"window_size": (3, -2)}, AttnlabError, "window_size"),
         ({"window_size": (1.5, 0)}, AttnlabError, "window_size"),
-        ({"softcap": -1.0}, AttnlabError, "softcap"),
+        ({"softcap": float("nan")}, AttnlabError, "softcap"),
         ({"softcap": float("inf")}, AttnlabError, "softcap"),
         ({"alibi_slopes": np.ones(3)}, ShapeError, "alibi_slopes"),
         ({"alibi_slopes": np.ones((3, 4))}, ShapeError, "alibi_slopes"),
@@ -123,7 +123,7 @@ def _cache(s=10):
             {"k": K[:, :1], "v": V[:, :1], "cache_seqlens": 3, "cache_batch_idx": [1, 1]},
             "distinct cache_batch_idx",
         ),
-        ({"k": K[:, :1].astype(np.float32), "v": V[:, :1], "cache_seqlens": 3}, "dtypes"),
+        ({"k": K[:, :1].astype(np.float32), "v": V[:, :1], "cache_seqlens": 3}, "dtype"),
         ({"rotary_cos": np.ones((10, 2))}, "rotary_cos and rotary_sin together"),
         ({"rotary_cos": np.ones((10, 2)), "rotary_sin": np.ones((10, 2))}, "new k and v"),
         (

@@ -120,3 +120,11 @@ def test_a_kvcache_case_with_an_unknown_entry_is_refused():
     case["dq"] = case["q"]
     with pytest.raises(CaseError, match="dq"):
         verify(**case)
+
+
+def test_the_plot_draws_the_caches_over_their_own_rows():
+    from attnlab.verifier import figure
+
+    fig = figure(verify(**_case(6, shift=1)))
+    ranges = [v["range"][1] for k, v in fig["layout"].items() if k.startswith("xaxis")]
+    assert ranges[:2] == [B * N, B * N] and ranges[4:] == [B * S] * 4  # out; lse; caches

@@ -130,7 +130,7 @@ def test_finished_runs_are_kept_up_to_a_bound():
     while runs.get(made[-1].id)[0].state != "done" and time.monotonic() < deadline:
         time.sleep(0.05)
     assert runs.get(made[0].id) is None and runs.get(made[1].id) is None
-    assert [r.id for r, _ in runs.all()] == [made[3].id, made[2].id]
+    assert [r.id for r in runs.all()] == [made[3].id, made[2].id]
 
 
 def train_positions_defaults() -> dict:

@@ -16,7 +16,6 @@ import math
 
 import numpy as np
 
-from attnlab._signature import KEYWORD, POSITIONAL, declared, group, required
 from attnlab.api.attention import attention
 from attnlab.core._checks import positive_int
 from attnlab.core._validate import as_real, compute_dtype, refuse_non_finite
@@ -74,28 +73,27 @@ def _project(x, w, b):
     return out
 
 
-#: ``attention``'s run options, which both forms of multi-head attention take (keyword-only)
-#: and pass through to it; their signatures are built from this one declaration.
-ATTENTION_RUN = group(
-    KEYWORD,
-    [
-        ("check_finite", True),
-        ("method", "auto"),
-        ("memory_budget", None),
-        ("block_size", None),
-        ("threads", None),
-    ],
-)
-
-
-@declared(
-    required("query", "key", "value", "w_q", "w_k", "w_v", "w_o"),
-    group(KEYWORD, [("b_q", None), ("b_k", None), ("b_v", None), ("b_o", None)]),
-    group(KEYWORD, [("mask", None), ("scale", None), ("return_weights", False)]),
-    ATTENTION_RUN,
-)
 def multi_head_attention(
-    query, key, value, w_q, w_k, w_v, w_o, b_q, b_k, b_v, b_o, mask, scale, return_weights, **run
+    query,
+    key,
+    value,
+    w_q,
+    w_k,
+    w_v,
+    w_o,
+    *,
+    b_q=None,
+    b_k=None,
+    b_v=None,
+    b_o=None,
+    mask=None,
+    scale=None,
+    return_weights=False,
+    check_finite=True,
+    method="auto",
+    block_size=None,
+    threads=None,
+    memory_budget=None,
 ):
     """Functional multi-head attention.
 
@@ -106,8 +104,8 @@ def multi_head_attention(
         mask: as for ``attention``; an array of shape (..., N, M) applies to every head,
             (..., h, N, M) to each head separately. A ``Padding`` mask indexes the batch axis.
         scale: None for 1/sqrt(d_k).
-        method, memory_budget, block_size, threads: as for ``attention``, which every head goes
-            through: "auto" switches to the blockwise path when the (..., h, N, M) table would
+        check_finite, method, block_size, threads, memory_budget: ``attention``'s run options
+            (its names, order and defaults), passed to it; every head goes through it: "auto" switches to the blockwise path when the (..., h, N, M) table would
             exceed the budget, and no (..., h, N, M) table is built unless the weights are asked
             for.
 
@@ -115,7 +113,7 @@ def multi_head_attention(
         out (..., N, d_model_out), or (out, weights (..., h, N, M)).
     """
     query, key, value, w_q, w_k, w_v, w_o = _checked(
-        query, key, value, w_q, w_k, w_v, w_o, (b_q, b_k, b_v, b_o), mask, run["check_finite"]
+        query, key, value, w_q, w_k, w_v, w_o, (b_q, b_k, b_v, b_o), mask, check_finite
     )
     dtype = query.dtype
     # 1) project: every head at once, heads as a batch axis
@@ -125,7 +123,17 @@ def multi_head_attention(
 
     # 2) attend: the single-head dispatcher, heads as a batch axis
     attended = attention(
-        q, k, v, _head_mask(mask, query.ndim), scale=scale, return_weights=return_weights, **run
+        q,
+        k,
+        v,
+        _head_mask(mask, query.ndim),
+        scale=scale,
+        return_weights=return_weights,
+        check_finite=check_finite,
+        method=method,
+        memory_budget=memory_budget,
+        block_size=block_size,
+        threads=threads,
     )
     heads, weights = attended if return_weights else (attended, None)  # (..., h, N, d_v)
 
@@ -221,13 +229,20 @@ class MultiHeadAttention:
             f"bias={self.b_q is not None})"
         )
 
-    @declared(
-        required("self", "query"),
-        group(POSITIONAL, [("key", None), ("value", None), ("mask", None)]),
-        group(POSITIONAL, [("return_weights", False)]),
-        ATTENTION_RUN,
-    )
-    def __call__(self, query, key, value, mask, return_weights, **run):
+    def __call__(
+        self,
+        query,
+        key=None,
+        value=None,
+        mask=None,
+        return_weights=False,
+        *,
+        check_finite=True,
+        method="auto",
+        block_size=None,
+        threads=None,
+        memory_budget=None,
+    ):
         """query (..., N, d_model); key (..., M, kdim) defaults to query; value defaults to key.
 
         ``method``, ``memory_budget``, ``block_size`` and ``threads`` are ``attention``'s: a
@@ -240,7 +255,8 @@ class MultiHeadAttention:
         return multi_head_attention(
             query, key, value, self.w_q, self.w_k, self.w_v, self.w_o,
             b_q=self.b_q, b_k=self.b_k, b_v=self.b_v, b_o=self.b_o,
-            mask=mask, return_weights=return_weights, **run,
+            mask=mask, return_weights=return_weights, check_finite=check_finite, method=method,
+            memory_budget=memory_budget, block_size=block_size, threads=threads,
         )  # fmt: skip
 
     @classmethod

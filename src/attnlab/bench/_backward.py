@@ -10,13 +10,11 @@ the forward benchmark (``_suite.py``), every ratio compares rows measured in the
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
-from attnlab._signature import declared
-from attnlab.bench._measure import Config
+from attnlab.bench._measure import Config, Result
 from attnlab.bench._suite import (
-    RUN_CONTROLS,
-    SIZES,
     Report,
     Target,
     plan_run,
@@ -31,8 +29,20 @@ MEMORY_N = 16_384  # the memory check: one head, where the dense tables alone ar
 MEMORY_LIMIT_MIB = 256.0
 
 
-@declared(SIZES, RUN_CONTROLS, returns="Report")
-def backward(ns, heads, d, masks, quick, repeats, rounds, use_torch, isolate, checks, progress):
+def backward(
+    ns: Sequence[int] | None = None,
+    *,
+    heads: int = 8,
+    d: int = 64,
+    masks: Sequence[str] = ("none", "causal"),
+    quick: bool = False,
+    repeats: int | None = None,
+    rounds: int = 1,
+    use_torch: bool = True,
+    isolate: bool = True,
+    checks: bool | None = None,
+    progress: Callable[[Result], None] | None = None,
+) -> Report:
     """Run the backward benchmark: attnlab dense and blockwise beside torch, and the targets.
 
     Args:

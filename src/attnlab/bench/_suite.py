@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from importlib.metadata import PackageNotFoundError, version
 
 import numpy as np
 
-from attnlab._signature import KEYWORD, POSITIONAL, declared, group
 from attnlab.bench._measure import (
     Config,
     Result,
@@ -124,37 +124,18 @@ def torch_available() -> bool:
     return importlib.util.find_spec("torch") is not None
 
 
-#: What both benchmarks are asked to measure: the lengths (positional), then heads, d and masks.
-SIZES = [
-    *group(POSITIONAL, [("ns", None, "Sequence[int] | None")]),
-    *group(KEYWORD, [("heads", 8, "int"), ("d", 64, "int")]),
-    *group(KEYWORD, [("masks", ("none", "causal"), "Sequence[str]")]),
-]
-
 #: The most rounds a benchmark run takes (``rounds``): each is a whole suite.
 MAX_ROUNDS = 20
-
-#: How both benchmarks run (keyword-only, after the sizes), declared once for their signatures
-#: (attnlab._signature); ``plan_run`` reads them.
-RUN_CONTROLS = group(
-    KEYWORD,
-    [
-        ("quick", False, "bool"),
-        ("repeats", None, "int | None"),
-        ("rounds", 1, "int"),
-        ("use_torch", True, "bool"),
-        ("isolate", True, "bool"),
-        ("checks", None, "bool | None"),
-        ("progress", None, "Callable[[Result], None] | None"),
-    ],
-)
 
 
 def plan_run(ns, default_ns, quick: bool, repeats, rounds, checks, use_torch: bool, isolate: bool):
     """What a benchmark run measures, the same for every suite: (lengths, timed runs, whether
     to run the target checks, whether torch runs beside attnlab, the measuring function), once
     ``rounds`` is checked (``check_rounds``). The checks default to on only for the full
-    default run (no ``ns``, not ``quick``)."""
+    default run (no ``ns``, not ``quick``). Both benchmarks write out the same sizes (``ns``,
+    ``heads``, ``d``, ``masks``) and run controls (``quick`` .. ``progress``) in their
+    signatures and hand the controls here; tests/test_public_signatures.py holds their names,
+    order and defaults equal."""
     check_rounds(rounds)
     full = ns is None and not quick
     return (
@@ -187,15 +168,21 @@ def _measure_checks(measured, report: Report, base: Config, ns, *, quick: bool, 
         measured(replace(base, n=MEMORY_N, heads=1, repeats=0), report.checks)
 
 
-@declared(
-    SIZES,
-    group(KEYWORD, [("window", 512, "int")]),
-    RUN_CONTROLS,
-    returns="Report",
-)
 def attention(
-    ns, heads, d, masks, window, quick, repeats, rounds, use_torch, isolate, checks, progress
-):
+    ns: Sequence[int] | None = None,
+    *,
+    heads: int = 8,
+    d: int = 64,
+    masks: Sequence[str] = ("none", "causal"),
+    window: int = 512,
+    quick: bool = False,
+    repeats: int | None = None,
+    rounds: int = 1,
+    use_torch: bool = True,
+    isolate: bool = True,
+    checks: bool | None = None,
+    progress: Callable[[Result], None] | None = None,
+) -> Report:
     """Run the benchmark: attnlab dense and blockwise beside PyTorch's SDPA, and the checks.
 
     Args:

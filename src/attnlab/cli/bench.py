@@ -232,3 +232,35 @@ def verify_command(
 from attnlab.cli.bench_small import small_command  # noqa: E402  (its own module)
 
 bench_app.command("small")(small_command)
+
+
+@bench_app.command("model")
+@friendly_errors
+def model_command(
+    n: _lengths_option("(--n 256,1024). Default: 256 and 1024.") = None,
+    repeats: Annotated[int, typer.Option(min=1, max=50, help="Timed runs per row (median).")] = 3,
+    json_path: JsonPath = None,
+    force: Force = False,
+) -> None:
+    """Time a GPT-2-small-shaped forward pass (attnlab.models) beside transformers' eager one,
+    with each process's peak memory (needs torch and transformers)."""
+    from attnlab import bench
+    from attnlab.bench._suite import torch_available
+
+    check_target("--json", json_path, force)
+    if not torch_available():
+        raise fail("bench model needs torch and transformers (the dev extras and torch==2.13.0)")
+    lengths = [x for x in (_lengths(n) or bench._model.DEFAULT_NS) if x <= 1024]
+    if not lengths:
+        raise fail("--n: GPT-2 small reads at most 1,024 tokens")
+
+    def progress(row):
+        err_console.print(
+            f"[dim]  {row['library']} N={row['n']}: {row['seconds'] * 1e3:.1f} ms[/]",
+            highlight=False,
+        )
+
+    report = bench.model(lengths, repeats=repeats, progress=progress)
+    console.print(report.format(), highlight=False, soft_wrap=True)
+    if json_path is not None:
+        write_target("--json", json_path, json.dumps(report.to_dict(), indent=2) + "\n", force)

@@ -17,6 +17,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from attnlab._atomic import probe_folder
 from attnlab.cli._app import app, clip, console, err_console, fail, friendly_errors
 
 FAIL = 1
@@ -33,6 +34,10 @@ def _check_plot(plot: Path | None, force: bool) -> None:
         raise fail(f"--plot: expected a file in an existing folder, but got {clip(str(plot))}")
     if plot.exists() and not force:
         raise fail(f"--plot: {clip(str(plot))} already exists; pass --force to overwrite it")
+    try:  # what only a real write finds (/proc, a read-only mount, for root), before the work
+        probe_folder(plot)
+    except OSError as exc:
+        raise fail(f"--plot: cannot write {clip(str(plot))} ({exc.strerror or exc})") from None
 
 
 def _show(report) -> None:
@@ -62,7 +67,8 @@ def verify_command(
         typer.Argument(
             help="A .npz or .safetensors file: q, k, v, out [, lse, do, dq, dk, dv] and options "
             "(causal, window_size, softcap, softmax_scale, alibi_slopes, sinks, "
-            "cu_seqlens_q, cu_seqlens_k)."
+            "cu_seqlens_q, cu_seqlens_k, dropout_p with dropout_mask or S_dmask); or a KV-cache "
+            "case (k_cache, v_cache, cache_seqlens, ...; docs/verify.md)."
         ),
     ],
     layout: Annotated[
@@ -100,9 +106,10 @@ def verify_command(
 ) -> None:
     """Judge a kernel's output against the exact answer, as FlashAttention's tests do.
 
-    The exact answer is attnlab's, in float64; the baseline is a plain attention in the
-    kernel's dtype. Each tensor passes when its largest error is at most --factor times the
-    baseline's plus --atol. Exit 0: pass, 1: fail, 2: a case that cannot be judged.
+    The exact answer is attnlab's, in float64; the baseline is a plain attention in the wider
+    of the kernel's dtype and the tensor's. Each tensor passes when its largest error is at
+    most --factor times the baseline's plus --atol. Exit 0: pass, 1: fail (or a --repeat not
+    bitwise equal), 2: a case that cannot be judged.
     """
     from attnlab.verifier import verify_file, write_plot
 

@@ -5,55 +5,27 @@ Shape legend (FlashAttention's letters, attnlab's in brackets):
     h   query heads           h_k    key/value heads (divides h: GQA, MQA when 1)
     d   head width (d_k)      d_v    value width
 
-Every public function of ``attnlab.flash`` reads its options through ``read_options`` and its
-arrays through ``real_array`` / ``check_heads``, so one message grammar ("expected ..., but got
-... instead", naming the argument) serves them all. ``Options.mask`` is the only place where
+Every public function of ``attnlab.flash`` writes FlashAttention's signature out in full and
+hands its options to ``read_options`` (its arrays to ``_arrays.real_array`` and ``check_heads``),
+so one set of checks and one message grammar ("expected ..., but got ... instead", naming the
+argument) serve them all. ``Options.mask`` is the only place where
 ``causal`` and ``window_size`` become attnlab masks, always aligned bottom-right as FlashAttention
 aligns them: the last query row sees the last key.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import operator
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from attnlab import masks
-from attnlab._signature import KEYWORD, POSITIONAL, declared, group
 from attnlab.errors import AttnlabError, ShapeError
+from attnlab.flash._arrays import BFLOAT16, real_array
 
-__all__ = [
-    "OPTIONS",
-    "Options",
-    "array_of_shape",
-    "backward_arrays",
-    "backward_form",
-    "check_heads",
-    "forward_form",
-    "read_backward_options",
-    "read_options",
-    "real_array",
-    "unstack",
-    "whole_numbers",
-]
-
-
-#: FlashAttention 2's options, in its order and with its defaults. Every public function of
-#: ``attnlab.flash`` but the kvcache one takes them after its arrays; ``forward_form`` and
-#: ``backward_form`` build those signatures from this one table.
-OPTIONS = (
-    ("dropout_p", 0.0),
-    ("softmax_scale", None),
-    ("causal", False),
-    ("window_size", (-1, -1)),
-    ("softcap", 0.0),
-    ("alibi_slopes", None),
-    ("deterministic", False),
-)
+__all__ = ["Options", "check_heads", "read_backward_options", "read_options"]
 
 
 @dataclass(frozen=True)
@@ -108,7 +80,8 @@ def read_options(
     """Check FlashAttention's common options; raise AttnlabError naming the first bad one.
 
     The parameters come in FlashAttention's own order. They have no defaults here: the
-    defaults are the contract's, written once in ``OPTIONS``.
+    defaults are in each public signature (FlashAttention's), and
+    tests/test_public_signatures.py holds them equal everywhere.
     """
     _check_bool("causal", causal)
     _check_bool("deterministic", deterministic)  # attnlab is always deterministic
@@ -127,9 +100,10 @@ def read_options(
         raise AttnlabError(
             f"expected softmax_scale to be None or a finite number, but got {softmax_scale!r}"
         )
-    if isinstance(softcap, bool) or not _is_real(softcap) or not 0 <= softcap < math.inf:
+    if isinstance(softcap, bool) or not _is_real(softcap) or not math.isfinite(softcap):
         raise AttnlabError(
-            f"expected softcap to be a finite number >= 0 (0 = off), but got softcap={softcap!r}"
+            "expected softcap to be a finite number (0 or negative = off, as in FlashAttention), "
+            f"but got softcap={softcap!r}"
         )
     left, right = _window(window_size)
     if causal:
@@ -139,6 +113,8 @@ def read_options(
         slopes = real_array(
             "alibi_slopes", alibi_slopes, (1, 2), "(nheads,) or (batch_size, nheads)"
         )
+        if slopes.dtype == BFLOAT16:  # float32 holds every bfloat16 exactly
+            slopes = slopes.astype(np.float32)
         if not np.isfinite(slopes).all():
             raise AttnlabError("expected finite alibi_slopes, but they hold NaN or inf")
     return Options(
@@ -166,34 +142,6 @@ def read_backward_options(
     )
 
 
-def forward_form(arrays: list, extra: tuple = ()) -> Callable[[Callable], Callable]:
-    """Decorator: FlashAttention's forward signature, ``(*arrays, *OPTIONS,
-    return_attn_probs=False, *extra, *, rng=None)``; the body is called with its arrays, the
-    ``extra`` ones, ``return_attn_probs`` and ``opts``, the options read by ``read_options``."""
-    tail = (("return_attn_probs", False), *extra)
-    signature = declared(arrays, group(POSITIONAL, OPTIONS + tail), group(KEYWORD, [("rng", None)]))
-    return _form(signature, read_options, "rng")
-
-
-def backward_form(arrays: list) -> Callable[[Callable], Callable]:
-    """Decorator: FlashAttention's backward signature, ``(*arrays, *OPTIONS)``; the body is
-    called with its arrays and ``opts``, the options read by ``read_backward_options``."""
-    return _form(declared(arrays, group(POSITIONAL, OPTIONS)), read_backward_options)
-
-
-def _form(signature: Callable, reader: Callable, *more: str) -> Callable[[Callable], Callable]:
-    names = (*(name for name, _ in OPTIONS), *more)
-
-    def decorate(body: Callable) -> Callable:
-        def read(**args):
-            opts = reader(**{name: args.pop(name) for name in names})  # args keeps the arrays
-            return body(**args, opts=opts)
-
-        return signature(functools.update_wrapper(read, body))
-
-    return decorate
-
-
 def _window(window_size) -> tuple[int | None, int | None]:
     try:
         left, right = window_size
@@ -214,63 +162,6 @@ def _window(window_size) -> tuple[int | None, int | None]:
             )
         edges.append(None if value == -1 else value)
     return edges[0], edges[1]
-
-
-def real_array(name: str, x, ndims: tuple[int, ...], layout: str) -> np.ndarray:
-    """``x`` as an array of real numbers with one of ``ndims`` axes, or a ShapeError."""
-    try:
-        arr = np.asarray(x)
-    except ValueError:
-        raise ShapeError(f"expected {name} to be a rectangular array") from None
-    if arr.dtype.kind not in "iuf":
-        raise AttnlabError(f"expected {name} to hold real numbers, but got dtype {arr.dtype}")
-    if arr.ndim not in ndims:
-        raise ShapeError(
-            f"expected {name} of shape {layout}, but got {name}.shape={arr.shape} instead"
-        )
-    return arr
-
-
-def array_of_shape(name: str, x, want: tuple[int, ...], what: str = "shape") -> np.ndarray:
-    """``x`` as a real array of exactly the shape ``want`` (dout, softmax_lse), or a ShapeError."""
-    arr = real_array(name, x, (len(want),), f"{want}")
-    if arr.shape != want:
-        raise ShapeError(
-            f"expected {name} of {what} {want}, but got {name}.shape={arr.shape} instead"
-        )
-    return arr
-
-
-def backward_arrays(dout, softmax_lse, out_shape: tuple, lse_shape: tuple):
-    """A backward call's ``dout`` (of out's shape) and ``softmax_lse`` (None: recomputed), checked."""
-    dout = array_of_shape("dout", dout, out_shape, "out's shape")
-    if softmax_lse is None:
-        return dout, None
-    return dout, array_of_shape("softmax_lse", softmax_lse, lse_shape)
-
-
-def unstack(name: str, x, count: int, layout: str, legend: str) -> tuple[np.ndarray, ...]:
-    """The ``count`` arrays a packed qkv or kv stacks on its axis -3, as views.
-
-    FlashAttention stacks q, k, v just before the heads axis in every layout, (..., 3, h, d),
-    so the fixed-length (5 axes) and variable-length (4 axes) forms unpack the same way.
-    ``legend`` is the short shape, e.g. "(B, N, 3, h, d)"; its axis count is the one required.
-    """
-    arr = real_array(name, x, (legend.count(",") + 1,), layout)
-    if arr.shape[-3] != count:
-        raise ShapeError(f"expected {name} of shape {legend}, but got {name}.shape={arr.shape}")
-    return tuple(arr[..., i, :, :] for i in range(count))  # each (..., h, d)
-
-
-def whole_numbers(name: str, x, layout: str) -> np.ndarray:
-    """A 1-D array of integers (cu_seqlens, cache_seqlens, indices), as int64."""
-    arr = np.asarray(x)
-    if arr.ndim != 1 or arr.dtype.kind not in "iu":
-        raise AttnlabError(
-            f"expected {name} to be a 1-D integer array of shape {layout}, but got "
-            f"dtype {arr.dtype} and shape {arr.shape} instead"
-        )
-    return arr.astype(np.int64)
 
 
 def check_heads(q: np.ndarray, k: np.ndarray, v: np.ndarray, slopes, batch: int | None) -> int:

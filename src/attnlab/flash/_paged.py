@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnlab.errors import AttnlabError, ShapeError
-from attnlab.flash._options import real_array
+from attnlab.flash._arrays import real_array
 
 __all__ = ["check_table", "slots"]
 

@@ -9,24 +9,19 @@ sees keys i + M - N - left .. i + M - N + right (causal: right = 0). Rows that s
 output 0 and log-sum-exp -inf. The arithmetic is ``attnlab.attention``'s, dense or blockwise by
 the memory budget; docs/kernels.md ("attnlab.flash") maps every option and what differs.
 
-The signatures are FlashAttention's, each built from the one table ``_options.OPTIONS`` by
-``forward_form`` / ``backward_form`` (``inspect.signature`` and ``help`` show them whole); each
-body receives its arrays and the options already read.
+Each signature is FlashAttention's, written out (its names, order and defaults); the bodies
+share the checks (``_options.read_options``, ``_arrays``) and the computation (``_forward``).
+float16 and bfloat16 are computed in float64 and rounded once into q's dtype at the end.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from attnlab._signature import POSITIONAL, group, required
 from attnlab.errors import ShapeError
-from attnlab.flash import _attend, _options
-from attnlab.flash._options import (
-    backward_arrays,
-    check_heads,
-    real_array,
-    unstack,
-)
+from attnlab.flash import _attend
+from attnlab.flash._arrays import Precision, backward_arrays, one_dtype, real_array, unstack
+from attnlab.flash._options import check_heads, read_backward_options, read_options
 
 __all__ = [
     "flash_attn_backward",
@@ -36,8 +31,21 @@ __all__ = [
 ]
 
 
-@_options.forward_form(required("q", "k", "v"))
-def flash_attn_func(q, k, v, return_attn_probs, opts):
+def flash_attn_func(
+    q,
+    k,
+    v,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+    *,
+    rng=None,
+):
     """FlashAttention 2's ``flash_attn_func``: exact attention for q (B, N, h, d).
 
     Args:
@@ -48,7 +56,8 @@ def flash_attn_func(q, k, v, return_attn_probs, opts):
         causal: query i sees keys up to i + M - N (bottom-right aligned).
         window_size: (left, right); -1 is unbounded. Query i sees keys
             i + M - N - left .. i + M - N + right.
-        softcap: > 0 replaces each scaled score s by softcap·tanh(s/softcap); 0 is off.
+        softcap: > 0 replaces each scaled score s by softcap·tanh(s/softcap); 0 or negative
+            is off.
         alibi_slopes: (h,) or (B, h): adds -slope·|i + M - N - j| to score (i, j).
         deterministic: accepted for compatibility; attnlab is always deterministic.
         return_attn_probs: also return the log-sum-exp and the attention weights.
@@ -57,29 +66,73 @@ def flash_attn_func(q, k, v, return_attn_probs, opts):
     Returns:
         out (B, N, h, d_v); with return_attn_probs, (out, softmax_lse (B, h, N), probs
         (B, h, N, M)): the exact softmax weights, a dropped weight negated (FlashAttention's
-        sign code for its dropout pattern), rows that see no key all 0.
+        sign code for its dropout pattern), rows that see no key all 0. out and probs have
+        q's dtype (float64 for integers); softmax_lse is float32 for float16 and bfloat16.
     """
+    opts = read_options(
+        dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, rng
+    )
     return _forward(q, k, v, opts, return_attn_probs)
 
 
-@_options.forward_form(required("qkv"))
-def flash_attn_qkvpacked_func(qkv, return_attn_probs, opts):
+def flash_attn_qkvpacked_func(
+    qkv,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+    *,
+    rng=None,
+):
     """``flash_attn_func`` on qkv (B, N, 3, h, d): self-attention, q, k and v stacked."""
+    opts = read_options(
+        dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, rng
+    )
     q, k, v = unstack("qkv", qkv, 3, "(batch_size, seqlen, 3, nheads, headdim)", "(B, N, 3, h, d)")
     return _forward(q, k, v, opts, return_attn_probs)
 
 
-@_options.forward_form(required("q", "kv"))
-def flash_attn_kvpacked_func(q, kv, return_attn_probs, opts):
+def flash_attn_kvpacked_func(
+    q,
+    kv,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+    *,
+    rng=None,
+):
     """``flash_attn_func`` on q (B, N, h, d) and kv (B, M, 2, h_k, d): k and v stacked."""
+    opts = read_options(
+        dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, rng
+    )
     k, v = unstack("kv", kv, 2, "(batch_size, seqlen_k, 2, nheads_k, headdim)", "(B, M, 2, h_k, d)")
     return _forward(q, k, v, opts, return_attn_probs)
 
 
-@_options.backward_form(
-    required("dout", "q", "k", "v") + group(POSITIONAL, [("out", None), ("softmax_lse", None)])
-)
-def flash_attn_backward(dout, q, k, v, out, softmax_lse, opts):
+def flash_attn_backward(
+    dout,
+    q,
+    k,
+    v,
+    out=None,
+    softmax_lse=None,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+):
     """The gradients FlashAttention's autograd backward returns for ``flash_attn_func``.
 
     Mirrors FlashAttention's ``_flash_attn_backward`` (without its preallocated dq, dk, dv and
@@ -88,30 +141,35 @@ def flash_attn_backward(dout, q, k, v, out, softmax_lse, opts):
     the query heads it serves. ``out`` is accepted and not needed (attnlab recomputes the
     weights); ``softmax_lse`` (B, h, N), when given, is used instead of recomputing the row
     sums. The options mean what they mean for ``flash_attn_func``; dropout has no backward
-    here (pass dropout_p=0).
+    here (pass dropout_p=0). dout shares q's dtype; the gradients come back in it.
     """
+    opts = read_backward_options(
+        dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic
+    )
     q, k, v = _fixed_arrays(q, k, v, opts)
     b, n, h = q.shape[:3]
     dout, lse = backward_arrays(dout, softmax_lse, (b, n, h, v.shape[-1]), (b, h, n))
+    prec = Precision.of(one_dtype(("q", q), ("dout", dout)))
+    q, k, v, dout = (x.astype(prec.compute, copy=False) for x in (q, k, v, dout))
+    lse = None if lse is None else lse.astype(prec.compute)
     grads = _attend.backward(
         _heads_first(q), _heads_first(k), _heads_first(v), _heads_first(dout), opts, lse=lse
     )
-    return tuple(_seq_first(g) for g in grads)
+    return tuple(
+        prec.rounded(name, _seq_first(g)) for name, g in zip(("dq", "dk", "dv"), grads, strict=True)
+    )
 
 
 def _forward(q, k, v, opts, return_attn_probs: bool):
     """``flash_attn_func`` after its options are read: every forward form ends here."""
     q, k, v = _fixed_arrays(q, k, v, opts)
-    res = _attend.forward(
-        _heads_first(q),
-        _heads_first(k),
-        _heads_first(v),
-        opts,
-        lse=return_attn_probs,
-        probs=return_attn_probs,
-    )
-    out = _seq_first(res.out)  # (B, N, h, d_v)
-    return (out, res.lse, res.probs) if return_attn_probs else out
+    prec = Precision.of(q.dtype)
+    q, k, v = (_heads_first(x).astype(prec.compute, copy=False) for x in (q, k, v))
+    res = _attend.forward(q, k, v, opts, lse=return_attn_probs, probs=return_attn_probs)
+    out = prec.rounded("out", _seq_first(res.out))  # (B, N, h, d_v)
+    if not return_attn_probs:
+        return out
+    return out, prec.rounded("softmax_lse", res.lse, prec.lse), prec.rounded("probs", res.probs)
 
 
 def _fixed_arrays(q, k, v, opts):
@@ -124,6 +182,7 @@ def _fixed_arrays(q, k, v, opts):
             "expected q, k and v to share the batch size and k and v the key count, but got "
             f"q.shape={q.shape}, k.shape={k.shape} and v.shape={v.shape} instead"
         )
+    one_dtype(("q", q), ("k", k), ("v", v))
     check_heads(q, k, v, opts.slopes, q.shape[0])
     return q, k, v
 

@@ -11,15 +11,22 @@ Sequence b attends to its cache rows leftpad_b .. L_b + N_new - 1 (after the new
 written at L_b .. L_b + N_new - 1, in place), M_b = L_b + N_new - leftpad_b keys, with causal
 masks, windows and ALiBi bottom-right aligned on (N, M_b). Rotary turns the new keys at
 positions L_b + s and the queries at L_b + i (causal or windowed) or all at L_b (otherwise).
+
+A refused call leaves the cache as it was: every input is checked (shapes, dtypes, NaN and inf
+in q, the new rows and the live cache rows, the turned keys fitting the cache's dtype) before
+the first row is written, and should the attention itself still fail, the overwritten rows are
+put back before the error goes on.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from attnlab.core._validate import refuse_non_finite
 from attnlab.errors import AttnlabError, ShapeError
 from attnlab.flash import _attend, _paged
-from attnlab.flash._options import check_heads, read_options, real_array, whole_numbers
+from attnlab.flash._arrays import Precision, one_dtype, real_array, scalar_int, whole_numbers
+from attnlab.flash._options import check_heads, read_options
 from attnlab.flash.rotary import apply_rotary
 
 __all__ = ["flash_attn_with_kvcache"]
@@ -51,23 +58,27 @@ def flash_attn_with_kvcache(
     Args:
         q: (B, N, h, d).
         k_cache, v_cache: numpy arrays (B_c, S, h_k, d) and (B_c, S, h_k, d_v), or pages
-            (num_blocks, page, h_k, d) with ``block_table``. Written in place when k is given
-            (a CPU torch tensor works too: numpy shares its memory).
-        k, v: None, or new rows (B, N_new, h_k, d) and (B, N_new, h_k, d_v) of the caches'
-            dtype, written at rows cache_seqlens[b] .. cache_seqlens[b] + N_new - 1.
+            (num_blocks, page, h_k, d) with ``block_table``, of q's dtype. Written in place
+            when k is given (a CPU torch tensor works too, bfloat16 included: its memory is
+            shared); a refused call leaves them as they were.
+        k, v: None, or new rows (B, N_new, h_k, d) and (B, N_new, h_k, d_v) of q's dtype,
+            written at rows cache_seqlens[b] .. cache_seqlens[b] + N_new - 1.
         rotary_cos, rotary_sin: None, or (S_ro, r / 2): turn features 0 .. r - 1 of q and of
             the new k (needs k) by position (see ``attnlab.flash.rotary``).
-        cache_seqlens: None (every cache row: S, or max_blocks·page), an int, or (B,).
+        cache_seqlens: None (every cache row: S, or max_blocks·page), an int (or a 0-d
+            integer array), or (B,).
         cache_batch_idx: (B,): which cache row sequence b uses (not with block_table).
         cache_leftpad: (B,): the first cache row of each sequence (rows before it are unused).
         block_table: (B, max_blocks): sequence b's pages, in order.
-        softmax_scale, causal, window_size, softcap, alibi_slopes: as ``flash_attn_func``.
+        softmax_scale, causal, window_size, softcap, alibi_slopes: as ``flash_attn_func``
+            (softcap 0 or negative is off).
         rotary_interleaved: True pairs features (0, 1), (2, 3), ...; False (0, r/2), ....
         num_splits: accepted for compatibility (attnlab does not split the keys).
         return_softmax_lse: also return the log-sum-exp (B, h, N).
 
     Returns:
-        out (B, N, h, d_v), or (out, softmax_lse (B, h, N)).
+        out (B, N, h, d_v) in q's dtype, or (out, softmax_lse (B, h, N)), the lse in float32
+        for float16 and bfloat16.
     """
     # FlashAttention's kv-cache call has no dropout (0.0, no rng) and no deterministic flag.
     opts = read_options(0.0, softmax_scale, causal, window_size, softcap, alibi_slopes, False, None)
@@ -80,11 +91,19 @@ def flash_attn_with_kvcache(
     c = _Cache.read(
         q, k_cache, v_cache, k, v, cache_seqlens, cache_batch_idx, cache_leftpad, block_table, opts
     )
-    q = c.q  # (B, N, h, d)
+    c.refuse_non_finite()
+    q = c.q.astype(c.precision.compute, copy=False)  # (B, N, h, d)
     if rotary_cos is not None or rotary_sin is not None:
         q = _rotate(q, c, rotary_cos, rotary_sin, rotary_interleaved, opts)
-    c.append()
-    return _attend_cache(q, c, opts, return_softmax_lse)
+    if c.k is not None:  # the rows as the cache will hold them, refused if past its dtype
+        c.k = c.precision.rounded("k", c.k, c.k_cache.dtype)
+        c.v = c.precision.rounded("v", c.v, c.v_cache.dtype)
+    saved = c.append()
+    try:
+        return _attend_cache(q, c, opts, return_softmax_lse)
+    except BaseException:
+        c.restore(saved)  # a refused call leaves the cache as it found it
+        raise
 
 
 def _rotate(q, c: _Cache, cos, sin, interleaved: bool, opts) -> np.ndarray:
@@ -94,16 +113,17 @@ def _rotate(q, c: _Cache, cos, sin, interleaved: bool, opts) -> np.ndarray:
     # Causal or windowed queries stand at L_b + i; otherwise all at L_b, the first new row.
     steps = np.arange(q.shape[1]) if local else np.zeros(q.shape[1], np.int64)
     new = c.seqlens[:, None] + np.arange(c.k.shape[1])  # (B, N_new)
-    c.k = apply_rotary(c.k, cos, sin, new, interleaved)  # (B, N_new, h_k, d)
+    k = c.k.astype(c.precision.compute, copy=False)
+    c.k = apply_rotary(k, cos, sin, new, interleaved)  # (B, N_new, h_k, d)
     return apply_rotary(q, cos, sin, c.seqlens[:, None] + steps, interleaved)  # (B, N, h, d)
 
 
 def _attend_cache(q, c: _Cache, opts, want_lse: bool):
     """Each sequence's queries against its live cache rows: out (B, N, h, d_v)[, lse]."""
     h, d_v = q.shape[2], c.v_cache.shape[-1]
-    dtype = np.result_type(q, c.k_cache, c.v_cache, np.float32)
-    out = np.zeros(q.shape[:3] + (d_v,), dtype)  # (B, N, h, d_v)
-    lse = np.full((q.shape[0], h, q.shape[1]), -np.inf, dtype) if want_lse else None
+    prec = c.precision
+    out = np.zeros(q.shape[:3] + (d_v,), prec.compute)  # (B, N, h, d_v)
+    lse = np.full((q.shape[0], h, q.shape[1]), -np.inf, prec.compute) if want_lse else None
     for b in range(q.shape[0]):
         kb, vb = c.keys(b)  # (h_k, M_b, d), (h_k, M_b, d_v)
         slopes = None if opts.slopes is None or opts.slopes.ndim == 1 else opts.slopes[b]
@@ -111,7 +131,8 @@ def _attend_cache(q, c: _Cache, opts, want_lse: bool):
         out[b] = np.swapaxes(res.out, 0, 1)  # (N, h, d_v)
         if want_lse:
             lse[b] = res.lse  # (h, N)
-    return (out, lse) if want_lse else out
+    out = prec.rounded("out", out)
+    return (out, prec.rounded("softmax_lse", lse, prec.lse)) if want_lse else out
 
 
 class _Cache:
@@ -128,8 +149,9 @@ class _Cache:
             if paged
             else "(batch_size_cache, seqlen_cache, nheads_k, headdim)"
         )
-        self.k_cache = real_array("k_cache", k_cache, (4,), layout)
-        self.v_cache = real_array("v_cache", v_cache, (4,), layout)
+        writes = k is not None or v is not None  # the caches must be their owner's memory
+        self.k_cache = real_array("k_cache", k_cache, (4,), layout, shared=writes)
+        self.v_cache = real_array("v_cache", v_cache, (4,), layout, shared=writes)
         if self.k_cache.shape[:-1] != self.v_cache.shape[:-1]:
             raise ShapeError(
                 "expected k_cache and v_cache to share all but the last axis, but "
@@ -138,6 +160,15 @@ class _Cache:
         self.page = self.k_cache.shape[1] if paged else None
         check_heads(self.q, self.k_cache, self.v_cache, opts.slopes, batch)
         self.k, self.v = self._new_rows(k, v, k_cache, v_cache, batch)
+        self.precision = Precision.of(
+            one_dtype(
+                ("q", self.q),
+                ("k_cache", self.k_cache),
+                ("v_cache", self.v_cache),
+                ("k", self.k),
+                ("v", self.v),
+            )
+        )
         n_new = 0 if self.k is None else self.k.shape[1]
         if paged and batch_idx is not None:
             raise AttnlabError(
@@ -202,11 +233,6 @@ class _Cache:
                     f"expected {name} to be a writeable numpy array, to append the "
                     f"new rows in place, but got {type(cache).__name__}"
                 )
-        if k.dtype != self.k_cache.dtype or v.dtype != self.v_cache.dtype:
-            raise AttnlabError(
-                f"expected k and v of the caches' dtypes ({self.k_cache.dtype}, "
-                f"{self.v_cache.dtype}), but got {k.dtype} and {v.dtype} instead"
-            )
         return k, v
 
     def _batch_rows(self, batch_idx, batch, appending):
@@ -235,8 +261,8 @@ class _Cache:
             if n_new:
                 raise AttnlabError("expected cache_seqlens with k and v: where to append them")
             return np.full(batch, capacity, np.int64)
-        if isinstance(seqlens, int | np.integer) and not isinstance(seqlens, bool):
-            seqlens = np.full(batch, seqlens)
+        if scalar_int(seqlens) is not None:  # one length for every sequence
+            seqlens = np.full(batch, scalar_int(seqlens))
         lens = whole_numbers("cache_seqlens", seqlens, f"({batch},)")
         if lens.shape != (batch,) or (lens < 0).any() or (lens + n_new > capacity).any():
             raise AttnlabError(
@@ -246,20 +272,45 @@ class _Cache:
             )
         return lens
 
-    def append(self) -> None:
-        """Write the new rows into the cache, in place, at rows L_b .. L_b + N_new - 1."""
+    def refuse_non_finite(self) -> None:
+        """NaN or inf in q, the new rows or a sequence's live cache rows, refused by name."""
+        for name, arr in (("q", self.q), ("k", self.k), ("v", self.v)):
+            if arr is not None:
+                refuse_non_finite(name, arr, hint=False)
+        for b in range(self.q.shape[0]):
+            where = self._where(b, self.leftpad[b], self.seqlens[b])
+            for name, cache in (("k_cache", self.k_cache), ("v_cache", self.v_cache)):
+                refuse_non_finite(f"{name}'s live rows of sequence {b}", cache[where], hint=False)
+
+    def append(self) -> list:
+        """Write the new rows into the cache, in place, at rows L_b .. L_b + N_new - 1; return
+        what they overwrote, in writing order, for ``restore``."""
+        saved = []
         if self.k is None:
-            return
+            return saved
         for b in range(self.q.shape[0]):
             where = self._where(b, self.seqlens[b], self.seqlens[b] + self.k.shape[1])
+            saved.append((where, self.k_cache[where].copy(), self.v_cache[where].copy()))
             self.k_cache[where] = self.k[b]  # (N_new, h_k, d)
             self.v_cache[where] = self.v[b]  # (N_new, h_k, d_v)
+        return saved
+
+    def restore(self, saved: list) -> None:
+        """Undo ``append``: the overwritten rows back, last write first (pages may repeat)."""
+        for where, k_rows, v_rows in reversed(saved):
+            self.k_cache[where] = k_rows
+            self.v_cache[where] = v_rows
 
     def keys(self, b: int):
-        """Sequence b's keys and values after the append: (h_k, M_b, d), (h_k, M_b, d_v)."""
+        """Sequence b's keys and values after the append, in the compute dtype: (h_k, M_b, d),
+        (h_k, M_b, d_v)."""
         stop = self.seqlens[b] + (0 if self.k is None else self.k.shape[1])
         where = self._where(b, self.leftpad[b], stop)
-        return np.swapaxes(self.k_cache[where], 0, 1), np.swapaxes(self.v_cache[where], 0, 1)
+        dtype = self.precision.compute
+        return tuple(
+            np.swapaxes(cache[where], 0, 1).astype(dtype, copy=False)
+            for cache in (self.k_cache, self.v_cache)
+        )
 
     def _where(self, b: int, start: int, stop: int):
         if self.table is None:

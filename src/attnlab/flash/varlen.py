@@ -9,23 +9,25 @@ Shape legend (FlashAttention's packed layout; T_q and T_k total rows, B sequence
 Each sequence is its own attention problem, aligned on its own lengths N_b and M_b: causal
 masks, windows and ALiBi distances are bottom-right aligned per sequence, as FlashAttention
 aligns them. attnlab runs the sequences one after another through the same path as
-``flash_attn_func`` (``_attend.forward``).
+``flash_attn_func`` (``_attend.forward``). The signatures are FlashAttention's, written out.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from attnlab._signature import required
 from attnlab.errors import AttnlabError, ShapeError
-from attnlab.flash import _attend, _options, _paged
-from attnlab.flash._options import (
+from attnlab.flash import _attend, _paged
+from attnlab.flash._arrays import (
+    Precision,
     backward_arrays,
-    check_heads,
+    one_dtype,
     real_array,
+    scalar_int,
     unstack,
     whole_numbers,
 )
+from attnlab.flash._options import check_heads, read_backward_options, read_options
 
 __all__ = [
     "flash_attn_varlen_backward",
@@ -35,12 +37,26 @@ __all__ = [
 ]
 
 
-#: The varlen forms' arrays after q, k, v: the boundaries and longest lengths of the sequences.
-_PACKED = ("cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q", "max_seqlen_k")
-
-
-@_options.forward_form(required("q", "k", "v", *_PACKED), extra=(("block_table", None),))
-def flash_attn_varlen_func(q, k, v, return_attn_probs, block_table, opts, **packed):
+def flash_attn_varlen_func(
+    q,
+    k,
+    v,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+    block_table=None,
+    *,
+    rng=None,
+):
     """FlashAttention 2's ``flash_attn_varlen_func``: packed sequences, each attended alone.
 
     Args:
@@ -48,7 +64,8 @@ def flash_attn_varlen_func(q, k, v, return_attn_probs, block_table, opts, **pack
             pages (num_blocks, page, h_k, d), sequence b's keys in the pages block_table[b].
         cu_seqlens_q, cu_seqlens_k: (B + 1,) integers from 0, never decreasing, ending at
             T_q (and T_k without pages): the sequences' boundaries.
-        max_seqlen_q, max_seqlen_k: at least the longest sequence (the probs' padded shape).
+        max_seqlen_q, max_seqlen_k: at least the longest sequence (the probs' padded shape):
+            an int, or a 0-d integer array or tensor.
         The other options are ``flash_attn_func``'s, applied to each sequence on its own
         lengths; alibi_slopes (B, h) gives sequence b the row b. After return_attn_probs
         comes block_table=None, then the keyword-only rng=None.
@@ -57,38 +74,105 @@ def flash_attn_varlen_func(q, k, v, return_attn_probs, block_table, opts, **pack
         out (T_q, h, d_v); with return_attn_probs, (out, softmax_lse (h, T_q),
         probs (B, h, max_seqlen_q, max_seqlen_k)).
     """
-    seqs = _Sequences.read(q, k, v, *_in_order(packed), block_table, opts)
+    opts = read_options(
+        dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, rng
+    )
+    seqs = _Sequences.read(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, block_table, opts
+    )
     return _forward(seqs, opts, return_attn_probs)
 
 
-@_options.forward_form(required("qkv", "cu_seqlens", "max_seqlen"))
-def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, return_attn_probs, opts):
+def flash_attn_varlen_qkvpacked_func(
+    qkv,
+    cu_seqlens,
+    max_seqlen,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+    *,
+    rng=None,
+):
     """``flash_attn_varlen_func`` on qkv (T, 3, h, d): self-attention per packed sequence."""
+    opts = read_options(
+        dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, rng
+    )
     q, k, v = unstack("qkv", qkv, 3, "(total, 3, nheads, headdim)", "(T, 3, h, d)")
     seqs = _Sequences.read(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, None, opts)
     return _forward(seqs, opts, return_attn_probs)
 
 
-@_options.forward_form(required("q", "kv", *_PACKED))
-def flash_attn_varlen_kvpacked_func(q, kv, return_attn_probs, opts, **packed):
+def flash_attn_varlen_kvpacked_func(
+    q,
+    kv,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+    return_attn_probs=False,
+    *,
+    rng=None,
+):
     """``flash_attn_varlen_func`` on q (T_q, h, d) and kv (T_k, 2, h_k, d)."""
+    opts = read_options(
+        dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, rng
+    )
     k, v = unstack("kv", kv, 2, "(total_k, 2, nheads_k, headdim)", "(T_k, 2, h_k, d)")
-    seqs = _Sequences.read(q, k, v, *_in_order(packed), None, opts)
+    seqs = _Sequences.read(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, None, opts
+    )
     return _forward(seqs, opts, return_attn_probs)
 
 
-@_options.backward_form(required("dout", "q", "k", "v", "out", "softmax_lse", *_PACKED))
-def flash_attn_varlen_backward(dout, q, k, v, out, softmax_lse, opts, **packed):
+def flash_attn_varlen_backward(
+    dout,
+    q,
+    k,
+    v,
+    out,
+    softmax_lse,
+    cu_seqlens_q,
+    cu_seqlens_k,
+    max_seqlen_q,
+    max_seqlen_k,
+    dropout_p=0.0,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    alibi_slopes=None,
+    deterministic=False,
+):
     """``flash_attn_backward`` for ``flash_attn_varlen_func``: packed (dq, dk, dv).
 
     dout (T_q, h, d_v); out and softmax_lse (h, T_q) may be None (the row sums are then
-    recomputed). Returns dq (T_q, h, d), dk (T_k, h_k, d), dv (T_k, h_k, d_v).
+    recomputed). Returns dq (T_q, h, d), dk (T_k, h_k, d), dv (T_k, h_k, d_v), in q's dtype.
     """
-    seqs = _Sequences.read(q, k, v, *_in_order(packed), None, opts)
+    opts = read_backward_options(
+        dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic
+    )
+    seqs = _Sequences.read(
+        q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, None, opts
+    )
     t_q, h = seqs.q.shape[:2]
     dout, lse = backward_arrays(dout, softmax_lse, (t_q, h, seqs.v.shape[-1]), (h, t_q))
-    dtype = np.result_type(seqs.q, seqs.k, seqs.v, dout, np.float32)
-    grads = [np.zeros(a.shape, dtype) for a in (seqs.q, seqs.k, seqs.v)]
+    prec = seqs.precision
+    one_dtype(("q", seqs.q), ("dout", dout))
+    dout = dout.astype(prec.compute, copy=False)
+    lse = None if lse is None else lse.astype(prec.compute)
+    grads = [np.zeros(a.shape, prec.compute) for a in (seqs.q, seqs.k, seqs.v)]
     for b in range(seqs.batch):
         qb, kb, vb = seqs.problem(b)
         rows_q = slice(seqs.cu_q[b], seqs.cu_q[b + 1])
@@ -98,13 +182,13 @@ def flash_attn_varlen_backward(dout, q, k, v, out, softmax_lse, opts, **packed):
         dq, dk, dv = _attend.backward(qb, kb, vb, gb, opts, lse=lb, slopes=seqs.slopes(b))
         for grad, part, rows in zip(grads, (dq, dk, dv), (rows_q, rows_k, rows_k), strict=True):
             grad[rows] = np.swapaxes(part, 0, 1)  # (rows_b, heads, width)
-    return tuple(grads)
+    return tuple(prec.rounded(n, g) for n, g in zip(("dq", "dk", "dv"), grads, strict=True))
 
 
 def _forward(seqs: _Sequences, opts, return_attn_probs: bool):
     """``flash_attn_varlen_func`` once its arguments are read: every forward form ends here."""
     h, d_v = seqs.q.shape[1], seqs.v.shape[-1]
-    dtype = np.result_type(seqs.q, seqs.k, seqs.v, np.float32)
+    prec, dtype = seqs.precision, seqs.precision.compute
     out = np.zeros((seqs.q.shape[0], h, d_v), dtype)  # (T_q, h, d_v)
     lse = np.full((h, seqs.q.shape[0]), -np.inf, dtype) if return_attn_probs else None
     probs = np.zeros((seqs.batch, h, seqs.max_q, seqs.max_k), dtype) if return_attn_probs else None
@@ -118,11 +202,10 @@ def _forward(seqs: _Sequences, opts, return_attn_probs: bool):
         if return_attn_probs:
             lse[:, rows] = res.lse  # (h, N_b)
             probs[b, :, : qb.shape[1], : kb.shape[1]] = res.probs
-    return (out, lse, probs) if return_attn_probs else out
-
-
-def _in_order(packed: dict) -> list:
-    return [packed[name] for name in _PACKED]
+    out = prec.rounded("out", out)
+    if not return_attn_probs:
+        return out
+    return out, prec.rounded("softmax_lse", lse, prec.lse), prec.rounded("probs", probs)
 
 
 class _Sequences:
@@ -161,6 +244,7 @@ class _Sequences:
                 block_table, self.batch, self.k.shape[0], self.k.shape[1], np.diff(self.cu_k)
             )
         check_heads(self.q, self.k, self.v, opts.slopes, self.batch)
+        self.precision = Precision.of(one_dtype(("q", self.q), ("k", self.k), ("v", self.v)))
         self._slopes = opts.slopes
         return self
 
@@ -174,7 +258,8 @@ class _Sequences:
         else:
             where = _paged.slots(self.table[b], self.k.shape[1], 0, length)
             kb, vb = self.k[where], self.v[where]  # (M_b, h_k, d)
-        return tuple(np.swapaxes(x, 0, 1) for x in (qb, kb, vb))
+        dtype = self.precision.compute
+        return tuple(np.swapaxes(x, 0, 1).astype(dtype, copy=False) for x in (qb, kb, vb))
 
     def slopes(self, b: int):
         """Sequence b's ALiBi slopes (h,), or None."""
@@ -199,9 +284,10 @@ def _boundaries(name: str, cu, total: int | None) -> np.ndarray:
 
 def _max_len(name: str, value, lengths: np.ndarray) -> int:
     longest = int(lengths.max())
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < longest:
+    got = scalar_int(value)  # an int, or a 0-d integer array or tensor
+    if got is None or got < longest:
         raise AttnlabError(
             f"expected {name} to be an integer at least the longest sequence "
             f"({longest}), but got {value!r} instead"
         )
-    return int(value)
+    return got

@@ -25,8 +25,10 @@ from it.
     ablate-heads the shipped induction model with each head and each layer knocked out:
                  accuracy and loss per position of the repeat (``ablation``)
 
-In Jupyter every result displays as an HTML table with its summary and its plot, plotly.js
-inline once per kernel (``_display``); ``reset_display()`` makes the next display carry it again.
+In Jupyter every result displays as an HTML table with its summary, then its plot as Plotly's
+notebook mimetype (the figure's JSON; the frontend draws it). Its ``_repr_html_`` (an HTML page)
+carries plotly.js inline once per process (``_display``); ``reset_display()`` makes the next
+one carry it again.
 
 >>> from attnlab.labs import LABS
 >>> sorted(LABS)

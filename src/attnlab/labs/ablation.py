@@ -176,7 +176,7 @@ SPEC = LabSpec(
     run=ablate_heads,
     params=(
         Param("fresh", "Fresh sequences of the induction task to measure on.", low=1,
-              high=20_000, web_high=100, web_default=100, budget=True),
+              high=20_000, web_high=80, web_default=80, budget=True),
         SEED,
         Param("ablation", "zero: the head's output rows zeroed; mean: replaced by its mean "
               "output.", choices=("zero", "mean")),

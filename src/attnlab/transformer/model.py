@@ -17,6 +17,7 @@ central finite differences and with torch autograd on the same weights.
 
 from __future__ import annotations
 
+import inspect
 import json
 from dataclasses import dataclass
 
@@ -25,6 +26,7 @@ import numpy as np
 from attnlab import logsumexp, masks
 from attnlab.errors import AttnlabError, ShapeError
 from attnlab.positions import sinusoidal
+from attnlab.transformer import _files
 from attnlab.transformer._ablation import heads_off
 from attnlab.transformer._blocks import attend, attend_backward, mlp, mlp_backward
 from attnlab.transformer._config import check_config, dtype_of, initial_params, shapes
@@ -32,7 +34,7 @@ from attnlab.transformer._ops import cross_entropy, layer_norm, layer_norm_backw
 
 __all__ = ["AttentionCall", "TinyTransformer"]
 
-_CONFIG_KEY = "config"  # the npz entry holding the configuration as JSON
+_CONFIG_KEY = _files.CONFIG_KEY  # the npz entry holding the configuration as JSON
 
 
 @dataclass(frozen=True)
@@ -97,7 +99,11 @@ class TinyTransformer:
     # -- input checks ---------------------------------------------------------------------------
 
     def _tokens(self, tokens, name: str = "tokens") -> np.ndarray:
-        array = np.asarray(tokens)
+        try:
+            array = np.asarray(tokens)
+        except ValueError:  # ragged rows
+            raise ShapeError(f"expected {name} of shape (B, N), rows of one length, but got "
+                             "rows of different lengths") from None  # fmt: skip
         if array.dtype.kind not in "iu" and array.size:
             raise AttnlabError(f"expected {name} to be integers, but got dtype {array.dtype}")
         if array.ndim != 2 or not array.shape[0] or not array.shape[1]:
@@ -258,26 +264,34 @@ class TinyTransformer:
 
     def save(self, path, extra: dict[str, np.ndarray] | None = None) -> None:
         """Write the configuration and every parameter to an .npz file (and ``extra`` arrays,
-        under names of their own, which ``load`` ignores)."""
-        np.savez(path, **{_CONFIG_KEY: np.array(json.dumps(self.config))}, **self.params,
-                 **(extra or {}))  # fmt: skip
+        under names of their own, which ``load`` ignores), atomically (``_files.write``)."""
+        entries = {_CONFIG_KEY: np.array(json.dumps(self.config))} | self.params | (extra or {})
+        try:
+            _files.write(path, entries)
+        except OSError as exc:
+            raise AttnlabError(f"cannot write the model to {_files.shown(path)} "
+                               f"({exc.strerror or exc})") from None  # fmt: skip
 
     @classmethod
     def load(cls, path) -> TinyTransformer:
-        """A model from a file ``save`` wrote: the same configuration and the same numbers."""
-        with np.load(path, allow_pickle=False) as data:
-            if _CONFIG_KEY not in data:
-                raise AttnlabError(f"expected a '{_CONFIG_KEY}' entry in {path}, but found "
-                                   f"only {sorted(data.files)}")  # fmt: skip
-            return cls.from_arrays(json.loads(str(data[_CONFIG_KEY])), dict(data.items()))
+        """A model from a file ``save`` wrote: the same configuration and the same numbers.
+        A file that is not one is an AttnlabError naming it and what is wrong."""
+
+        def names(config: dict):
+            return shapes(check_config(**config))  # refuses a config too big before reading
+
+        config, arrays = _files.read(path, inspect.signature(cls.__init__), names)
+        return cls.from_arrays(config, arrays, where=_files.shown(path))
 
     @classmethod
-    def from_arrays(cls, config: dict, arrays: dict) -> TinyTransformer:
-        """A model of ``config`` holding ``arrays`` (name -> array; other names are ignored)."""
+    def from_arrays(cls, config: dict, arrays: dict, where: str = "arrays") -> TinyTransformer:
+        """A model of ``config`` holding ``arrays`` (name -> array; other names are ignored),
+        each a real float array of its parameter's shape, finite in the model's dtype."""
         model = cls(**config)
+        dtype = dtype_of(model.config)
         for name, shape in shapes(model.config).items():
             if name not in arrays or np.shape(arrays[name]) != shape:
                 got = np.shape(arrays[name]) if name in arrays else "nothing"
                 raise ShapeError(f"expected parameter {name} of shape {shape}, but got {got}")
-            model.params[name][...] = arrays[name]
+            model.params[name][...] = _files.checked_weight(name, arrays[name], dtype, where)
         return model

@@ -23,12 +23,10 @@ import dataclasses
 
 import numpy as np
 
-from attnlab._signature import KEYWORD, POSITIONAL, declared, group
 from attnlab.errors import AttnlabError
 from attnlab.verifier._baseline import baseline
-from attnlab.verifier._case import ARRAY_NAMES, Case, CaseError, make_case
+from attnlab.verifier._case import Case, CaseError, make_case
 from attnlab.verifier._cluster import cluster_answers
-from attnlab.verifier._dropout import DROPOUT_NAMES
 from attnlab.verifier._dropout_stats import dropout_variance, statistical
 from attnlab.verifier._hint import OTHER, layout_hint, reinterpreted, transposed_hint
 from attnlab.verifier._judging import (
@@ -38,9 +36,8 @@ from attnlab.verifier._judging import (
     make_report,
     verdicts,
 )
-from attnlab.verifier._kvcache import KV_NAMES, is_kvcache, verify_kvcache
+from attnlab.verifier._kvcache import is_kvcache, verify_kvcache
 from attnlab.verifier._load import read_case_file
-from attnlab.verifier._options import OPTION_NAMES, Options
 from attnlab.verifier._repeat import repeat_check
 from attnlab.verifier._report import VerifyReport
 from attnlab.verifier._truth import truth
@@ -48,25 +45,46 @@ from attnlab.verifier._truth import truth
 __all__ = ["DEFAULT_MEMORY_BUDGET", "verify", "verify_case", "verify_file"]
 
 
-def _option_defaults() -> list[tuple[str, object]]:
-    """Each case option with its default: ``Options``' own, None for the varlen boundaries."""
-    given = {f.name: f.default for f in dataclasses.fields(Options)}
-    return [(name, given.get(name)) for name in OPTION_NAMES]
-
-
-#: verify's signature, built from the case's own names (attnlab._signature): one optional
-#: argument per array a case holds, then the layout, the options and how strictly to judge.
-_ARRAYS = group(POSITIONAL, [(name, None) for name in ARRAY_NAMES])
-_OPTIONS = group(KEYWORD, [("layout", "bshd"), *_option_defaults()])
-_KVCACHE = group(KEYWORD, [(name, None) for name in DROPOUT_NAMES + KV_NAMES])
-_JUDGING = group(
-    KEYWORD,
-    [("factor", 2.0), ("atol", None), ("memory_budget", None), ("repeat", None), ("client", None)],
-)
-
-
-@declared(_ARRAYS, _OPTIONS, _KVCACHE, _JUDGING, returns="VerifyReport")
-def verify(layout, factor, atol, memory_budget, repeat, client, **entries) -> VerifyReport:
+def verify(
+    q=None,
+    k=None,
+    v=None,
+    out=None,
+    lse=None,
+    do=None,
+    dq=None,
+    dk=None,
+    dv=None,
+    *,
+    layout="bshd",
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    softmax_scale=None,
+    alibi_slopes=None,
+    sinks=None,
+    cu_seqlens_q=None,
+    cu_seqlens_k=None,
+    dropout_p=None,
+    dropout_mask=None,
+    S_dmask=None,
+    k_cache=None,
+    v_cache=None,
+    cache_seqlens=None,
+    block_table=None,
+    rotary_cos=None,
+    rotary_sin=None,
+    rotary_interleaved=None,
+    cache_batch_idx=None,
+    cache_leftpad=None,
+    k_cache_out=None,
+    v_cache_out=None,
+    factor=2.0,
+    atol=None,
+    memory_budget=None,
+    repeat=None,
+    client=None,
+) -> VerifyReport:
     """Judge a kernel's output (and gradients) against attnlab's exact answer.
 
     Args:
@@ -103,6 +121,19 @@ def verify(layout, factor, atol, memory_budget, repeat, client, **entries) -> Ve
     Raises:
         CaseError (an AttnlabError) naming the array or option when the case is malformed.
     """
+    # One entry per array and option a case holds, in the case's order (ARRAY_NAMES,
+    # OPTION_NAMES, DROPOUT_NAMES, KV_NAMES): tests/test_public_signatures.py holds them equal.
+    entries = {
+        "q": q, "k": k, "v": v, "out": out, "lse": lse, "do": do, "dq": dq, "dk": dk, "dv": dv,
+        "causal": causal, "window_size": window_size, "softcap": softcap,
+        "softmax_scale": softmax_scale, "alibi_slopes": alibi_slopes, "sinks": sinks,
+        "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k,
+        "dropout_p": dropout_p, "dropout_mask": dropout_mask, "S_dmask": S_dmask,
+        "k_cache": k_cache, "v_cache": v_cache, "cache_seqlens": cache_seqlens,
+        "block_table": block_table, "rotary_cos": rotary_cos, "rotary_sin": rotary_sin,
+        "rotary_interleaved": rotary_interleaved, "cache_batch_idx": cache_batch_idx,
+        "cache_leftpad": cache_leftpad, "k_cache_out": k_cache_out, "v_cache_out": v_cache_out,
+    }  # fmt: skip
     judging = {"factor": factor, "atol": atol, "memory_budget": memory_budget}
     return _judged(entries, layout, repeat, client=_checked_client(client), **judging)
 

@@ -113,8 +113,15 @@ def baseline(
             on_threads(heads, parts, threads)
     if not stored:
         return {name: plain[name].astype(np.float64) for name in want}
+    return {name: _stored(plain[name], a[name].dtype) for name in want}
+
+
+def _stored(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """float64 ``x`` as rounded to the dtype its tensor is stored in."""
+    if x.dtype == np.float32 and dtype.itemsize == 2:  # float16, bfloat16: on the bits
+        return round_in_place(x, dtype).astype(np.float64)
     with np.errstate(over="ignore"):
-        return {name: plain[name].astype(a[name].dtype).astype(np.float64) for name in want}
+        return x.astype(dtype).astype(np.float64)
 
 
 def _heads_of(opt, h0: int, h1: int):

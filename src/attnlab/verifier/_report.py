@@ -65,6 +65,7 @@ class TensorVerdict:
     baseline_dtype: str  # the dtype the plain answer was computed in
     nonfinite: int  # kernel entries that are NaN or inf where the exact answer is finite
     heat: np.ndarray = field(repr=False, compare=False)  # (heads, rows): max error per row
+    rows_cu: np.ndarray | None = field(default=None, repr=False, compare=False)  # (B + 1,)
 
     @property
     def tolerance(self) -> float:
@@ -180,6 +181,7 @@ def judge(
         baseline_dtype=np.dtype(baseline_dtype or case.dtype).name,
         nonfinite=int((~np.isfinite(kernel) & finite).sum()),
         heat=heat,
+        rows_cu=case.cu_k if name in _KEY_ROWS else case.cu_q,  # its rows' sequences
     )
 
 

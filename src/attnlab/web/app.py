@@ -39,6 +39,7 @@ from attnlab.web import (
     runs,
     schema,
     teach,
+    trained,
 )
 
 __all__ = ["MAX_BODY_BYTES", "create_app"]
@@ -120,6 +121,7 @@ def create_app(hosts: Iterable[str] = ()) -> FastAPI:
     app.include_router(teach.router)
     app.include_router(learned.router)
     runs.install(app)  # training runs as jobs, with the app's own queue
+    app.include_router(trained.router)  # a run's trained heads; heads knocked out
 
     @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
     async def index(request: Request) -> Response:

@@ -10,6 +10,9 @@
         weights  (layers, heads, N, N) of this sequence, rounded to 4 decimals
         checkpoint   optional index into ``checkpoints`` (the training steps of the snapshots
                  kept while the model trained, the trained model last): the weights then
+        predictions  each position's most likely next token by that checkpoint's own weights;
+                 null (with ``predictions_note``) for a snapshot that kept no output layer of
+                 its own, rather than a mix of its attention and the trained model's output
     GET /api/learned/head      one head's attention for one query, as the stepper takes it:
         the same sequence and checkpoint arguments, and ``layer``, ``head``, ``query`` (a
         position of the sequence); answers q (1, d_k), k and v (query + 1, d_k) (the keys the
@@ -67,6 +70,16 @@ def _heads(index: int = -1) -> list[dict]:
                           "induction_score": round(r.induction_score, 3)} for r in rows]  # fmt: skip
 
 
+@cache
+def _own_output(index: int) -> bool:
+    """Whether checkpoint ``index`` has an output layer of its own. A snapshot that kept only
+    the attention weights borrows the trained model's unembedding, bit for bit; its predictions
+    would mix two steps of training, so the page is not given any."""
+    if index == len(_models()) - 1:
+        return True
+    return not np.array_equal(_model(index).params["unembed"], _model(-1).params["unembed"])
+
+
 # Ids in ASCII digits only (``str.isdigit`` passes "²" and "①", which ``int`` refuses, and
 # ``int`` reads full-width and Arabic-Indic digits), one comma or a run of spaces between two.
 _TOKENS = re.compile(r"\s*[0-9]+(?:(?:\s*,\s*|\s+)[0-9]+)*\s*", re.ASCII)
@@ -114,7 +127,13 @@ def learned(tokens: Tokens = None, seed: Seed = 0, checkpoint: Checkpoint = None
         "config": model.config,
         "tokens": ids,
         "repeat": repeat,
-        "predictions": model.predict(batch)[0].tolist(),
+        "predictions": model.predict(batch)[0].tolist() if _own_output(index) else None,
+        "predictions_note": None
+        if _own_output(index)
+        else (
+            "this snapshot kept only the attention weights, not an output layer of its own, "
+            "so it makes no predictions here"
+        ),
         "heads": _heads(index),
         "checkpoints": [step for step, _ in _models()],
         "checkpoint": index,

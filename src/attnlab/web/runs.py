@@ -7,7 +7,6 @@
     DELETE /api/runs/{id}     cancels: a queued run leaves the queue, a running one stops at its
                               next training step (well under a second) and is answered
                               "cancelled" at once
-    GET    /api/runs          every run this server kept, newest first, without losses or result
 
 NAME is one of the training labs (``TRAINING``). Its parameters are checked against the lab's
 spec with the CLI's bounds (a run may go past the explorer's request bounds: that is what it is
@@ -139,10 +138,10 @@ class Runs:
             place = next((i for i, r in enumerate(self._waiting, 1) if r is run), None)
             return run, place
 
-    def all(self) -> list[tuple[Run, int | None]]:
+    def all(self) -> list[Run]:
+        """The runs kept, newest first."""
         with self._lock:
-            ids = list(self._runs)
-        return [found for i in reversed(ids) if (found := self.get(i)) is not None]
+            return list(reversed(self._runs.values()))
 
     def cancel(self, run_id: str) -> Run | None:
         with self._lock:
@@ -297,7 +296,11 @@ def _missing(run_id: str) -> JSONResponse:
                            "type": "not_found"}], status=404)  # fmt: skip
 
 
-@router.post("/runs", status_code=202, summary="Start a training run")
+_NOT_KEPT = {404: {"description": "No run of that id: never made here, or forgotten."}}
+_QUEUE_FULL = {429: {"description": "The runs' queue is full; retry after Retry-After seconds."}}
+
+
+@router.post("/runs", status_code=202, summary="Start a training run", responses=_QUEUE_FULL)
 def start_run(body: RunRequest, request: Request):
     """Queue a training lab; answers 202 with the run's id, 429 with Retry-After when full."""
     params, seconds = checked_params(body.lab, body.params)
@@ -314,14 +317,11 @@ def start_run(body: RunRequest, request: Request):
                         headers={"Location": f"/api/runs/{run.id}"})  # fmt: skip
 
 
-@router.get("/runs", summary="Every run this server kept")
-def list_runs(request: Request) -> list[dict]:
-    return [run.view(place, full=False) for run, place in runs_of(request).all()]
-
-
-@router.get("/runs/{run_id}", summary="A run's state, loss per step and result")
+@router.get("/runs/{run_id}", summary="A run's state, loss per step and result",
+            responses=_NOT_KEPT)  # fmt: skip
 def get_run(run_id: RunId, request: Request,
             since: Annotated[int, Query(ge=0, le=10**7)] = 0):  # fmt: skip
+    """The run's state, its losses from step ``since`` on, and its result once done."""
     found = runs_of(request).get(run_id)
     if found is None:
         return _missing(run_id)
@@ -329,12 +329,19 @@ def get_run(run_id: RunId, request: Request,
     return run.view(place, since=since)
 
 
-@router.delete("/runs/{run_id}", summary="Cancel a run")
+@router.delete("/runs/{run_id}", summary="Cancel a run", responses=_NOT_KEPT)
 def cancel_run(run_id: RunId, request: Request):
+    """A queued run leaves the queue; a running one stops at its next training step."""
     run = runs_of(request).cancel(run_id)
-    if run is None:
-        return _missing(run_id)
-    return run.view(None, full=False)
+    return _missing(run_id) if run is None else run.view(None, full=False)
+
+
+@router.api_route("/runs/{run_id}", methods=["OPTIONS", "PATCH", "POST", "PUT"],
+                  include_in_schema=False)  # fmt: skip
+def other_methods(run_id: str):
+    # Two routes share the path; left alone, a 405 would list only the first one's method.
+    error = {"field": "request", "loc": [], "msg": "Method Not Allowed", "type": "http_405"}
+    return unprocessable([error], status=405, headers={"Allow": "GET, DELETE"})
 
 
 def install(app) -> None:

@@ -73,6 +73,8 @@ const trim = (text) => {
   return t === "-0" ? "0" : t;
 };
 
+export const digitsShown = () => shown;
+
 // The page's digits from now on: d if it is one of the choices offered, else the first of them.
 export function setDigits(d, choices) {
   shown = choices.includes(d) ? d : choices[0];

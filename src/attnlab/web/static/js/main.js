@@ -26,6 +26,8 @@ const sections = {
   permutation: () => import("./permutation.js"),
   multihead: () => import("./multihead.js"),
   labs: () => import("./labs.js"),
+  runs: () => import("./runs.js"), // training on the page, as jobs
+  knockout: () => import("./knockout.js"), // the learned view's heads knocked out
   exercises: () => import("./exercises.js"),
 };
 
