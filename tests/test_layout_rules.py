@@ -82,7 +82,7 @@ def _texts(*folders: str):
 
 def test_no_issue_number_in_the_source_or_test_names():
     bad = [str(p.relative_to(ROOT)) for p, text in _texts("src") if ISSUE.search(text)]
-    bad += [p.name for p in (ROOT / "tests").glob("*.py") if re.search(r"issue_?\d", p.name)]
+    bad += [p.name for p in (ROOT / "tests").rglob("*.py") if re.search(r"issue_?\d", p.name)]
     assert not bad
 
 

@@ -14,8 +14,8 @@ The equation, with every variant attnlab computes:
     P = exp(Z − lse),  O = P v             a row with no allowed key: P = 0, O = 0, lse = -inf
 
 No bands, tiles, threads, plans or compiled passes: every fast path in ``attnlab.kernels`` is
-tested against this module (tests/test_kernels_property.py), and this module against torch
-autograd (tests/test_reference_oracle.py). It checks nothing either: the dispatchers validate.
+tested against this module (tests/kernels/test_kernels_property.py), and this module against torch
+autograd (tests/api/test_reference_oracle.py). It checks nothing either: the dispatchers validate.
 The arithmetic runs in the inputs' float dtype (float64 for integers), so float64 inputs give
 the exact answer and float32 inputs a plain float32 attention to judge a kernel's error by.
 """

@@ -11,7 +11,7 @@ problem: validation in several passes, the mask rendered afresh, the overflow bo
 contexts, the dispatcher's options. At (1, 1, 4, 2) that was about 110 µs a call where the
 arithmetic takes a few. This module answers the common calls from the same numpy operations in
 the same order as ``kernels/dense.py`` and ``kernels/dense_backward.py`` (so the same bits, which
-tests/test_small.py checks), with:
+tests/kernels/test_small.py checks), with:
 
 - what the call's shapes, mask and scale decide worked out once and kept
   (``kernels/_small_plan.py``);

@@ -16,7 +16,7 @@ stay in cache:
     |x| > 65504   past float16's largest finite value (65520 and up round there): +-inf
     inf, NaN      kept (a default NaN's payload survives the clearing)
 
-tests/test_verify_rounding.py checks every float32 bit pattern's neighbourhood that matters
+tests/verifier/test_verify_rounding.py checks every float32 bit pattern's neighbourhood that matters
 (ties, subnormals, the overflow edge, specials) and random tables against the casts.
 """
 
