@@ -138,6 +138,7 @@ TRAINING_SMALL = {
         "vocab_size": 8,
         "fresh": 8,
     },
+    "ablate-heads": {"fresh": 8},
 }
 
 # Every lab at sizes that run in well under a second, keyword arguments of its function (the web

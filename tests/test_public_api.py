@@ -36,7 +36,19 @@ DESIGN_NAMES = {
 # attention_backward (added in the second round) and verify (judges a kernel's output).
 EXTRA_NAMES = {"logsumexp", "__version__", "attention_backward", "verify"}
 LAZY = {"labs", "exercises"}
-HEAVY = ["torch", "typer", "rich", "click", "fastapi", "uvicorn", "pydantic", "plotly"]
+HEAVY = [
+    "torch",
+    "typer",
+    "rich",
+    "click",
+    "fastapi",
+    "uvicorn",
+    "pydantic",
+    "plotly",
+    "tokenizers",
+    "safetensors",
+    "attnlab.models",
+]
 SUBMODULE_NAMES = {
     "masks": {"Causal", "Padding", "SlidingWindow", "Dense", "ALiBi"},
     "positions": {"sinusoidal"},
@@ -48,6 +60,8 @@ SUBMODULE_NAMES = {
 LAZY_NAMES = {
     "labs": {"variance_scaling", "saturation", "permutation", "proof", "gradient"},
     "exercises": {"check"},
+    # Real Hugging Face checkpoints: lazy, since safetensors and tokenizers load with it.
+    "models": {"load", "Model", "ModelRun", "head_scores", "FAMILIES"},
 }
 
 
@@ -138,6 +152,12 @@ def test_signatures_of_design_md():
     assert callable(al.MultiHeadAttention.from_torch)
     assert [p[0] for p in _params(al.positions.sinusoidal)][:2] == ["n", "d_model"]
     assert [p[0] for p in _params(al.cost.mha_flops)][:2] == ["n", "d_model"]
+    _starts_with(al.models.load, [("path", POS, EMPTY), ("dtype", KW, "float32")])
+    _starts_with(
+        al.models.ModelRun.trace,
+        [("self", POS, EMPTY), ("layer", POS, EMPTY), ("head", POS, EMPTY),
+         ("query", POS, EMPTY), ("batch", POS, 0)],
+    )  # fmt: skip
     assert [p[0] for p in _params(al.cost.crossover_length)] == ["d_model"]
 
 

@@ -137,6 +137,8 @@ def test_multi_head_attention_and_its_class_take_attentions_run_options():
 def test_verify_takes_the_cases_arrays_and_options_in_the_cases_order():
     from attnlab.verifier import verify
     from attnlab.verifier._case import ARRAY_NAMES
+    from attnlab.verifier._dropout import DROPOUT_NAMES
+    from attnlab.verifier._kvcache import KV_NAMES
     from attnlab.verifier._options import OPTION_NAMES, Options
 
     given = {f.name: f.default for f in dataclasses.fields(Options)}
@@ -148,17 +150,22 @@ def test_verify_takes_the_cases_arrays_and_options_in_the_cases_order():
     assert str(inspect.signature(verify)) == (
         "(q=None, k=None, v=None, out=None, lse=None, do=None, dq=None, dk=None, dv=None, *, "
         "layout='bshd', causal=False, window_size=(-1, -1), softcap=0.0, softmax_scale=None, "
-        "alibi_slopes=None, sinks=None, cu_seqlens_q=None, cu_seqlens_k=None, factor=2.0, "
-        "atol=None, memory_budget=None) -> 'VerifyReport'"
+        "alibi_slopes=None, sinks=None, cu_seqlens_q=None, cu_seqlens_k=None, "
+        + "".join(f"{name}=None, " for name in DROPOUT_NAMES + KV_NAMES)
+        + "factor=2.0, atol=None, memory_budget=None, repeat=None, client=None) "
+        "-> 'VerifyReport'"
     )
-    with pytest.raises(TypeError, match="unexpected keyword argument 'dropout_p'"):
-        verify(dropout_p=0.1)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'dropout'"):
+        verify(dropout=0.1)
 
 
 def test_verify_and_flash_share_flashattentions_defaults():
     from attnlab.verifier import verify
 
     flash_defaults = dict(FLASH_OPTIONS)
-    common = [(n, d) for n, d, _ in shared(verify, flash_defaults)]
-    assert len(common) == 5  # softmax_scale, causal, window_size, softcap, alibi_slopes
-    assert all(flash_defaults[n] == d for n, d in common)
+    common = dict((n, d) for n, d, _ in shared(verify, flash_defaults))
+    # dropout_p is a case entry in verify: None says the dumped case holds no dropout (0.0 is
+    # taken too, and judged the same), so its default differs from flash's 0.0 on purpose.
+    assert common.pop("dropout_p") is None and flash_defaults["dropout_p"] == 0.0
+    assert sorted(common) == ["alibi_slopes", "causal", "softcap", "softmax_scale", "window_size"]
+    assert all(flash_defaults[n] == d for n, d in common.items())

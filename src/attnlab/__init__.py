@@ -57,7 +57,7 @@ __all__ = [
     "verify",
 ]
 
-_LAZY = {"labs", "exercises", "figures", "bench", "notebook", "distributed"}
+_LAZY = {"labs", "exercises", "figures", "bench", "notebook", "distributed", "models"}
 
 
 def __getattr__(name: str):

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
+from attnlab.bench._orphan import command
 from attnlab.errors import AttnlabError
 
 METHODS = ("dense", "blockwise", "torch", "textbook")
@@ -287,14 +288,15 @@ def measure_isolated(cfg: Config, timeout_s: float = 900.0) -> Result:
 def run_isolated(
     module: str, job: dict, timeout_s: float = 900.0
 ) -> tuple[dict | None, str | None]:
-    """Run ``python -m module JSON(job)`` in a fresh process, this attnlab first on its path:
+    """Run ``module`` as ``__main__`` with JSON(job) in a fresh process (``_orphan.command``:
+    it exits when this process dies), this attnlab first on its path:
     (the JSON object its last line of output printed, None), or (None, what went wrong)."""
     src = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env = dict(os.environ)
     env["PYTHONPATH"] = src + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", module, json.dumps(job)],
+            command(module, json.dumps(job)),  # a child that exits with this process
             capture_output=True,
             text=True,
             env=env,

@@ -190,6 +190,77 @@ def labs_command(
     _present(run, f"Lab wall time, median of {repeats}", as_json, as_csv, None)
 
 
+@bench_app.command("verify")
+@friendly_errors
+def verify_command(
+    n: Annotated[int, typer.Option("--n", min=16, max=65536, help="N = M.")] = 4096,
+    heads: Heads = 8,
+    d: Width = 128,
+    dtype: Annotated[str, typer.Option(help="The kernel's dtype: float16 or float32.")] = "float16",
+    causal: Annotated[bool, typer.Option(help="A causal case.")] = True,
+    backward: Annotated[bool, typer.Option(help="Judge dq, dk, dv too.")] = True,
+    repeats: Annotated[int, typer.Option(min=1, max=20, help="Timed calls per side.")] = 1,
+    torch: Annotated[bool, typer.Option(help="Time torch's float64 SDPA beside it.")] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Time `attnlab verify` on one case beside torch's float64 SDPA forward and backward."""
+    from attnlab.bench import verify_cost
+
+    if dtype not in ("float16", "float32"):
+        raise fail(f"--dtype: expected float16 or float32, but got {dtype[:40]!r} instead")
+    result = verify_cost(n, heads, d, dtype, causal, backward, repeats, torch)
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+        return
+    c = result["case"]
+    console.print(
+        f"verify cost: B=1 N={c['N']} h={c['h']} d={c['d']} {c['dtype']}"
+        f"{' causal' if c['causal'] else ''}{', forward and backward' if c['backward'] else ''}",
+        highlight=False,
+    )
+    for side in ("attnlab", "torch"):
+        r = result.get(side)
+        if r is None:
+            continue
+        said = r.get("error") or f"{r['seconds']:.2f} s, peak resident {r['peak_mib']:.0f} MiB"
+        label = "attnlab verify" if side == "attnlab" else "torch float64 SDPA"
+        console.print(f"  {label:<20} {said}", highlight=False)
+    if "ratio" in result:
+        console.print(f"  ratio {result['ratio']:.2f} x torch's time", highlight=False)
+
+
 from attnlab.cli.bench_small import small_command  # noqa: E402  (its own module)
 
 bench_app.command("small")(small_command)
+
+
+@bench_app.command("model")
+@friendly_errors
+def model_command(
+    n: _lengths_option("(--n 256,1024). Default: 256 and 1024.") = None,
+    repeats: Annotated[int, typer.Option(min=1, max=50, help="Timed runs per row (median).")] = 3,
+    json_path: JsonPath = None,
+    force: Force = False,
+) -> None:
+    """Time a GPT-2-small-shaped forward pass (attnlab.models) beside transformers' eager one,
+    with each process's peak memory (needs torch and transformers)."""
+    from attnlab import bench
+    from attnlab.bench._suite import torch_available
+
+    check_target("--json", json_path, force)
+    if not torch_available():
+        raise fail("bench model needs torch and transformers (the dev extras and torch==2.13.0)")
+    lengths = [x for x in (_lengths(n) or bench._model.DEFAULT_NS) if x <= 1024]
+    if not lengths:
+        raise fail("--n: GPT-2 small reads at most 1,024 tokens")
+
+    def progress(row):
+        err_console.print(
+            f"[dim]  {row['library']} N={row['n']}: {row['seconds'] * 1e3:.1f} ms[/]",
+            highlight=False,
+        )
+
+    report = bench.model(lengths, repeats=repeats, progress=progress)
+    console.print(report.format(), highlight=False, soft_wrap=True)
+    if json_path is not None:
+        write_target("--json", json_path, json.dumps(report.to_dict(), indent=2) + "\n", force)

@@ -11,6 +11,8 @@ from attnlab.cli._app import console, err_console, fail, friendly_errors
 
 #: The largest shape side accepted: the fast path this benchmark watches is for small problems.
 MAX_SIDE = 4096
+#: Seconds of timed blocks and pauses a run may take without --yes (the default run: about 12 s).
+LONG_S = 120.0
 
 
 def _shapes(values: list[str] | None):
@@ -48,17 +50,30 @@ def small_command(
     ] = 20.0,
     torch: Annotated[bool, typer.Option(help="Time PyTorch's SDPA beside attnlab.")] = True,
     isolate: Annotated[bool, typer.Option(help="Run each shape in its own process.")] = True,
+    yes: Annotated[
+        bool, typer.Option("--yes", help=f"Run even when the blocks pass {LONG_S:.0f} s.")
+    ] = False,
 ) -> None:
     """Time attention and a training step (forward + backward) at small batched shapes beside
     torch SDPA, and check the small-shape targets."""
-    from attnlab.bench._small import SHAPES, small
+    from attnlab.bench import _small
+
+    shapes = _shapes(shape) or _small.SHAPES
+    calls = sum(1 for c in _small.CALLS if torch or not c.startswith("torch"))
+    seconds = len(shapes) * calls * rounds * (block_ms / 1e3 + _small.GAP_S)
+    if seconds > LONG_S and not yes:
+        raise fail(
+            f"--rounds, --block-ms: expected at most {LONG_S:.0f} s of timed blocks, but "
+            f"{len(shapes)} shape(s) x {calls} calls x {rounds} rounds of {block_ms:g} ms (and "
+            f"{_small.GAP_S * 1e3:.0f} ms pauses) take {seconds / 60:,.1f} min; add --yes"
+        )
 
     def progress(row) -> None:
         done = row.error or "done"
         err_console.print(f"[dim]  {row.shape}: {done}[/]", highlight=False)
 
-    report = small(
-        _shapes(shape) or SHAPES,
+    report = _small.small(
+        shapes,
         rounds=rounds,
         use_torch=torch,
         isolate=isolate,
@@ -71,3 +86,5 @@ def small_command(
         .replace("  FAIL  ", "  [red]FAIL[/]  ")
     )
     console.print(text, highlight=False, soft_wrap=True)
+    if all(row.error for row in report.rows):
+        raise fail("expected at least one shape measured, but every shape failed", code=1)

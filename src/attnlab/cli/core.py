@@ -50,7 +50,7 @@ def _table(title: str, mat: np.ndarray, row_label: str = "query", col_label: str
     console.print(table)
 
 
-def _show_trace(trace: attnlab.AttentionTrace) -> None:
+def show_trace(trace: attnlab.AttentionTrace) -> None:
     _table("Queries Q", trace.q, "token", "dim")
     _table("Keys K", trace.k, "token", "dim")
     _table("Values V", trace.v, "token", "dim")
@@ -63,7 +63,7 @@ def _show_trace(trace: attnlab.AttentionTrace) -> None:
         console.print(f"  [dim]{escape(stage.explain)}[/]\n")
 
 
-def _trace_json(trace: attnlab.AttentionTrace) -> str:
+def trace_json(trace: attnlab.AttentionTrace) -> str:
     """Every table as JSON, one matrix row per line, a blocked pair as "-inf" (as the web API
     writes it, ``core/numbers.py``), never null, which means no value.
 
@@ -128,7 +128,7 @@ def example(
         "[bold]The two-token example of §6.2[/]: "
         f"causal mask {'off' if no_mask else 'on'}, scaling {'off' if no_scale else 'on'}\n"
     )
-    _show_trace(trace)
+    show_trace(trace)
     _show_softmax_working(trace)
 
 
@@ -251,9 +251,9 @@ def attention(
         grad_output=_upstream(backward, grad_output, len(qm), len(vm[0])),
     )
     if as_json:
-        typer.echo(_trace_json(trace))
+        typer.echo(trace_json(trace))
     else:
-        _show_trace(trace)
+        show_trace(trace)
 
 
 @app.command()

@@ -38,6 +38,7 @@ from attnlab.cli._app import app, clip, console, err_console, fail, friendly_err
 from attnlab.cli._files import check_target, write_target
 from attnlab.core.numbers import format_cell
 from attnlab.labs import LABS, LabSpec, Param, jsonable
+from attnlab.labs._spec import machine_bytes
 
 try:  # Typer >= 0.2x vendors click; its usage errors are that copy's, not click's
     from typer._click.exceptions import UsageError
@@ -83,7 +84,7 @@ Plot = Annotated[
     Path | None, typer.Option("--plot", dir_okay=False, help="Write a Plotly page (.html).")
 ]
 Force = Annotated[
-    bool, typer.Option("--force", help="Replace the --plot file if it already exists.")
+    bool, typer.Option("--force", help="Replace the --plot (or --save) file if it exists.")
 ]
 Yes = Annotated[
     bool, typer.Option("--yes", help=f"Run even when the estimate passes {LONG_S:.0f} s.")
@@ -127,6 +128,7 @@ def _option(p: Param) -> inspect.Parameter:
 
 def _run(spec: LabSpec, params: dict, as_json, as_csv, plot: Path | None, yes: bool, force: bool):
     """Run on the --scheduler's cluster when one is named (``client``), else here."""
+    _check_save(params, force)
     address = params.get("client")
     if address is None:
         return _run_here(spec, params, as_json, as_csv, plot, yes, force)
@@ -136,6 +138,18 @@ def _run(spec: LabSpec, params: dict, as_json, as_csv, plot: Path | None, yes: b
             f"[dim]on {escape(address)}: {threads} worker thread(s)[/]", highlight=False
         )
         _run_here(spec, {**params, "client": client}, as_json, as_csv, plot, yes, force)
+
+
+def _check_save(params: dict, force: bool) -> None:
+    """A lab's ``--save`` file, as ``--plot``'s: an .npz name, checked before the training."""
+    save = params.get("save")
+    if params.get("snapshots") and not save:
+        raise fail("--snapshots: expected --save FILE to keep the snapshots in, but got no --save")
+    if not save:
+        return
+    if Path(save).suffix.lower() != ".npz":
+        raise fail(f"--save: expected an .npz file, but got {clip(save)} instead")
+    check_target("--save", save, force)
 
 
 def _unreachable(address: str) -> str | None:
@@ -195,6 +209,12 @@ def _run_here(
     estimate = spec.estimate(**params)
     past = _past_explorer(spec, params)
     limit = LONG_S if not past else PAST_LIMITS_S
+    have = machine_bytes()
+    if have is not None and estimate.bytes > have // 2 and not yes:
+        raise fail(
+            f"expected at most half this machine's memory ({have / 2**31:,.1f} GiB), but this "
+            f"run is estimated at {estimate.bytes / 2**30:,.1f} GiB; add --yes to run it anyway"
+        )
     if estimate.seconds > limit and not yes:
         where = f" past the explorer's limits ({', '.join(past)})" if past else ""
         raise fail(

@@ -8,6 +8,7 @@ parses, calls and presents.
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Annotated
@@ -16,6 +17,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from attnlab._atomic import probe_folder
 from attnlab.cli._app import app, clip, console, err_console, fail, friendly_errors
 
 FAIL = 1
@@ -32,6 +34,10 @@ def _check_plot(plot: Path | None, force: bool) -> None:
         raise fail(f"--plot: expected a file in an existing folder, but got {clip(str(plot))}")
     if plot.exists() and not force:
         raise fail(f"--plot: {clip(str(plot))} already exists; pass --force to overwrite it")
+    try:  # what only a real write finds (/proc, a read-only mount, for root), before the work
+        probe_folder(plot)
+    except OSError as exc:
+        raise fail(f"--plot: cannot write {clip(str(plot))} ({exc.strerror or exc})") from None
 
 
 def _show(report) -> None:
@@ -61,7 +67,8 @@ def verify_command(
         typer.Argument(
             help="A .npz or .safetensors file: q, k, v, out [, lse, do, dq, dk, dv] and options "
             "(causal, window_size, softcap, softmax_scale, alibi_slopes, sinks, "
-            "cu_seqlens_q, cu_seqlens_k)."
+            "cu_seqlens_q, cu_seqlens_k, dropout_p with dropout_mask or S_dmask); or a KV-cache "
+            "case (k_cache, v_cache, cache_seqlens, ...; docs/verify.md)."
         ),
     ],
     layout: Annotated[
@@ -84,6 +91,14 @@ def verify_command(
         bool, typer.Option("--force", help="Overwrite the --plot file if it exists.")
     ] = False,
     tile: Annotated[int, typer.Option(min=1, help="Query rows per tile in the plot.")] = 128,
+    repeat: Annotated[
+        Path | None,
+        typer.Option(help="A second dump of the same run: every array must be bitwise equal."),
+    ] = None,
+    scheduler: Annotated[
+        str | None,
+        typer.Option(help="tcp://HOST:PORT: compute the case on that Dask cluster's workers."),
+    ] = None,
     max_bytes: Annotated[
         int,
         typer.Option(min=1, help="Bytes of arrays the case file may declare, read first."),
@@ -91,16 +106,24 @@ def verify_command(
 ) -> None:
     """Judge a kernel's output against the exact answer, as FlashAttention's tests do.
 
-    The exact answer is attnlab's, in float64; the baseline is a plain attention in the
-    kernel's dtype. Each tensor passes when its largest error is at most --factor times the
-    baseline's plus --atol. Exit 0: pass, 1: fail, 2: a case that cannot be judged.
+    The exact answer is attnlab's, in float64; the baseline is a plain attention in the wider
+    of the kernel's dtype and the tensor's. Each tensor passes when its largest error is at
+    most --factor times the baseline's plus --atol. Exit 0: pass, 1: fail (or a --repeat not
+    bitwise equal), 2: a case that cannot be judged.
     """
     from attnlab.verifier import verify_file, write_plot
 
     if layout not in ("bshd", "bhsd"):
         raise fail(f"--layout: expected bshd or bhsd, but got {clip(layout)} instead")
     _check_plot(plot, force)
-    report = verify_file(case, layout=layout, factor=factor, atol=atol, max_bytes=max_bytes)
+    judging = {"factor": factor, "atol": atol, "max_bytes": max_bytes, "repeat": repeat}
+    with contextlib.ExitStack() as stack:
+        client = None
+        if scheduler is not None:  # connected (or one line) before any work
+            from attnlab.cli.labs import _scheduler
+
+            client = stack.enter_context(_scheduler(scheduler))
+        report = verify_file(case, layout=layout, client=client, **judging)
     if as_json:
         typer.echo(json.dumps(report.as_dict(), indent=2))
     else:

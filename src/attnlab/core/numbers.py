@@ -11,7 +11,7 @@ as JavaScript's ``toFixed`` and ``toExponential`` do). Two values are not number
 
 In JSON, which has neither, a blocked pair travels as the string ``"-inf"`` (``encode_cell``)
 and an empty cell as ``null``; the page's ``formatNumber`` (``web/static/js/common.js``) follows
-the same rule, and ``tests/test_numbers.py`` runs both on one table of cases.
+the same rule, and ``tests/core/test_numbers.py`` runs both on one table of cases.
 """
 
 from __future__ import annotations

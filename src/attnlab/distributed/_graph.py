@@ -133,17 +133,26 @@ WORKERLESS_S = 30.0
 _POLL_S = 0.5
 
 
+def _settled(future, seconds: float) -> bool:
+    """Whether ``future`` is done within ``seconds``. Polled, not ``result(timeout=)``: the
+    TimeoutError that raises keeps the future in a reference cycle until the garbage collector
+    runs, so an abandoned run's task stayed on the cluster."""
+    end = time.monotonic() + seconds
+    while not future.done():
+        if time.monotonic() >= end:
+            return False
+        time.sleep(0.005)
+    return True
+
+
 def wait_for_workers(client, futures) -> None:
     """Wait for ``futures``; raise AttnlabError naming the scheduler once it has had no worker
     for WORKERLESS_S seconds, or has stopped answering for as long."""
     alone_since, pending = None, list(futures)
     while pending:
-        try:  # a task's own error is raised here, as gather would raise it
-            pending[0].result(timeout=_POLL_S)
-            pending.pop(0)
+        if _settled(pending[0], _POLL_S):
+            pending.pop(0).result()  # a task's own error is raised here, as gather would
             continue
-        except TimeoutError:
-            pass
         try:
             workers = client.scheduler_info(n_workers=-1).get("workers", {})
         except Exception:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import numpy as np
 
 from attnlab.errors import AttnlabError, ShapeError
-from attnlab.flash._arrays import real_array
 
 __all__ = ["check_table", "slots"]
 
@@ -46,8 +45,3 @@ def slots(table_row: np.ndarray, page: int, start: int, stop: int):
     """(page index, row in page) of logical rows start .. stop - 1 of one sequence."""
     rows = np.arange(start, stop)  # (stop - start,)
     return table_row[rows // page], rows % page
-
-
-def pages_array(name: str, x) -> np.ndarray:
-    """A paged k or v: (num_blocks, page, h_k, d)."""
-    return real_array(name, x, (4,), "(num_blocks, page_block_size, nheads_k, headdim)")

@@ -37,7 +37,7 @@ def _float32_from_bits(typingctx, bits):
 #: The one fast-math flag the exp loops take: a · b + c may become one fused multiply-add. It
 #: changes no rounding numpy's passes make (the scale, mask and shift are lone operations);
 #: inside exp it rounds once where two roundings were, so the polynomial is, if anything,
-#: closer: still within 3 ulps of numpy's exp and 1 of float64's rounded (tests/test_fused.py),
+#: closer: still within 3 ulps of numpy's exp and 1 of float64's rounded (tests/kernels/test_fused.py),
 #: and 0.55 ns an element against 0.83 (measured on the 2-core AMD EPYC, 2^20 float32).
 _CONTRACT = {"contract"}
 
@@ -138,7 +138,7 @@ def _row_sum(row, start, n, stack, left):  # pragma: no cover - compiled
     """row[start : start + n].sum() in float32, as numpy adds a contiguous row: up to 128
     terms in ``_block_sum``; a longer run is cut in two at a multiple of 8 near its middle and
     the halves' sums added, down to runs of 128 or fewer. The same bits as ``np.add.reduce``
-    (tests/test_fused_softmax.py). numpy recurses; this walks the same tree with ``stack``
+    (tests/kernels/test_fused_softmax.py). numpy recurses; this walks the same tree with ``stack``
     (int64 (64, 3): start, length, state per level) and ``left`` (float32 (64,): each open
     level's left-half sum), as numba's on-disk cache breaks a caller of a recursive function
     (seen: a segfault on the second process's first call)."""

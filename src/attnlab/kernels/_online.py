@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnlab.core.masks import tile_at as _pick
+from attnlab.kernels._precision import matmul
 
 __all__ = ["solve"]
 
@@ -47,7 +48,7 @@ def _fast(q_rows, kT, v, steps, idx, c, cap=None, natural=False, fused=None):
             fused(s, 1.0)
 
     for sl, c0, c1, s, r, ls, rl, ones, tm in steps:
-        np.matmul(qs[sl], keys[:, c0:c1], out=s)  # (rows, cols): score, in log2 or natural units
+        matmul(qs[sl], keys[:, c0:c1], out=s)  # (rows, cols): score, in log2 or natural units
         if cap is not None:
             np.tanh(s, out=s)
             s *= cap
@@ -102,9 +103,9 @@ def _exact(q_rows, kT, v, steps, idx, c, floor, cap=None):
     blk = _Block(q_rows, c, v.shape[-1])
     for sl, c0, c1, s, r, ls, rl, ones, tm in steps:
         if cap is None:
-            np.matmul(blk.qa[sl], kT[:, c0:c1], out=s)  # (rows, cols): score - base, log2
+            matmul(blk.qa[sl], kT[:, c0:c1], out=s)  # (rows, cols): score - base, log2
         else:  # the cap is not linear: cap the score, then subtract the base
-            np.matmul(blk.qa[sl, :-1], kT[:-1, c0:c1], out=s)  # (rows, cols)
+            matmul(blk.qa[sl, :-1], kT[:-1, c0:c1], out=s)  # (rows, cols)
             np.tanh(s, out=s)
             s *= cap
             s -= blk.base[sl, None]

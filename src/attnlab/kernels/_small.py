@@ -11,7 +11,7 @@ problem: validation in several passes, the mask rendered afresh, the overflow bo
 contexts, the dispatcher's options. At (1, 1, 4, 2) that was about 110 µs a call where the
 arithmetic takes a few. This module answers the common calls from the same numpy operations in
 the same order as ``kernels/dense.py`` and ``kernels/dense_backward.py`` (so the same bits, which
-tests/test_small.py checks), with:
+tests/kernels/test_small.py checks), with:
 
 - what the call's shapes, mask and scale decide worked out once and kept
   (``kernels/_small_plan.py``);
@@ -35,7 +35,7 @@ import numpy as np
 
 from attnlab.core._grad import sum_to
 from attnlab.kernels._fused import loaded
-from attnlab.kernels._precision import WIDE
+from attnlab.kernels._precision import WIDE, matmul
 from attnlab.kernels._small_cores import on_cores
 from attnlab.kernels._small_exp import KEEP_FROM, exp_compiled, exp_scores, scores, scratch
 from attnlab.kernels._small_masks import banded_output, broadcast, forward_bands
@@ -167,9 +167,9 @@ def _forward(x, _g, return_weights: bool, return_lse: bool, out=None):
         lse = (np.add(np.log(total, out=put[-1]), top, out=put[-1]),)
     if return_weights:
         e /= total  # (..., N, M): rows sum to 1
-        return (np.matmul(e, x.v, out=put[0]), e, *lse)  # (..., N, d_v), (..., N, M)
+        return (matmul(e, x.v, out=put[0]), e, *lse)  # (..., N, d_v), (..., N, M)
     if bands is None:
-        o = np.matmul(e, x.v, out=put[0])  # (..., N, d_v): divide the small output, not the table
+        o = matmul(e, x.v, out=put[0])  # (..., N, d_v): divide the small output, not the table
     else:  # each band of rows on the keys it reaches: past them its weights are 0
         n = e.shape[-2]
         o = np.empty(x.lead + (n, x.v.shape[-1]), e.dtype) if put[0] is None else put[0]
@@ -201,13 +201,13 @@ def _backward(x, g, out=None):
     # The tables that never leave the call go to scratch buffers (``_small_exp.scratch``).
     # P, O and dO share the output's lead axes, and the tables are worth keeping
     mine = p.shape[:-2] == g.shape[:-2] and p.nbytes >= KEEP_FROM
-    o = np.matmul(p, v, out=scratch("o", g.shape, g.dtype)) if mine else p @ v  # (..., N, d_v)
+    o = matmul(p, v, out=scratch("o", g.shape, g.dtype) if mine else None)  # (..., N, d_v)
     dq, dk, dv = (None, None, None) if out is None else out
-    dv = np.matmul(p.mT, g, out=dv)  # 1) dV = Pᵀ dO (..., M, d_v)
+    dv = matmul(p.mT, g, out=dv)  # 1) dV = Pᵀ dO (..., M, d_v)
     ds = (
-        np.matmul(g, v.mT, out=scratch("ds", g.shape[:-1] + p.shape[-1:], g.dtype))
+        matmul(g, v.mT, out=scratch("ds", g.shape[:-1] + p.shape[-1:], g.dtype))
         if mine
-        else g @ v.mT
+        else matmul(g, v.mT)
     )
     # 2) dP = dO Vᵀ (..., N, M), made dS in place: 3) D = rowsum(dO ∘ O) (..., N, 1),
     # 4) dS = P ∘ (dP − D); numpy's four passes, or the compiled one with their bits
@@ -229,9 +229,9 @@ def _backward(x, g, out=None):
         ds -= d
         ds *= p
     scale = q.dtype.type(sc)
-    dq = np.matmul(ds, k, out=dq)  # 5) dQ = dS K · scale (..., N, d_k)
+    dq = matmul(ds, k, out=dq)  # 5) dQ = dS K · scale (..., N, d_k)
     dq *= scale
-    dk = np.matmul(ds.mT, q, out=dk)  # 6) dK = dSᵀ Q · scale (..., M, d_k)
+    dk = matmul(ds.mT, q, out=dk)  # 6) dK = dSᵀ Q · scale (..., M, d_k)
     dk *= scale
     return sum_to(dq, q.shape), sum_to(dk, k.shape), sum_to(dv, v.shape)
 

@@ -12,7 +12,7 @@ q kᵀ took 187 ms so, and 14 ms with OpenBLAS on one thread. So the fast path
 (``kernels/_small.py``) runs its matmuls with OpenBLAS pinned to one thread, and when the batch is
 large enough to pay for the pool, on every core, each thread taking a share of the batch:
 what torch does for attention on the CPU. A piece runs the same operations on fewer matrices,
-so the numbers are those of the whole batch at once (tests/test_small.py checks it bitwise).
+so the numbers are those of the whole batch at once (tests/kernels/test_small.py checks it bitwise).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ import numpy as np
 
 from attnlab.kernels import _small_masks
 from attnlab.kernels._fused import NO_REACH, kernel_mask
-from attnlab.kernels._precision import WIDE
+from attnlab.kernels._precision import WIDE, matmul
 from attnlab.kernels._small_masks import banded_scores, gemm_bands
 
 __all__ = ["SCRATCH_BYTES", "exp_compiled", "exp_scores", "product", "scores", "scratch"]
@@ -66,9 +66,9 @@ def product(x, fresh: bool = False) -> np.ndarray:
     q, k, tlead = x.q, x.k, x.table_lead
     shape = tlead + (q.shape[-2], k.shape[-2])
     if fresh or q.shape[:-2] != tlead or k.shape[:-2] != tlead or _small(shape, q):
-        s = q @ k.mT  # numpy's own result (broadcast, returned, or too small to keep)
+        s = matmul(q, k.mT)  # numpy's own result (broadcast, returned, or too small to keep)
         return s if s.shape == shape else np.array(np.broadcast_to(s, shape))
-    return np.matmul(q, k.mT, out=scratch("scores", shape, q.dtype))
+    return matmul(q, k.mT, out=scratch("scores", shape, q.dtype))
 
 
 def _small(shape: tuple[int, ...], like: np.ndarray) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnlab.core.masks import Causal, Mask, Padding, SlidingWindow, as_mask
+from attnlab.kernels._precision import matmul
 
 __all__ = [
     "BANDED_ROWS",
@@ -167,7 +168,7 @@ def banded_scores(q, k, s, bands, rows: tuple[int, int]) -> None:
     for a, b, c in bands:
         lo, hi = max(a, r0), min(b, r1)
         if lo < hi:
-            np.matmul(q[..., lo:hi, :], k[..., :c, :].mT, out=s[..., lo - r0 : hi - r0, :c])
+            matmul(q[..., lo:hi, :], k[..., :c, :].mT, out=s[..., lo - r0 : hi - r0, :c])
 
 
 def banded_output(p, v, out, bands, rows: tuple[int, int]) -> None:
@@ -177,6 +178,4 @@ def banded_output(p, v, out, bands, rows: tuple[int, int]) -> None:
     for a, b, c in bands:
         lo, hi = max(a, r0), min(b, r1)
         if lo < hi:
-            np.matmul(
-                p[..., lo - r0 : hi - r0, :c], v[..., :c, :], out=out[..., lo - r0 : hi - r0, :]
-            )
+            matmul(p[..., lo - r0 : hi - r0, :c], v[..., :c, :], out=out[..., lo - r0 : hi - r0, :])

@@ -58,7 +58,7 @@ from attnlab.kernels import blockwise
 from attnlab.kernels._backward_tiles import keep_tiles as _keep
 from attnlab.kernels._backward_tiles import scratch as _buffers
 from attnlab.kernels._fused import tile_kernels
-from attnlab.kernels._precision import narrow, too_wide, widen
+from attnlab.kernels._precision import matmul, narrow, too_wide, widen
 from attnlab.kernels._threads import pool_map
 from attnlab.kernels._tiles import (
     LN2,
@@ -159,7 +159,8 @@ class _Kernel:
         self.dsinks = np.zeros(x.lead, dtype) if "sinks" in wrt else None  # (...)
         shape = float_bias(x) if "bias" in wrt else None
         self.dbias = None if shape is None else np.zeros(shape, dtype)  # the mask's shape
-        self.lse2 = None if lse is None else lse * dtype.type(LOG2E)  # (..., N), log2 units
+        # (..., N) in log2 units, in float64: a float32 product would round the saved lse again
+        self.lse2 = None if lse is None else lse.astype(np.float64) * LOG2E
         finfo = np.finfo(dtype)
         # Row sums the base of 0 may leave (f32: [2^-16, 2^64]): 1 / l stays a normal number.
         # Outside, the exact sweep.
@@ -213,7 +214,7 @@ class _Kernel:
             hollow = np.isneginf(lse2)
             base = np.where(hollow, 0.0, np.ceil(lse2)).astype(qs.dtype)  # (Bq,) integers
             _, acc = self._sweep_a(qs, k_i, v_i, steps, kept, idx, base, bufs)
-            return base, np.exp2(lse2 - base), acc, hollow
+            return base, np.exp2(lse2 - base).astype(qs.dtype), acc, hollow
         base = None
         l = acc = None  # anchored: straight to the sweep against the row maxima
         if not self.anchored:
@@ -284,7 +285,7 @@ class _Kernel:
             if self.dbias is not None:
                 self._add_bias(dp, idx, r0 + rows.start, cols)
             if self.cap is not None:  # through the cap: 1 − tanh², the tile's tanh again
-                np.matmul(qs[rows], k_i[cols].T, out=p)  # p is spent: reuse it
+                matmul(qs[rows], k_i[cols].T, out=p)  # p is spent: reuse it
                 np.tanh(p, out=p)
                 p *= p
                 np.subtract(1.0, p, out=p)
@@ -334,7 +335,7 @@ class _Kernel:
     def _weights(self, p, qs_rows, k_cols, tm, idx, base) -> None:
         """p = exp2(score - base) of one tile, in place; 0 at blocked pairs. ``base``: None
         (0), or the tile rows' integer bases, when the weights are clipped to [2^floor, 1]."""
-        np.matmul(qs_rows, k_cols.T, out=p)  # (rows, cols): score, in log2 units
+        matmul(qs_rows, k_cols.T, out=p)  # (rows, cols): score, in log2 units
         if self.cap is not None:
             np.tanh(p, out=p)
             p *= self.cap
@@ -363,7 +364,7 @@ class _Kernel:
     def _dp_dv(self, tiles, gl_rows, v_cols, dv_cols, bufs) -> np.ndarray:
         """dP' = (dO / l) Vᵀ into tiles[1], dV += pᵀ (dO / l); returns rowsum(p ∘ dP')."""
         p, dp = tiles
-        np.matmul(gl_rows, v_cols.T, out=dp)  # (rows, cols)
+        matmul(gl_rows, v_cols.T, out=dp)  # (rows, cols)
         tv = bufs.tv(p.shape[1], gl_rows.shape[-1])
         np.matmul(p.T, gl_rows, out=tv)  # (cols, d_v)
         with self.lock:
@@ -376,7 +377,7 @@ class _Kernel:
         top = np.full(qs.shape[0], -np.inf, qs.dtype)  # (Bq,)
         for rows, cols, tm in steps:
             s = bufs(rows.stop - rows.start, cols.stop - cols.start, qs.shape[-1])[0]
-            np.matmul(qs[rows], k_i[cols].T, out=s)
+            matmul(qs[rows], k_i[cols].T, out=s)
             if self.cap is not None:
                 np.tanh(s, out=s)
                 s *= self.cap

@@ -36,7 +36,7 @@ from attnlab.core._validate import (
 )
 from attnlab.core.masks import Mask
 from attnlab.kernels._fused import NO_REACH, kernel_mask, may_compile, rows_softmax
-from attnlab.kernels._precision import narrow, too_wide, widen
+from attnlab.kernels._precision import matmul, narrow, too_wide, widen
 from attnlab.kernels._small_masks import banded_output, banded_scores, forward_bands, mask_tables
 from attnlab.kernels._threads import on_threads, one_blas_thread
 
@@ -77,7 +77,7 @@ class _Rows:
 
     def scores(self, rows) -> np.ndarray:
         with np.errstate(over="ignore", invalid="ignore"):  # overflow is checked at the max
-            s = self.x.q[..., rows[0] : rows[1], :] @ self.kT  # (..., rows, M)
+            s = matmul(self.x.q[..., rows[0] : rows[1], :], self.kT)  # (..., rows, M)
         if s.shape[:-2] != self.lead:  # the mask varies along an axis only v (or it) carries
             s = np.array(np.broadcast_to(s, self.lead + s.shape[-2:]))  # (..., rows, M)
         return s
@@ -221,7 +221,7 @@ def dense_output(x: Inputs, *, empty_rows: str = "raise", threads: int = 1, lse:
                 b = min(rows[1] - rows[0], a + sub)
                 r.softmax(s[..., a:b, :], (rows[0] + a, rows[0] + b))
         if bands is None:
-            part = s @ x.v  # (..., band, d_v)
+            part = matmul(s, x.v)  # (..., band, d_v)
         else:  # each row on the keys its band reaches (the weights past them are 0)
             part = np.empty(out.shape[:-2] + (rows[1] - rows[0], out.shape[-1]), out.dtype)
             banded_output(s, x.v, part, bands, rows)
@@ -280,4 +280,4 @@ def _normalise(r: _Rows, e: np.ndarray, empty_rows: str) -> tuple[np.ndarray, np
     r.check_empty(empty_rows)
     r.total[r.total == 0.0] = 1.0  # rows with no allowed key are all zeros: 0, not 0/0
     e /= r.total  # (..., N, M) weights, rows sum to 1
-    return e @ r.x.v, e  # (..., N, d_v), (..., N, M)
+    return matmul(e, r.x.v), e  # (..., N, d_v), (..., N, M)

@@ -37,7 +37,7 @@ import numpy as np
 from attnlab.core._grad import sum_to
 from attnlab.core._validate import Inputs
 from attnlab.core._variants import float_bias
-from attnlab.kernels._precision import narrow, too_wide, widen
+from attnlab.kernels._precision import matmul, narrow, too_wide, widen
 from attnlab.kernels.dense import dense_weights
 
 __all__ = ["dense_grad_tables", "dense_gradients"]
@@ -79,7 +79,7 @@ def dense_gradients(
 
 def _capped(x: Inputs) -> np.ndarray:
     """The capped scores c · tanh(q kᵀ · scale / c), (..., N, M), again (for tanh')."""
-    s = x.q @ np.swapaxes(x.k, -1, -2)  # (..., N, M)
+    s = matmul(x.q, np.swapaxes(x.k, -1, -2))  # (..., N, M)
     s *= s.dtype.type(x.scale / x.softcap)
     np.tanh(s, out=s)
     s *= s.dtype.type(x.softcap)
@@ -113,9 +113,9 @@ def _chain(
     rowsum(dO ∘ O) and dO Vᵀ round apart by an ulp of a huge dP, which a huge k then carries
     into dQ."""
     # 1) dV = Pᵀ dO
-    dv = np.swapaxes(p, -1, -2) @ g  # (..., M, d_v)
+    dv = matmul(np.swapaxes(p, -1, -2), g)  # (..., M, d_v)
     # 2) dP = dO Vᵀ
-    ds = g @ np.swapaxes(x.v, -1, -2)  # (..., N, M): dP, made dS in place below
+    ds = matmul(g, np.swapaxes(x.v, -1, -2))  # (..., N, M): dP, made dS in place below
     if keep is not None:
         keep["grad_weights"] = ds.copy()
     # 3) D = rowsum(dP ∘ P), computed as rowsum(dO ∘ O) unless d_from_dp
@@ -127,7 +127,9 @@ def _chain(
         keep["grad_scores"] = ds.copy()
     grads = {}
     if "bias" in wrt:  # the masked scores are capped + bias: dS is the bias's gradient
-        grads["bias"] = sum_to(ds, float_bias(x))
+        bias = sum_to(ds, float_bias(x))
+        # a bias of the table's own shape is dS itself, which the cap's factor scales below
+        grads["bias"] = bias.copy() if bias is ds and capped is not None else bias
     if "sinks" in wrt:  # dσ = −Σ_i P_iσ D_i; a row with no key (lse -inf) has D = 0
         with np.errstate(over="ignore"):
             share = np.exp(x.sinks[..., None] - lse)  # (..., N): each row's sink weight
@@ -138,10 +140,10 @@ def _chain(
         ds *= 1.0 - t * t
     scale = x.q.dtype.type(x.scale)
     # 5) dQ = dS K · scale (the scale on the small result, not on the N x M table)
-    dq = ds @ x.k  # (..., N, d_k)
+    dq = matmul(ds, x.k)  # (..., N, d_k)
     dq *= scale
     # 6) dK = dSᵀ Q · scale
-    dk = np.swapaxes(ds, -1, -2) @ x.q  # (..., M, d_k)
+    dk = matmul(np.swapaxes(ds, -1, -2), x.q)  # (..., M, d_k)
     dk *= scale
     grads.update(q=sum_to(dq, x.q.shape), k=sum_to(dk, x.k.shape), v=sum_to(dv, x.v.shape))
     return grads

@@ -22,17 +22,22 @@ from it.
     train-induction, train-scaling, train-positions   a tiny transformer trained on attnlab's
                  own gradients: an induction head forms; 1/√d_k speeds learning; order needs
                  positions (``induction``, ``training_scaling``, ``training_positions``)
+    ablate-heads the shipped induction model with each head and each layer knocked out:
+                 accuracy and loss per position of the repeat (``ablation``)
 
-In Jupyter every result displays as an HTML table with its summary and its plot, plotly.js
-inline once per kernel (``_display``); ``reset_display()`` makes the next display carry it again.
+In Jupyter every result displays as an HTML table with its summary, then its plot as Plotly's
+notebook mimetype (the figure's JSON; the frontend draws it). Its ``_repr_html_`` (an HTML page)
+carries plotly.js inline once per process (``_display``); ``reset_display()`` makes the next
+one carry it again.
 
 >>> from attnlab.labs import LABS
 >>> sorted(LABS)
-['cost', 'gradient', 'permutation', 'proof', 'saturation', 'sweep', 'train-induction', 'train-positions', 'train-scaling', 'variance']
+['ablate-heads', 'cost', 'gradient', 'permutation', 'proof', 'saturation', 'sweep', 'train-induction', 'train-positions', 'train-scaling', 'variance']
 """
 
 from __future__ import annotations
 
+from attnlab.labs import ablation as _ablation
 from attnlab.labs import induction as _induction
 from attnlab.labs import measured_cost as _cost
 from attnlab.labs import score_gradients as _gradient
@@ -47,6 +52,7 @@ from attnlab.labs import word_order as _permutation
 from attnlab.labs._common import jsonable
 from attnlab.labs._display import reset as reset_display
 from attnlab.labs._spec import Estimate, LabPlot, LabSpec, Param, Series
+from attnlab.labs.ablation import AblationResult, AblationRow, ablate_heads
 from attnlab.labs.induction import InductionResult, train_induction
 from attnlab.labs.measured_cost import CostRow, CostTimingResult, cost_timing
 from attnlab.labs.score_gradients import GradientResult, GradientRow, gradient
@@ -61,6 +67,8 @@ from attnlab.labs.word_order import PermutationResult, permutation
 __all__ = [
     "COLUMN_TITLES",
     "LABS",
+    "AblationResult",
+    "AblationRow",
     "CostRow",
     "CostTimingResult",
     "Estimate",
@@ -82,6 +90,7 @@ __all__ = [
     "SweepRow",
     "VarianceResult",
     "VarianceRow",
+    "ablate_heads",
     "cost_timing",
     "gradient",
     "jsonable",
@@ -103,7 +112,7 @@ LABS: dict[str, LabSpec] = {
     spec.name: spec for spec in (_variance.SPEC, _saturation.SPEC, _sweep.SPEC,
                                  _permutation.SPEC, _cost.SPEC, _proof.SPEC, _gradient.SPEC,
                                  _induction.SPEC, _training_scaling.SPEC,
-                                 _training_positions.SPEC)
+                                 _training_positions.SPEC, _ablation.SPEC)
 }  # fmt: skip
 
 #: table() column keys -> short titles for people (terminal, HTML); CSV and JSON keep the keys.

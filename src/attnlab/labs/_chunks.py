@@ -16,7 +16,8 @@ run (Ctrl-C, an abandoned generator) cancels the chunks not yet done.
 
     CLIENT          the spec parameter: ``client`` in the library, ``--scheduler ADDRESS`` in the
                     CLI, never on the web
-    check_client    None or a Client, else an AttnlabError (and never with ``workers``)
+    check_client    None or a Client with workers, else an AttnlabError (and never with
+                    ``workers``); a cluster's chunks wait at most ``WORKERLESS_S`` for a worker
     in_order        fn(j) for each chunk j, yielded in order (inline, threads or cluster)
     chained         step(j, state) -> (partial, state): chunks one after another
     combine         the one reduction: a left fold in chunk order
@@ -76,6 +77,12 @@ def check_client(client, workers: int | None = None):
         )
     if workers is not None:
         raise AttnlabError(f"expected workers or client, but got both (workers={workers})")
+    if not client.nthreads():  # a scheduler alone would keep every chunk queued for ever
+        address = getattr(client.scheduler, "address", None) or "the client's scheduler"
+        raise AttnlabError(
+            f"expected a client whose cluster has workers, but the Dask scheduler at {address} "
+            "reports no worker; start workers (dask worker ADDRESS) or pass another client"
+        )
     return client
 
 
@@ -105,7 +112,7 @@ def in_order(fn: Callable, count: int, *, workers: int = 1, client=None) -> Iter
     if client is not None:
         window = WINDOW * cluster_threads(client)
         submit = lambda j: client.submit(fn, j, pure=False)  # noqa: E731
-        yield from _windowed(submit, count, window, cancel=client.cancel)
+        yield from _windowed(submit, count, window, cancel=client.cancel, wait=_waiter(client))
     elif workers == 1 or count == 1:
         yield from map(fn, range(count))
     else:
@@ -136,7 +143,7 @@ def chained(step: Callable, state, count: int, *, client=None) -> Iterator:
         previous[0] = client.submit(_after, step, j, previous[0], pure=False)
         return previous[0]
 
-    for partial, _ in _windowed(submit, count, WINDOW, cancel=client.cancel):
+    for partial, _ in _windowed(submit, count, WINDOW, cancel=client.cancel, wait=_waiter(client)):
         yield partial
 
 
@@ -145,16 +152,31 @@ def _after(step: Callable, j: int, before: tuple):
     return step(j, before[1])
 
 
-def _windowed(submit: Callable, count: int, window: int, cancel=None) -> Iterator:
-    """Submit chunks ahead, at most ``window`` waiting, and yield their results in order."""
+def _waiter(client) -> Callable:
+    """A cluster chunk's wait, bounded as ``attnlab.distributed.attention``'s: an AttnlabError
+    once the scheduler has had no worker for ``WORKERLESS_S`` (all killed, scaled to 0)."""
+    from attnlab.distributed._graph import wait_for_workers  # dask is there: a client is
+
+    return lambda future: wait_for_workers(client, [future])
+
+
+def _windowed(submit: Callable, count: int, window: int, cancel=None, wait=None) -> Iterator:
+    """Submit chunks ahead, at most ``window`` waiting, and yield their results in order
+    (``wait(future)`` first, when given: a bound on how long a cluster may leave it queued)."""
     pending: deque = deque()
+
+    def result():
+        if wait is not None:
+            wait(pending[0])  # still pending: a refusal here cancels it with the rest
+        return pending.popleft().result()
+
     try:
         for j in range(count):
             pending.append(submit(j))
             if len(pending) >= window:
-                yield pending.popleft().result()
+                yield result()
         while pending:
-            yield pending.popleft().result()
+            yield result()
     finally:
         if cancel is not None and pending:
             cancel(list(pending))

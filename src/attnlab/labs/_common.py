@@ -166,6 +166,13 @@ class LabResult:
 
         return result_html(self)
 
+    def _ipython_display_(self) -> None:
+        """Jupyter's display, preferred to the HTML above: the table, then the plot as Plotly's
+        notebook mimetype, so a saved notebook holds no plotly.js (see ``_display``)."""
+        from attnlab.labs._display import show
+
+        show(self)
+
 
 def column_keys(columns: tuple[tuple[str, str], ...]) -> list[str]:
     """The keys of a lab's (key, title) columns, in order: its table's header."""

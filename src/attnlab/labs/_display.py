@@ -6,7 +6,13 @@ the plain-text display stays the dataclass's own repr. A lab's plot is its spec'
 same figure the explorer and ``--plot`` draw) and drawn by plotly.js in the page. Cells are
 written by ``core/numbers.py``'s ``format_cell``, as on the terminal and the page.
 
-Offline, in JupyterLab, the classic Notebook and VS Code alike:
+In Jupyter (IPython calls ``LabResult._ipython_display_``, so ``result_html`` is then not used)
+a result is two outputs: the table and summary as HTML, then the plot as Plotly's own notebook
+mimetype, ``application/vnd.plotly.v1+json`` (the figure's JSON only), which JupyterLab,
+Notebook 7 and VS Code draw with the plotly.js they ship. The saved notebook stays small (no
+plotly.js in it), and a reloaded tab draws every plot again from that JSON.
+
+``result_html`` (an HTML page or a frontend without that renderer), offline everywhere:
 - plotly.js comes from the installed plotly package, never a CDN. It is large (~5 MB), so the
   first display of a kernel carries it inline, once, as a <script> that defines the page's
   global ``Plotly``; every later display only calls ``Plotly.newPlot`` (waiting a moment for
@@ -22,17 +28,23 @@ inside a method, and the lab names come from the ``attnlab.labs`` package when a
 
 from __future__ import annotations
 
-import itertools
 import json
+import uuid
 from html import escape
 
 from attnlab.core.numbers import format_cell
 from attnlab.labs._plotly import plotly_figure
 
-__all__ = ["exercise_html", "reset", "result_html", "verdict_html"]
+__all__ = ["exercise_html", "plot_bundle", "reset", "result_html", "show", "verdict_html"]
 
+PLOTLY_MIME = "application/vnd.plotly.v1+json"
 _embedded = False  # plotly.js already sent to this kernel's page
-_ids = itertools.count()
+
+
+def _plot_id() -> str:
+    """A div id no other display has: two kernels' outputs can share one JupyterLab page, and a
+    per-kernel counter would give both "attnlab-plot-0"."""
+    return f"attnlab-plot-{uuid.uuid4().hex[:16]}"
 
 
 def reset() -> None:
@@ -44,19 +56,45 @@ def reset() -> None:
 # -- lab results --------------------------------------------------------------------------------
 
 
+def _text_html(spec, result) -> str:
+    """Heading, table (the spec's column titles) and summary of a lab result, as HTML."""
+    from attnlab.labs import jsonable  # the package, loaded by the time a result exists
+
+    columns, rows = result.table()
+    titles = spec.titles(columns) if spec is not None else columns
+    parts = [f"<p><strong>{escape(_heading(spec, result))}</strong></p>",
+             _table(titles, jsonable(rows))]  # fmt: skip
+    return "".join(parts + [f"<p>{escape(line)}</p>" for line in result.summary()])
+
+
 def result_html(result) -> str:
     """A lab result as HTML: heading, table (the spec's column titles), summary, plot."""
-    from attnlab.labs import LABS, jsonable  # the package, loaded by the time a result exists
+    from attnlab.labs import LABS
 
     spec = LABS.get(result.lab)
-    columns, rows = result.table()
-    rows = jsonable(rows)  # plain Python numbers; NaN becomes None
-    titles = spec.titles(columns) if spec is not None else columns
-    parts = [f"<p><strong>{escape(_heading(spec, result))}</strong></p>", _table(titles, rows)]
-    parts += [f"<p>{escape(line)}</p>" for line in result.summary()]
+    plot = _plot_html(plotly_figure(spec.figure(result))) if spec is not None else ""
+    return f'<div class="attnlab-result">{_text_html(spec, result)}{plot}</div>'
+
+
+def plot_bundle(figure: dict) -> dict:
+    """One output's mime bundle for a Plotly figure (``{"data", "layout"}``): Plotly's notebook
+    mimetype, with a line of HTML and text for a frontend that has no renderer for it."""
+    note = "A Plotly figure: JupyterLab, Notebook 7 and VS Code draw it."
+    return {PLOTLY_MIME: json.loads(json.dumps(figure, allow_nan=False)), "text/html":
+            f"<p><em>{escape(note)}</em></p>", "text/plain": note}  # fmt: skip
+
+
+def show(result) -> None:
+    """Display a lab result in Jupyter: its table and summary, then its plot (Plotly's mimetype)."""
+    from IPython.display import display
+
+    from attnlab.labs import LABS
+
+    spec = LABS.get(result.lab)
+    html = f'<div class="attnlab-result">{_text_html(spec, result)}</div>'
+    display({"text/html": html, "text/plain": repr(result)}, raw=True)  # a terminal: the repr
     if spec is not None:
-        parts.append(_plot_html(plotly_figure(spec.figure(result))))
-    return f'<div class="attnlab-result">{"".join(parts)}</div>'
+        display(plot_bundle(plotly_figure(spec.figure(result))), raw=True)
 
 
 def _heading(spec, result) -> str:
@@ -95,7 +133,7 @@ def _plotly_script() -> str:
 
 def _plot_html(figure: dict) -> str:
     """A div and the script that draws ``figure`` into it once ``window.Plotly`` exists."""
-    div = f"attnlab-plot-{next(_ids)}"
+    div = _plot_id()
     data = json.dumps(figure, allow_nan=False).replace("</", "<\\/")  # safe inside <script>
     missing = (
         "The plot needs plotly.js, which the first attnlab display of this kernel carried; "

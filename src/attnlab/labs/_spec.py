@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -117,6 +118,14 @@ class Estimate:
             return f"{_duration(self.seconds)} and {self.bytes / 1024:,.0f} KiB"
         unit = f"{size:,.0f} MiB" if size < 10_240 else f"{size / 1024:,.0f} GiB"
         return f"{_duration(self.seconds)} and {unit}"
+
+
+def machine_bytes() -> int | None:
+    """This machine's memory in bytes, or None where the system does not say."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 def _duration(seconds: float) -> str:

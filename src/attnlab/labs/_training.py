@@ -13,6 +13,7 @@ other work), so the loop pins OpenBLAS to one thread, as attnlab's blockwise poo
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -25,7 +26,7 @@ from attnlab.labs._common import Progress
 from attnlab.transformer import Adam, TinyTransformer
 
 __all__ = ["FRESH", "INDUCTION", "POSITIONS", "SCALING", "TRAIN", "Curve", "checked", "fit",
-           "one_thread"]  # fmt: skip
+           "one_thread", "watching"]  # fmt: skip
 
 # Stream tags of the training labs, far from _common's 1..7 so that new labs there never
 # collide with these.
@@ -66,6 +67,28 @@ def _real(name: str, value, low: float, high: float) -> float:
     return float(value)
 
 
+#: watcher(done, total, loss, model): called after every training step of this thread's labs.
+Watcher = Callable[[int, int, float, TinyTransformer], None]
+_watch = threading.local()  # .watcher: this thread's, if any
+
+
+@contextmanager
+def watching(watcher: Watcher):
+    """Call ``watcher`` after each step of every ``fit`` this thread runs inside the block.
+
+    A front end follows a training run with it (the explorer's jobs, ``web/runs.py``): the
+    watcher sees the step counter, the step's loss and the model, and may raise to stop the
+    run there (the exception leaves ``fit`` and the lab unchanged). Thread-local, so labs run
+    by other threads are not watched.
+    """
+    previous = getattr(_watch, "watcher", None)
+    _watch.watcher = watcher
+    try:
+        yield
+    finally:
+        _watch.watcher = previous
+
+
 class Curve:
     """Loss per step, and the wall seconds the steps took."""
 
@@ -86,9 +109,11 @@ def fit(model: TinyTransformer, batch: Batches, rng: np.random.Generator, *, ste
 
     ``each(step, model, tokens, targets)``, when given, runs before each step's update (the
     scaling lab records its saturation numbers there). progress(done + step, total) after
-    each step, so several runs can share one progress bar.
+    each step, so several runs can share one progress bar; then the thread's ``watching``
+    watcher, if any, with the loss and the model too.
     """
     curve, opt = Curve(), Adam(model.params, lr=lr)
+    watcher = getattr(_watch, "watcher", None)
     start = time.perf_counter()
     with one_thread():
         for step in range(steps):
@@ -102,6 +127,8 @@ def fit(model: TinyTransformer, batch: Batches, rng: np.random.Generator, *, ste
             curve.losses.append(loss)
             if progress is not None:
                 progress(done + step + 1, total or steps)
+            if watcher is not None:
+                watcher(done + step + 1, total or steps, loss, model)
     curve.seconds = time.perf_counter() - start
     return curve
 

@@ -18,6 +18,8 @@ Per width and scaling, over ``runs`` runs (each its own initial weights and batc
     median_ds         median ‖dS‖ of a query row's gradient at the scores, over the recorded
                       steps and the rows some counted loss depends on: ``attnlab.trace_attention(..., grad_output=...)`` on each layer's
                       own call, nothing re-derived here
+    position_losses   the trained model's loss per offset of each copy of the repeat, on 200
+                      fresh sequences, mean over runs (``_repeats``)
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ import numpy as np
 
 from attnlab import trace_attention
 from attnlab.labs._common import LabResult, Progress, rng_for, row_table
+from attnlab.labs._repeats import position_losses
 from attnlab.labs._spec import SEED, Estimate, LabPlot, LabSpec, Param, Series
-from attnlab.labs._training import SCALING, TRAIN, checked, fit, smoothed
+from attnlab.labs._training import FRESH, SCALING, TRAIN, checked, fit, one_thread, smoothed
 from attnlab.labs.induction import induction_batch, induction_sequences
 from attnlab.transformer import TinyTransformer
 
@@ -39,6 +42,7 @@ THRESHOLD = 0.99  # p_max above this: a saturated row, as in the saturation lab
 RECORDS = 20  # steps per run at which saturation and ‖dS‖ are recorded
 MAX_WIDTH, MAX_STEPS, MAX_RUNS = 1024, 20_000, 16
 _LAYERS = 2  # attention-only layers of one head: the fewest that can form an induction head
+FRESH_COUNT = 200  # fresh sequences each trained model's loss per position is measured on
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,8 @@ class ScalingRow:
     saturated_rows: float
     median_ds: float
     losses: tuple[float, ...]  # smoothed training loss per step, mean over runs
+    # loss per offset of each copy on FRESH_COUNT fresh sequences, mean over runs (_repeats)
+    position_losses: dict
 
 
 @dataclass(frozen=True, repr=False)
@@ -122,13 +128,18 @@ def _run(width, scaled, run, args, progress, done, total):
 
     curve = fit(model, draw, rng_for(args["seed"], SCALING, TRAIN, run), steps=args["steps"],
                 lr=args["lr"], progress=progress, done=done, total=total, each=each)  # fmt: skip
-    return smoothed(curve.losses), float(np.mean(shares)), np.concatenate(norms)
+    fresh, lengths = induction_sequences(rng_for(args["seed"], SCALING, FRESH), FRESH_COUNT,
+                                         args["context"], args["vocab_size"])  # fmt: skip
+    with one_thread():
+        by_position = position_losses(model, fresh, lengths)
+    return smoothed(curve.losses), float(np.mean(shares)), np.concatenate(norms), by_position
 
 
 def _row(width: int, scaled: bool, args: dict, step) -> ScalingRow:
-    curves, shares, norms, reached = [], [], [], []
+    curves, shares, norms, reached, places = [], [], [], [], []
     for run in range(args["runs"]):
-        losses, share, ds = _run(width, scaled, run, args, *step())
+        losses, share, ds, by_position = _run(width, scaled, run, args, *step())
+        places.append(by_position)
         below = np.nonzero(losses <= args["target_loss"])[0]
         reached.append(int(below[0]) + 1 if below.size else None)
         curves.append(losses)
@@ -141,7 +152,22 @@ def _row(width: int, scaled: bool, args: dict, step) -> ScalingRow:
                       steps_to_target=middle, run_steps=tuple(reached),
                       final_loss=float(mean_curve[-1]), saturated_rows=float(np.mean(shares)),
                       median_ds=float(np.median(np.concatenate(norms))),
-                      losses=tuple(mean_curve.tolist()))  # fmt: skip
+                      losses=tuple(mean_curve.tolist()),
+                      position_losses=_mean_places(places))  # fmt: skip
+
+
+def _mean_places(places: list[dict]) -> dict:
+    """The runs' loss per offset averaged (every run is measured on the same sequences, so an
+    offset no sequence reaches is None in all of them)."""
+    out = {}
+    for key, first in places[0].items():
+        if isinstance(first, list):
+            out[key] = [None if first[i] is None else
+                        round(float(np.mean([p[key][i] for p in places])), 6)
+                        for i in range(len(first))]  # fmt: skip
+        else:
+            out[key] = float(np.mean([p[key] for p in places]))
+    return out
 
 
 def train_scaling(
@@ -188,7 +214,7 @@ def train_scaling(
 
 
 def _headline(row: ScalingRow) -> dict:
-    return {k: v for k, v in row.__dict__.items() if k != "losses"}
+    return {k: v for k, v in row.__dict__.items() if k not in ("losses", "position_losses")}
 
 
 # -- the declaration: CLI options, web fields, plot and estimate come from here ----------------

@@ -46,8 +46,13 @@ def _merge(o: np.ndarray) -> np.ndarray:
     return o.transpose(0, 2, 1, 3).reshape(b, n, h * e)
 
 
-def attend(x, p: dict, prefix: str, mask, scale, *, weights: bool = False):
-    """x + MultiHead(x) for layer ``prefix`` -> (x', cache[, attention weights (B, h, N, N)])."""
+def attend(x, p: dict, prefix: str, mask, scale, *, weights: bool = False, off=(),
+           mean: bool = False):  # fmt: skip
+    """x + MultiHead(x) for layer ``prefix`` -> (x', cache[, attention weights (B, h, N, N)]).
+
+    ``off``: heads of this layer knocked out before W^O: their output rows are zeros, or with
+    ``mean`` that head's mean output over the batch's sequences and positions (ablation).
+    """
     a_in, norm_cache = x, None
     if prefix + "norm1.gain" in p:  # pre-norm, only in models with the MLP
         a_in, norm_cache = layer_norm(x, p[prefix + "norm1.gain"], p[prefix + "norm1.bias"])
@@ -62,11 +67,24 @@ def attend(x, p: dict, prefix: str, mask, scale, *, weights: bool = False):
     else:
         (o, lse), w = attention(q, k, v, mask, scale=scale, return_lse=True), None
     # o (B, h, N, e), lse (B, h, N), w (B, h, N, N)
+    if off:
+        o = _ablated(o, off, mean)  # (B, h, N, e)
     # 3) concatenate and mix with W^O, added to the residual stream
     o_cat = _merge(o)  # (B, N, h·e)
     out = x + o_cat @ p[prefix + "w_o"]  # (B, N, D)
     cache = (a_in, norm_cache, q, k, v, o_cat, lse)
     return (out, cache, w) if weights else (out, cache)
+
+
+def _ablated(o: np.ndarray, off, mean: bool) -> np.ndarray:
+    """o (B, h, N, e) with heads ``off`` replaced: zeros, or their mean over B and N."""
+    o = o.copy()
+    heads = list(off)
+    if mean:
+        o[:, heads] = o[:, heads].mean(axis=(0, 2), keepdims=True)  # (1, k, 1, e) broadcast
+    else:
+        o[:, heads] = 0
+    return o
 
 
 def attend_backward(dx: np.ndarray, p: dict, prefix: str, mask, scale, cache, grads: dict):

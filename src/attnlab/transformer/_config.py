@@ -15,12 +15,13 @@ float64 model of the same seed hold the same numbers up to rounding.
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
 from attnlab.errors import AttnlabError
 
-__all__ = ["POSITIONS", "check_config", "initial_params", "shapes"]
+__all__ = ["POSITIONS", "check_config", "initial_params", "parameter_bytes", "shapes"]
 
 POSITIONS = ("learned", "sinusoidal", None)
 _DTYPES = {"float32": np.float32, "float64": np.float64}
@@ -77,13 +78,42 @@ def check_config(*, vocab_size, context, layers, heads, d_model, mlp, positions,
             raise AttnlabError(f"expected init_std > 0, but got {init_std!r} instead")
         init_std = float(init_std)
     config["init_std"] = init_std
+    _check_memory(config)
     return config
+
+
+def parameter_bytes(config: dict) -> int:
+    """The bytes of every parameter of ``config`` in its dtype."""
+    count = sum(math.prod(shape) for shape in shapes(config).values())
+    return count * np.dtype(dtype_of(config)).itemsize
+
+
+def _machine_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # not a POSIX system that reports it
+        return None
+
+
+def _check_memory(config: dict) -> None:
+    """Refuse, before a parameter is drawn, a model whose parameters (and the float64 draw of
+    its largest one) pass half this machine's memory: a legal config can ask for 400 GB."""
+    largest = max(math.prod(shape) for shape in shapes(config).values())
+    need = parameter_bytes(config) + 8 * largest
+    have = _machine_bytes()
+    if have is not None and need > have // 2:
+        raise AttnlabError(
+            f"expected a model that fits half this machine's memory ({have / 2**31:.1f} GiB), "
+            f"but vocab_size={config['vocab_size']}, context={config['context']}, "
+            f"layers={config['layers']}, d_model={config['d_model']}, mlp={config['mlp']} in "
+            f"{config['dtype']} needs {need / 2**30:.1f} GiB for its parameters alone"
+        )
 
 
 def _is_dtype(dtype) -> bool:
     try:
         np.dtype(dtype)
-    except TypeError:
+    except (TypeError, ValueError):
         return False
     return True
 

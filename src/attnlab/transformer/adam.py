@@ -7,11 +7,29 @@ with m̂ = m / (1 − β₁ᵗ) and v̂ = v / (1 − β₂ᵗ) the bias-correcte
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from attnlab.errors import AttnlabError
 
 __all__ = ["Adam"]
+
+# A step moves each weight by about lr; past this a model of weights near 1 only diverges, and
+# a huge lr (1e300) showed up steps later as non-finite queries rather than here.
+MAX_LR = 10.0
+
+
+def _real(value) -> bool:
+    return isinstance(value, int | float | np.integer | np.floating) and not isinstance(
+        value, bool | np.bool_
+    ) and math.isfinite(value)  # fmt: skip
+
+
+def _check_number(name: str, value, high: float) -> None:
+    if not (_real(value) and 0 < value <= high):
+        raise AttnlabError(f"expected {name} to be a number in (0, {high:g}], but got "
+                           f"{value!r} instead")  # fmt: skip
 
 
 class Adam:
@@ -25,10 +43,15 @@ class Adam:
 
     def __init__(self, params: dict[str, np.ndarray], *, lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8):  # fmt: skip
-        if not (isinstance(lr, int | float) and lr > 0):
-            raise AttnlabError(f"expected lr > 0, but got {lr!r} instead")
-        if not all(isinstance(b, int | float) and 0 <= b < 1 for b in betas) or len(betas) != 2:
-            raise AttnlabError(f"expected two betas in [0, 1), but got {betas!r} instead")
+        _check_number("lr", lr, MAX_LR)
+        _check_number("eps", eps, 1.0)
+        if (
+            not isinstance(betas, tuple | list)
+            or len(betas) != 2
+            or not all(_real(b) and 0 <= b < 1 for b in betas)
+        ):
+            raise AttnlabError(f"expected betas to be two numbers in [0, 1), but got {betas!r} "
+                               "instead")  # fmt: skip
         self.params, self.lr, self.betas, self.eps = params, float(lr), betas, float(eps)
         self.t = 0
         self._m = {name: np.zeros_like(p) for name, p in params.items()}

@@ -17,21 +17,24 @@ central finite differences and with torch autograd on the same weights.
 
 from __future__ import annotations
 
+import inspect
 import json
 from dataclasses import dataclass
 
 import numpy as np
 
-from attnlab import masks
+from attnlab import logsumexp, masks
 from attnlab.errors import AttnlabError, ShapeError
 from attnlab.positions import sinusoidal
+from attnlab.transformer import _files
+from attnlab.transformer._ablation import heads_off
 from attnlab.transformer._blocks import attend, attend_backward, mlp, mlp_backward
 from attnlab.transformer._config import check_config, dtype_of, initial_params, shapes
 from attnlab.transformer._ops import cross_entropy, layer_norm, layer_norm_backward
 
 __all__ = ["AttentionCall", "TinyTransformer"]
 
-_CONFIG_KEY = "config"  # the npz entry holding the configuration as JSON
+_CONFIG_KEY = _files.CONFIG_KEY  # the npz entry holding the configuration as JSON
 
 
 @dataclass(frozen=True)
@@ -96,7 +99,11 @@ class TinyTransformer:
     # -- input checks ---------------------------------------------------------------------------
 
     def _tokens(self, tokens, name: str = "tokens") -> np.ndarray:
-        array = np.asarray(tokens)
+        try:
+            array = np.asarray(tokens)
+        except ValueError:  # ragged rows
+            raise ShapeError(f"expected {name} of shape (B, N), rows of one length, but got "
+                             "rows of different lengths") from None  # fmt: skip
         if array.dtype.kind not in "iu" and array.size:
             raise AttnlabError(f"expected {name} to be integers, but got dtype {array.dtype}")
         if array.ndim != 2 or not array.shape[0] or not array.shape[1]:
@@ -117,8 +124,10 @@ class TinyTransformer:
 
     # -- forward and backward -------------------------------------------------------------------
 
-    def _forward(self, tokens: np.ndarray, *, weights: bool = False):
-        """tokens (B, N) -> (final hidden states (B, N, D), caches, weights per layer)."""
+    def _forward(self, tokens: np.ndarray, *, weights: bool = False, off=None, mean=False):
+        """tokens (B, N) -> (final hidden states (B, N, D), caches, weights per layer).
+
+        ``off``: {layer: heads} knocked out (``_ablation.heads_off``), ``mean`` how."""
         p, n = self.params, tokens.shape[1]
         x = p["embed"][tokens]  # (B, N, D)
         if self._table is not None:
@@ -128,7 +137,9 @@ class TinyTransformer:
         caches, seen = [], []
         for layer in range(self.config["layers"]):
             pre = f"layer{layer}."
-            x, cache, *w = attend(x, p, pre, self._mask, self._scale, weights=weights)
+            knocked = {"off": off[layer], "mean": mean} if off and layer in off else {}
+            x, cache, *w = attend(x, p, pre, self._mask, self._scale, weights=weights,
+                                  **knocked)  # fmt: skip
             seen += w
             mlp_cache = None
             if self.config["mlp"]:
@@ -202,43 +213,85 @@ class TinyTransformer:
         calls = [] if record else None
         return loss, self._backward(tokens, last, counted, dlogits, state, calls), calls
 
-    def logits(self, tokens) -> np.ndarray:
-        """(B, N, V): the scores of each position's next token."""
-        return self._forward(self._tokens(tokens))[0] @ self.params["unembed"]  # (B, N, V)
+    def logits(self, tokens, *, ablate=(), ablation: str = "zero") -> np.ndarray:
+        """(B, N, V): the scores of each position's next token.
 
-    def predict(self, tokens) -> np.ndarray:
+        ``ablate``: (layer, head) pairs whose output is knocked out, by ``ablation`` "zero"
+        (their output rows zeroed) or "mean" (each row their mean output over this batch's
+        sequences and positions); see ``transformer/_ablation.py``. The same argument is taken
+        by ``predict``, ``attention_weights`` and ``loss``.
+        """
+        off = heads_off(self.config, ablate, ablation)
+        last = self._forward(self._tokens(tokens), off=off, mean=ablation == "mean")[0]
+        return last @ self.params["unembed"]  # (B, N, V)
+
+    def predict(self, tokens, *, ablate=(), ablation: str = "zero") -> np.ndarray:
         """(B, N): each position's most likely next token."""
-        return self.logits(tokens).argmax(axis=-1)
+        return self.logits(tokens, ablate=ablate, ablation=ablation).argmax(axis=-1)
 
-    def attention_weights(self, tokens) -> np.ndarray:
-        """(B, layers, heads, N, N): every head's softmax weights, query rows, key columns."""
-        _, _, seen = self._forward(self._tokens(tokens), weights=True)
+    def attention_weights(self, tokens, *, ablate=(), ablation: str = "zero") -> np.ndarray:
+        """(B, layers, heads, N, N): every head's softmax weights, query rows, key columns.
+
+        An ablated head still has weights (its scores are computed as before); knocking it out
+        changes the weights of the layers after it."""
+        off = heads_off(self.config, ablate, ablation)
+        tokens = self._tokens(tokens)
+        _, _, seen = self._forward(tokens, weights=True, off=off, mean=ablation == "mean")
         return np.stack(seen, axis=1)  # (B, L, h, N, N)
+
+    def token_losses(self, tokens, targets, *, ablate=(), ablation: str = "zero") -> np.ndarray:
+        """(B, N): each position's cross-entropy −log p(target) in nats, NaN where the target
+        is -1 (not counted)."""
+        tokens = self._tokens(tokens)
+        targets = self._tokens(targets, "targets")
+        if targets.shape != tokens.shape:
+            raise ShapeError(f"expected targets of the tokens' shape {tokens.shape}, but got "
+                             f"{targets.shape} instead")  # fmt: skip
+        logits = self.logits(tokens, ablate=ablate, ablation=ablation)  # (B, N, V)
+        picked = np.take_along_axis(logits, np.maximum(targets, 0)[..., None], axis=-1)[..., 0]
+        nll = (logsumexp(logits, axis=-1) - picked).astype(float)  # (B, N)
+        return np.where(targets >= 0, nll, np.nan)
+
+    def loss(self, tokens, targets, *, ablate=(), ablation: str = "zero") -> float:
+        """The mean cross-entropy ``loss_and_grads`` reports, without gradients, optionally
+        with heads knocked out (``ablate``, as in ``logits``)."""
+        nll = self.token_losses(tokens, targets, ablate=ablate, ablation=ablation)
+        if np.isnan(nll).all():
+            raise AttnlabError("expected at least one target that is not -1, but got none")
+        return float(np.nanmean(nll))
 
     # -- files ----------------------------------------------------------------------------------
 
     def save(self, path, extra: dict[str, np.ndarray] | None = None) -> None:
         """Write the configuration and every parameter to an .npz file (and ``extra`` arrays,
-        under names of their own, which ``load`` ignores)."""
-        np.savez(path, **{_CONFIG_KEY: np.array(json.dumps(self.config))}, **self.params,
-                 **(extra or {}))  # fmt: skip
+        under names of their own, which ``load`` ignores), atomically (``_files.write``)."""
+        entries = {_CONFIG_KEY: np.array(json.dumps(self.config))} | self.params | (extra or {})
+        try:
+            _files.write(path, entries)
+        except OSError as exc:
+            raise AttnlabError(f"cannot write the model to {_files.shown(path)} "
+                               f"({exc.strerror or exc})") from None  # fmt: skip
 
     @classmethod
     def load(cls, path) -> TinyTransformer:
-        """A model from a file ``save`` wrote: the same configuration and the same numbers."""
-        with np.load(path, allow_pickle=False) as data:
-            if _CONFIG_KEY not in data:
-                raise AttnlabError(f"expected a '{_CONFIG_KEY}' entry in {path}, but found "
-                                   f"only {sorted(data.files)}")  # fmt: skip
-            return cls.from_arrays(json.loads(str(data[_CONFIG_KEY])), dict(data.items()))
+        """A model from a file ``save`` wrote: the same configuration and the same numbers.
+        A file that is not one is an AttnlabError naming it and what is wrong."""
+
+        def names(config: dict):
+            return shapes(check_config(**config))  # refuses a config too big before reading
+
+        config, arrays = _files.read(path, inspect.signature(cls.__init__), names)
+        return cls.from_arrays(config, arrays, where=_files.shown(path))
 
     @classmethod
-    def from_arrays(cls, config: dict, arrays: dict) -> TinyTransformer:
-        """A model of ``config`` holding ``arrays`` (name -> array; other names are ignored)."""
+    def from_arrays(cls, config: dict, arrays: dict, where: str = "arrays") -> TinyTransformer:
+        """A model of ``config`` holding ``arrays`` (name -> array; other names are ignored),
+        each a real float array of its parameter's shape, finite in the model's dtype."""
         model = cls(**config)
+        dtype = dtype_of(model.config)
         for name, shape in shapes(model.config).items():
             if name not in arrays or np.shape(arrays[name]) != shape:
                 got = np.shape(arrays[name]) if name in arrays else "nothing"
                 raise ShapeError(f"expected parameter {name} of shape {shape}, but got {got}")
-            model.params[name][...] = arrays[name]
+            model.params[name][...] = _files.checked_weight(name, arrays[name], dtype, where)
         return model

@@ -20,23 +20,29 @@ True
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import numpy as np
 
 from attnlab.errors import AttnlabError
-from attnlab.verifier._baseline import baseline, baseline_dtype
+from attnlab.verifier._baseline import baseline
 from attnlab.verifier._case import Case, CaseError, make_case
+from attnlab.verifier._cluster import cluster_answers
+from attnlab.verifier._dropout_stats import dropout_variance, statistical
 from attnlab.verifier._hint import OTHER, layout_hint, reinterpreted, transposed_hint
+from attnlab.verifier._judging import (
+    DEFAULT_MEMORY_BUDGET,
+    baseline_plan,
+    checked_judging,
+    make_report,
+    verdicts,
+)
+from attnlab.verifier._kvcache import is_kvcache, verify_kvcache
 from attnlab.verifier._load import read_case_file
-from attnlab.verifier._report import TENSORS, VerifyReport, judge
+from attnlab.verifier._repeat import repeat_check
+from attnlab.verifier._report import VerifyReport
 from attnlab.verifier._truth import truth
 
 __all__ = ["DEFAULT_MEMORY_BUDGET", "verify", "verify_case", "verify_file"]
-
-#: Bytes the score tables of one step may take: the truth's dense table under
-#: ``method="auto"`` (past it, the blockwise path) and the baseline's row block.
-DEFAULT_MEMORY_BUDGET = 32 * 2**20
 
 
 def verify(
@@ -59,9 +65,25 @@ def verify(
     sinks=None,
     cu_seqlens_q=None,
     cu_seqlens_k=None,
+    dropout_p=None,
+    dropout_mask=None,
+    S_dmask=None,
+    k_cache=None,
+    v_cache=None,
+    cache_seqlens=None,
+    block_table=None,
+    rotary_cos=None,
+    rotary_sin=None,
+    rotary_interleaved=None,
+    cache_batch_idx=None,
+    cache_leftpad=None,
+    k_cache_out=None,
+    v_cache_out=None,
     factor=2.0,
     atol=None,
     memory_budget=None,
+    repeat=None,
+    client=None,
 ) -> VerifyReport:
     """Judge a kernel's output (and gradients) against attnlab's exact answer.
 
@@ -75,11 +97,22 @@ def verify(
         do: dL/dout, as out; dq, dk, dv: the kernel's gradients, laid out as q, k, v.
         causal, window_size, softcap, softmax_scale, alibi_slopes, sinks, cu_seqlens_q,
             cu_seqlens_k: FlashAttention's options with its names and defaults.
+        k_cache, v_cache, cache_seqlens, block_table, rotary_cos, rotary_sin,
+            rotary_interleaved, cache_batch_idx, cache_leftpad: a KV-cache case, judged as
+            ``flash_attn_with_kvcache`` (k and v are then the new rows); k_cache_out,
+            v_cache_out: the caches as the kernel left them after its append.
+        dropout_p, dropout_mask, S_dmask: dropout, judged exactly under the kernel's keep
+            mask ((B, h, N, M) booleans, or FlashAttention's S_dmask, negative = dropped), or
+            without one statistically (the output's scaling and spread).
         factor: how many times the baseline's error the kernel may err (2, as FlashAttention).
         atol: the allowance added to the bound; None for 2 ulps of each tensor's dtype at its
             scale (see ``attnlab.verifier._report``).
         memory_budget: bytes one step's score tables may take (default 32 MiB): larger cases
             run block by block, never holding an N x M table.
+        repeat: None, or a second run's entries (a dict by the same names): every array must
+            equal this run's bit for bit, FlashAttention's determinism test.
+        client: None, or a ``dask.distributed.Client``: each sequence's rows for a range of
+            key/value heads run as a task on its workers, with the verdict of a local run.
 
     Returns:
         VerifyReport: ``.passed``, ``.tensors[name]`` (errors, ratio, worst position),
@@ -88,65 +121,99 @@ def verify(
     Raises:
         CaseError (an AttnlabError) naming the array or option when the case is malformed.
     """
-    # One entry per array and option a case holds (``ARRAY_NAMES``, ``OPTION_NAMES``, their
-    # order and the case's defaults: tests/test_public_signatures.py holds them equal).
+    # One entry per array and option a case holds, in the case's order (ARRAY_NAMES,
+    # OPTION_NAMES, DROPOUT_NAMES, KV_NAMES): tests/test_public_signatures.py holds them equal.
     entries = {
         "q": q, "k": k, "v": v, "out": out, "lse": lse, "do": do, "dq": dq, "dk": dk, "dv": dv,
         "causal": causal, "window_size": window_size, "softcap": softcap,
         "softmax_scale": softmax_scale, "alibi_slopes": alibi_slopes, "sinks": sinks,
         "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k,
+        "dropout_p": dropout_p, "dropout_mask": dropout_mask, "S_dmask": S_dmask,
+        "k_cache": k_cache, "v_cache": v_cache, "cache_seqlens": cache_seqlens,
+        "block_table": block_table, "rotary_cos": rotary_cos, "rotary_sin": rotary_sin,
+        "rotary_interleaved": rotary_interleaved, "cache_batch_idx": cache_batch_idx,
+        "cache_leftpad": cache_leftpad, "k_cache_out": k_cache_out, "v_cache_out": v_cache_out,
     }  # fmt: skip
-    return _judged(entries, layout, factor=factor, atol=atol, memory_budget=memory_budget)
+    judging = {"factor": factor, "atol": atol, "memory_budget": memory_budget}
+    return _judged(entries, layout, repeat, client=_checked_client(client), **judging)
 
 
-def verify_file(path, *, layout="bshd", factor=2.0, atol=None, memory_budget=None, max_bytes=None):
+def _checked_client(client):
+    if client is None:
+        return None
+    try:
+        from distributed import Client
+    except ImportError:
+        raise ImportError("a client needs dask.distributed: pip install 'attnlab[dask]'") from None
+    if not isinstance(client, Client):
+        raise AttnlabError(
+            f"client: expected a dask.distributed Client or None, but got {client!r} instead"
+        )
+    return client
+
+
+def verify_file(
+    path,
+    *,
+    layout="bshd",
+    factor=2.0,
+    atol=None,
+    memory_budget=None,
+    max_bytes=None,
+    repeat=None,
+    client=None,
+):
     """``verify`` on a case file (.npz or .safetensors) holding the arrays and options by name.
     ``max_bytes`` bounds the array data the file may declare (default 2 GiB), checked from its
-    headers before any data is read."""
+    headers before any data is read. ``repeat``: a second case file of the same run, which
+    must equal this one bit for bit."""
     entries = read_case_file(path, max_bytes)
-    return _judged(entries, layout, factor=factor, atol=atol, memory_budget=memory_budget)
+    again = None if repeat is None else read_case_file(repeat, max_bytes)
+    judging = {"factor": factor, "atol": atol, "memory_budget": memory_budget}
+    return _judged(entries, layout, again, client=_checked_client(client), **judging)
 
 
-def _judged(entries: dict, layout: str, **judging) -> VerifyReport:
-    """The verdict, and on a failure whether the case passes read in the other layout."""
+def _judged(entries: dict, layout: str, repeat=None, client=None, **judging) -> VerifyReport:
+    """The verdict, the repeat's comparison, and on a failure whether the case passes read in
+    the other layout."""
+    entries = {name: value for name, value in entries.items() if value is not None}
+    same = None if repeat is None else repeat_check(entries, repeat)  # refused before any work
+    if is_kvcache(entries):
+        report = verify_kvcache(entries, layout, **judging)
+        return report if same is None else dataclasses.replace(report, repeat=same)
     case = make_case(entries, layout)
-    report = verify_case(case, **judging)
-    if report.passed or case.layout not in OTHER:
+    report = verify_case(case, client=client, **judging)
+    if same is not None:
+        report = dataclasses.replace(report, repeat=same)
+    if all(t.passed for t in report.tensors.values()) or case.layout not in OTHER:
         return report
     try:
-        other = verify_case(make_case(entries, OTHER[layout]), **judging)
+        other = verify_case(make_case(entries, OTHER[layout]), client=client, **judging)
     except CaseError:  # the arrays do not make a case in the other layout
         return report
     hint = layout_hint(layout, report, other)
     return report if hint is None else dataclasses.replace(report, hints=(hint, *report.hints))
 
 
-def _positive(name: str, value, *, allow_zero: bool) -> float:
-    ok = not isinstance(value, bool) and isinstance(value, int | float)
-    if not ok or not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-        bound = ">= 0" if allow_zero else "> 0"
-        raise AttnlabError(f"{name}: expected a finite number {bound}, but got {value!r} instead")
-    return float(value)
-
-
-def verify_case(case: Case, *, factor=2.0, atol=None, memory_budget=None) -> VerifyReport:
-    """The verdict on a checked case (``make_case``)."""
-    factor = _positive("factor", factor, allow_zero=True)
-    if atol is not None:
-        atol = _positive("atol", atol, allow_zero=True)
-    budget = DEFAULT_MEMORY_BUDGET if memory_budget is None else memory_budget
-    budget = _positive("memory_budget", budget, allow_zero=False)
-    exact = truth(case, budget)
-    names = [name for name in TENSORS if name in case.arrays]
-    dtypes = {name: baseline_dtype(case, name) for name in names}
-    plain = {}
-    for dtype in dict.fromkeys(dtypes.values()):  # one plain run per baseline dtype
-        want = [name for name in names if dtypes[name] == dtype]
-        plain.update(baseline(case, budget, dtype, want))
-    tensors = {
-        name: judge(name, case, exact[name], plain[name], factor, atol, dtypes[name])
-        for name in names
-    }
+def verify_case(
+    case: Case, *, factor=2.0, atol=None, memory_budget=None, client=None
+) -> VerifyReport:
+    """The verdict on a checked case (``make_case``); with a Dask ``client``, its sequences
+    and key/value heads computed as tasks on the cluster (``_cluster.py``)."""
+    factor, atol, budget = checked_judging(factor, atol, memory_budget)
+    masked = case.dropout is not None and case.dropout.keep is not None
+    plain = None
+    if client is not None:
+        exact, plain = cluster_answers(case, budget, client, baseline_plan(case), masked)
+    elif masked:  # under the kernel's keep mask: the float64 plain answer with that mask
+        exact = baseline(case, budget, np.float64, stored=False)
+    else:
+        exact = truth(case, budget)
+    tensors = verdicts(case, exact, budget, factor, atol, plain)
+    if case.dropout is not None and not masked:  # no mask: out is judged statistically
+        kernel = case.arrays["out"].astype(np.float64)
+        variance = dropout_variance(case, budget)
+        tensors["out"] = statistical(tensors["out"], kernel, exact["out"], variance)
     hints = []
     for name, t in tensors.items():
         if not t.passed and case.layout in OTHER and case.arrays[name].ndim == 3:
@@ -154,26 +221,4 @@ def verify_case(case: Case, *, factor=2.0, atol=None, memory_budget=None) -> Ver
             with np.errstate(invalid="ignore"):
                 err = np.abs(read - exact[name])
             hints.append(transposed_hint(name, case.layout, bool(err.max() <= t.tolerance)))
-    a = case.arrays
-    lengths_q, lengths_k = np.diff(case.cu_q).tolist(), np.diff(case.cu_k).tolist()
-    varlen = case.layout == "varlen"
-    shape = {
-        "batch": case.batch,
-        "heads": case.heads,
-        "kv_heads": case.kv_heads,
-        "seqlen_q": lengths_q if varlen else lengths_q[0],  # one length, or one per sequence
-        "seqlen_k": lengths_k if varlen else lengths_k[0],
-        "d_k": a["q"].shape[-1],
-        "d_v": a["v"].shape[-1],
-    }
-    return VerifyReport(
-        tensors=tensors,
-        dtype=case.dtype.name,
-        layout=case.layout,
-        factor=factor,
-        options=case.options.as_dict(),
-        shape=shape,
-        cu_q=case.cu_q,
-        cu_k=case.cu_k,
-        hints=tuple(h for h in hints if h),
-    )
+    return make_report(case, tensors, factor, hints=tuple(h for h in hints if h))

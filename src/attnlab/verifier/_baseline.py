@@ -26,10 +26,16 @@ a 256-key window costs about 257 keys per row, as the kernel does.
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
+import os
+
 import numpy as np
 
 from attnlab.core.masks import TileState
+from attnlab.kernels._threads import on_threads
 from attnlab.verifier._case import Case
+from attnlab.verifier._rounding import round_in_place
 
 __all__ = ["baseline"]
 
@@ -52,8 +58,12 @@ class _Precision:
             return np.asarray(x).astype(self.dtype).astype(self.compute)
 
     def round(self, x: np.ndarray) -> np.ndarray:
+        """``x`` rounded to the kernel's dtype, in place when it is a float32 temporary (every
+        caller's is: a product, a quotient, a function's result)."""
         if not self.emulated:
             return x
+        if x.dtype == np.float32 and x.flags.c_contiguous and x.flags.writeable:
+            return round_in_place(x, self.dtype)
         with np.errstate(over="ignore"):  # past float16's range is inf, as on the GPU
             return x.astype(self.dtype).astype(self.compute)
 
@@ -67,10 +77,22 @@ def baseline_dtype(case: Case, name: str) -> np.dtype:
     return stored if stored.itemsize > kernel.itemsize else kernel
 
 
-def baseline(case: Case, memory_budget: float, dtype=None, want=None) -> dict[str, np.ndarray]:
+def baseline(
+    case: Case,
+    memory_budget: float,
+    dtype=None,
+    want=None,
+    stored=True,
+    threads=None,
+    share=None,
+) -> dict[str, np.ndarray]:
     """float64 arrays, packed as the case's, of the plain answer computed in ``dtype`` (default
     the kernel's) for each tensor of ``want`` (default all the case holds), each rounded to the
-    dtype the kernel stored that tensor in."""
+    dtype the kernel stored that tensor in (unless ``stored`` is False: float64 work kept
+    whole, the exact answer of a case with a dropout mask). The key/value heads are shared
+    among ``threads`` (default: the cores), each thread all the row blocks of its heads, so
+    every number is the one a single thread computes. ``share``: the key/value heads the budget
+    is shared among (default the case's), so a part of a case sizes its blocks as the whole."""
     a = case.arrays
     p = _Precision(np.dtype(case.dtype if dtype is None else dtype))
     names = ("out", "lse", "dq", "dk", "dv") if want is None else want
@@ -79,60 +101,101 @@ def baseline(case: Case, memory_budget: float, dtype=None, want=None) -> dict[st
     # A plain float16 attention overflows (scores past 65,504 are inf, inf - inf is NaN) as it
     # would on the GPU; the report bounds the kernel only where it stayed finite.
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        for b, (q0, q1), (k0, k1) in case.sequences():
-            _sequence(case, p, b, (q0, q1), (k0, k1), memory_budget, plain)
+        h_kv = case.kv_heads
+        threads = min(h_kv, threads or os.cpu_count() or 1)
+        cuts = np.linspace(0, h_kv, threads + 1).round().astype(int)
+        parts = [(int(x), int(y)) for x, y in itertools.pairwise(cuts) if y > x]
+        for b, qs, ks in case.sequences():
+
+            def heads(kv, b=b, qs=qs, ks=ks):
+                _sequence(case, p, b, qs, ks, memory_budget, plain, kv, share or h_kv)
+
+            on_threads(heads, parts, threads)
+    if not stored:
+        return {name: plain[name].astype(np.float64) for name in want}
+    return {name: _stored(plain[name], a[name].dtype) for name in want}
+
+
+def _stored(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """float64 ``x`` as rounded to the dtype its tensor is stored in."""
+    if x.dtype == np.float32 and dtype.itemsize == 2:  # float16, bfloat16: on the bits
+        return round_in_place(x, dtype).astype(np.float64)
     with np.errstate(over="ignore"):
-        return {name: plain[name].astype(a[name].dtype).astype(np.float64) for name in want}
+        return x.astype(dtype).astype(np.float64)
 
 
-def _sequence(case, p: _Precision, b, qs, ks, budget, plain) -> None:
-    a, opt = case.arrays, case.options
-    h_kv, g = case.group
+def _heads_of(opt, h0: int, h1: int):
+    """The options of query heads h0:h1 alone (their ALiBi slopes and sinks)."""
+    return dataclasses.replace(
+        opt,
+        alibi_slopes=None if opt.alibi_slopes is None else opt.alibi_slopes[:, h0:h1],
+        sinks=None if opt.sinks is None else opt.sinks[h0:h1],
+    )
+
+
+def _sequence(case, p: _Precision, b, qs, ks, budget, plain, kv, share) -> None:
+    """Sequence b's plain answer for key/value heads kv[0]:kv[1] (their query heads' rows)."""
+    a = case.arrays
+    g = case.group[1]
+    h_kv, hq = kv[1] - kv[0], slice(kv[0] * g, kv[1] * g)  # this part's heads
+    opt = _heads_of(case.options, hq.start, hq.stop)
     n, m = qs[1] - qs[0], ks[1] - ks[0]
     scale = opt.softmax_scale or 1.0 / np.sqrt(a["q"].shape[-1])
-    q = p.cast(a["q"][:, qs[0] : qs[1]]).reshape(h_kv, g, n, -1)  # (h_kv, g, N, d_k)
-    k = p.round(p.cast(a["k"][:, ks[0] : ks[1]]) * p.compute.type(scale))[:, None]
-    v = p.cast(a["v"][:, ks[0] : ks[1]])[:, None]  # (h_kv, 1, M, d_v)
+    q = p.cast(a["q"][hq, qs[0] : qs[1]]).reshape(h_kv, g, n, -1)  # (h_kv, g, N, d_k)
+    k = p.round(p.cast(a["k"][kv[0] : kv[1], ks[0] : ks[1]]) * p.compute.type(scale))[:, None]
+    v = p.cast(a["v"][kv[0] : kv[1], ks[0] : ks[1]])[:, None]  # (h_kv, 1, M, d_v)
     do = None
     if case.backward and any(name in plain for name in ("dq", "dk", "dv")):
-        do = p.cast(a["do"][:, qs[0] : qs[1]]).reshape(h_kv, g, n, -1)  # (h_kv, g, N, d_v)
+        do = p.cast(a["do"][hq, qs[0] : qs[1]]).reshape(h_kv, g, n, -1)  # (h_kv, g, N, d_v)
         dv_sum = np.zeros((h_kv, g, m, v.shape[-1]), p.compute)  # (h_kv, g, M, d_v)
         dk_sum = np.zeros((h_kv, g, m, q.shape[-1]), p.compute)  # (h_kv, g, M, d_k)
+    keep, drop = None, None
+    if case.dropout is not None and case.dropout.keep is not None:
+        keep = case.dropout.keep[b][hq].reshape(h_kv, g, n, m)  # (h_kv, g, N, M) bool
+        drop = p.compute.type(1.0 / (1.0 - case.dropout.p))
+        v = p.round(v * drop)  # attention_ref scales v by 1/(1-p), rounded
     mask = opt.mask(b, (h_kv, g))
     sinks = None if opt.sinks is None else opt.sinks.reshape(h_kv, g, 1, 1).astype(p.compute)
-    cells = int(budget // (_LIVE_TABLES * h_kv * g * p.compute.itemsize))  # R x C per block
+    # R x C per block: every part's tables together fit the budget
+    cells = int(budget // (_LIVE_TABLES * share * g * p.compute.itemsize))
     for r0, r1, c0, c1 in _blocks(mask, n, m, cells):  # rows r0:r1 see keys c0:c1 at most
         kc, vc = k[:, :, c0:c1], v[:, :, c0:c1]  # (h_kv, 1, C, d)
         s, t = _scores(p, q[:, :, r0:r1], kc, opt.softcap, mask, (r0, r1), (c0, c1), (n, m))
         w, lse = _softmax(p, s, sinks)  # (h_kv, g, R, C), (h_kv, g, R)
-        out = p.round(w @ vc)  # (h_kv, g, R, d_v)
-        _put(plain, "out", out, qs[0] + r0, qs[0] + r1)
-        _put(plain, "lse", lse, qs[0] + r0, qs[0] + r1)
+        kept = None if keep is None else keep[:, :, r0:r1, c0:c1]  # (h_kv, g, R, C)
+        wd = w if kept is None else w * kept  # dropped weights are 0
+        out = p.round(wd @ vc)  # (h_kv, g, R, d_v)
+        _put(plain, "out", out, hq, qs[0] + r0, qs[0] + r1)
+        _put(plain, "lse", lse, hq, qs[0] + r0, qs[0] + r1)
         if do is None:
             continue
         dout = do[:, :, r0:r1]  # (h_kv, g, R, d_v)
-        dv_sum[:, :, c0:c1] += w.swapaxes(-1, -2) @ dout  # (h_kv, g, C, d_v)
+        dv_sum[:, :, c0:c1] += wd.swapaxes(-1, -2) @ dout  # (h_kv, g, C, d_v)
         dp = p.round(dout @ vc.swapaxes(-1, -2))  # (h_kv, g, R, C)
+        if kept is not None:
+            dp *= kept  # no gradient reaches a dropped weight
         dp -= np.einsum("...ij,...ij->...i", dp, w)[..., None]  # dP - rowsum(P dP)
         dp *= w
         ds = p.round(dp)  # (h_kv, g, R, C): softmax's backward, one rounding
         if opt.softcap:
             c = p.compute.type(opt.softcap)
             ds = p.round(p.round(p.round(ds * c) * (1 - t * t)) / c)
-        _put(plain, "dq", p.round(ds @ kc), qs[0] + r0, qs[0] + r1)  # (h_kv, g, R, d_k)
+        _put(plain, "dq", p.round(ds @ kc), hq, qs[0] + r0, qs[0] + r1)  # (h_kv, g, R, d_k)
         dk_sum[:, :, c0:c1] += ds.swapaxes(-1, -2) @ q[:, :, r0:r1]  # (h_kv, g, C, d_k)
     if do is not None:
         dv = p.round(p.round(dv_sum).sum(axis=1))  # (h_kv, M, d_v): the group's sum
+        if drop is not None:
+            dv = p.round(dv * drop)  # through v's 1/(1-p)
         dk_scaled = p.round(p.round(dk_sum).sum(axis=1))  # (h_kv, M, d_k), for k * scale
         dk = p.round(dk_scaled * p.compute.type(scale))
         for name, grad in (("dk", dk), ("dv", dv)):
             if name in plain:
-                plain[name][:, ks[0] : ks[1]] = grad
+                plain[name][kv[0] : kv[1], ks[0] : ks[1]] = grad
 
 
-def _put(plain: dict, name: str, x: np.ndarray, r0: int, r1: int) -> None:
-    if name in plain:  # (h_kv, g, R, ...) -> rows r0:r1 of the packed (h, T_q, ...)
-        plain[name][:, r0:r1] = x.reshape((-1, r1 - r0, *x.shape[3:]))
+def _put(plain: dict, name: str, x: np.ndarray, heads: slice, r0: int, r1: int) -> None:
+    if name in plain:  # (h_kv, g, R, ...) -> heads, rows r0:r1 of the packed (h, T_q, ...)
+        plain[name][heads, r0:r1] = x.reshape((-1, r1 - r0, *x.shape[3:]))
 
 
 def _blocks(mask, n: int, m: int, cells: int):

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from attnlab.verifier._dropout import DROPOUT_NAMES, Dropout, parse_dropout
 from attnlab.verifier._options import OPTION_NAMES, CaseError, Options, parse_options
 
 __all__ = ["ARRAY_NAMES", "DTYPES", "LAYOUTS", "Case", "CaseError", "make_case"]
@@ -55,7 +56,8 @@ class Case:
     cu_q: np.ndarray  # (B + 1,) int64, sequence b's queries are rows cu_q[b]:cu_q[b + 1]
     cu_k: np.ndarray  # (B + 1,) int64
     options: Options
-    layout: str  # "bshd", "bhsd" or "varlen"
+    layout: str  # "bshd", "bhsd", "varlen" or "kvcache"
+    dropout: Dropout | None = None  # dropout_p and the kernel's keep mask (B, h, N, M)
 
     @property
     def heads(self) -> int:
@@ -170,11 +172,11 @@ def _varlen_offsets(entries: dict, sizes: dict) -> tuple[np.ndarray, np.ndarray]
 
 
 def _check_entries(entries: dict) -> None:
-    unknown = sorted(set(entries) - set(ARRAY_NAMES) - set(OPTION_NAMES))
+    unknown = sorted(set(entries) - set(ARRAY_NAMES) - set(OPTION_NAMES) - set(DROPOUT_NAMES))
     if unknown:
         raise CaseError(
             f"{unknown[0]}: unknown entry in the case; expected the arrays "
-            f"{', '.join(ARRAY_NAMES)} and the options {', '.join(OPTION_NAMES)}"
+            f"{', '.join(ARRAY_NAMES)} and the options {', '.join(OPTION_NAMES + DROPOUT_NAMES)}"
         )
     for name in REQUIRED:
         if entries.get(name) is None:
@@ -231,4 +233,12 @@ def make_case(entries: dict, layout: str = "bshd") -> Case:
         cu_q = np.arange(b + 1, dtype=np.int64) * sizes["N"]
         cu_k = np.arange(b + 1, dtype=np.int64) * sizes["M"]
     options = parse_options(entries, len(cu_q) - 1, sizes["h"])
-    return Case(arrays=arrays, cu_q=cu_q, cu_k=cu_k, options=options, layout=form)
+    dropout = parse_dropout(
+        entries, len(cu_q) - 1, sizes["h"], sizes.get("N"), sizes.get("M"), varlen
+    )
+    if dropout is not None and dropout.keep is None and "do" in arrays:
+        raise CaseError(
+            "dropout_p: the gradients of a dropout case are judged only under the kernel's "
+            "keep mask; add dropout_mask or S_dmask (B, h, N, M)"
+        )
+    return Case(arrays, cu_q, cu_k, options, form, dropout)

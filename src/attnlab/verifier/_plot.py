@@ -16,12 +16,11 @@ embedded from the installed package, as the labs' ``--plot`` does (``cli/labs.py
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 
-from attnlab._atomic import move_into_place
+from attnlab._atomic import write_atomic
 from attnlab.errors import AttnlabError
 
 __all__ = ["DEFAULT_TILE", "MAX_COLUMNS", "figure", "write_plot"]
@@ -121,7 +120,7 @@ def figure(report, tile: int = DEFAULT_TILE) -> dict:
     layout = {"title": title, "height": 360 * panels, "showlegend": False, "shapes": shapes}
     for i, name in enumerate(names):
         t = report.tensors[name]
-        cu = report.cu_k if name in ("dk", "dv") else report.cu_q
+        cu = t.rows_cu if t.rows_cu is not None else report.cu_q  # a cache's own rows too
         top = 1.0 - 2 * i * (height + gap)
         heat, bars = _axis(2 * i + 1), _axis(2 * i + 2)
         data.append(_heat_trace(t, heat, {"len": height, "y": top - height / 2}))
@@ -162,14 +161,13 @@ def write_plot(report, path, *, force: bool = False, tile: int = DEFAULT_TILE) -
         raise AttnlabError(
             f"plot: {str(path)!r} already exists; pass force=True (--force) to overwrite it"
         )
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        plotly.io.write_html(figure(report, tile), str(tmp), include_plotlyjs=True, full_html=True)
-        move_into_place(tmp, path, force=force)
+    try:  # a temporary name mkstemp chose: a symlink planted in the folder is never followed
+        write_atomic(path, lambda out: plotly.io.write_html(figure(report, tile), out,
+                     include_plotlyjs=True, full_html=True), force=force, text=True)  # fmt: skip
     except FileExistsError:
         raise AttnlabError(
             f"plot: {str(path)!r} already exists; pass force=True (--force) to overwrite it"
         ) from None
-    finally:
-        tmp.unlink(missing_ok=True)
+    except OSError as exc:
+        raise AttnlabError(f"plot: cannot write {str(path)!r} ({exc.strerror or exc})") from None
     return path

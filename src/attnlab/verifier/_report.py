@@ -61,9 +61,11 @@ class TensorVerdict:
     atol: float
     factor: float
     worst: dict
+    baseline_mean_error: float  # mean |plain - exact|: FlexAttention's tests judge on means
     baseline_dtype: str  # the dtype the plain answer was computed in
     nonfinite: int  # kernel entries that are NaN or inf where the exact answer is finite
     heat: np.ndarray = field(repr=False, compare=False)  # (heads, rows): max error per row
+    rows_cu: np.ndarray | None = field(default=None, repr=False, compare=False)  # (B + 1,)
 
     @property
     def tolerance(self) -> float:
@@ -80,12 +82,21 @@ class TensorVerdict:
     def passed(self) -> bool:
         return self.max_abs_error <= self.tolerance
 
+    @property
+    def mean_ratio(self) -> float:
+        """mean error / the baseline's mean error, the ratio FlexAttention's tests bound."""
+        if self.baseline_mean_error > 0:
+            return self.mean_abs_error / self.baseline_mean_error
+        return 0.0 if self.mean_abs_error == 0 else math.inf
+
     def as_dict(self) -> dict:
         return {
             "dtype": self.dtype,
             "max_abs_error": _num(self.max_abs_error),
             "mean_abs_error": _num(self.mean_abs_error),
             "baseline_error": _num(self.baseline_error),
+            "baseline_mean_error": _num(self.baseline_mean_error),
+            "mean_ratio": _num(self.mean_ratio),
             "baseline_dtype": self.baseline_dtype,
             "ratio": _num(self.ratio),
             "atol": self.atol,
@@ -94,6 +105,13 @@ class TensorVerdict:
             "nonfinite": self.nonfinite,
             "pass": self.passed,
         }
+
+    def failure(self) -> str:
+        """What is wrong, in words, for the summary line."""
+        return (
+            f"{self.name} off by {self.max_abs_error:.3g} at {self.where()} "
+            f"(tolerance {self.tolerance:.3g})"
+        )
 
     def where(self) -> str:
         """The worst position in words: 'batch 1, head 3, row 17, column 5'."""
@@ -156,12 +174,14 @@ def judge(
         max_abs_error=float(err.flat[flat]),
         mean_abs_error=float(err.mean()),
         baseline_error=float(finite_base.max()) if finite_base.size else 0.0,
+        baseline_mean_error=float(finite_base.mean()) if finite_base.size else 0.0,
         atol=float(atol),
         factor=float(factor),
         worst=worst,
         baseline_dtype=np.dtype(baseline_dtype or case.dtype).name,
         nonfinite=int((~np.isfinite(kernel) & finite).sum()),
         heat=heat,
+        rows_cu=case.cu_k if name in _KEY_ROWS else case.cu_q,  # its rows' sequences
     )
 
 
@@ -178,10 +198,12 @@ class VerifyReport:
     cu_q: np.ndarray = field(repr=False, compare=False)
     cu_k: np.ndarray = field(repr=False, compare=False)
     hints: tuple = ()  # sentences on a failure's likely cause (a layout mix-up)
+    repeat: dict | None = None  # a second run's bitwise comparison (``_repeat.py``)
 
     @property
     def passed(self) -> bool:
-        return all(t.passed for t in self.tensors.values())
+        same = self.repeat is None or self.repeat["equal"]
+        return same and all(t.passed for t in self.tensors.values())
 
     @property
     def verdict(self) -> str:
@@ -200,6 +222,7 @@ class VerifyReport:
             "options": dict(self.options),
             "tensors": {name: t.as_dict() for name, t in self.tensors.items()},
             "hints": list(self.hints),
+            "repeat": self.repeat,
         }
 
     def rows(self) -> list[list[str]]:
@@ -210,10 +233,11 @@ class VerifyReport:
                 t.dtype,
                 f"{t.max_abs_error:.3g}",
                 f"{t.mean_abs_error:.3g}",
+                f"{t.baseline_mean_error:.3g}",
                 f"{t.baseline_error:.3g}",
                 t.baseline_dtype,
                 f"{t.ratio:.3g}",
-                f"{t.tolerance:.3g}",
+                "statistical" if math.isnan(t.tolerance) else f"{t.tolerance:.3g}",
                 _position(t.worst),
                 "pass" if t.passed else "FAIL",
             ]
@@ -225,6 +249,7 @@ class VerifyReport:
         "dtype",
         "max error",
         "mean error",
+        "baseline mean",
         "baseline",
         "baseline dtype",
         "ratio",
@@ -236,17 +261,19 @@ class VerifyReport:
     def summary(self) -> str:
         """One line: the verdict, and the failing tensors with where each is worst."""
         bad = [t for t in self.tensors.values() if not t.passed]
-        if not bad:
-            return (
-                f"pass: every tensor within {self.factor:g} x the {self.dtype} baseline's error "
-                "+ atol"
+        again = ""
+        if self.repeat is not None and self.repeat["equal"]:
+            again = "; the repeat is bitwise equal"
+        elif self.repeat is not None:
+            again = "; repeat not bitwise equal: " + ", ".join(
+                f"{name} in {d['entries']} entries, first at {tuple(d['first'])}"
+                for name, d in self.repeat["differs"].items()
             )
-        said = "; ".join(
-            f"{t.name} off by {t.max_abs_error:.3g} at {t.where()} (tolerance {t.tolerance:.3g})"
-            for t in bad
-        )
+        if not bad and self.passed:
+            return f"pass: every tensor within {self.factor:g} x its baseline's error + atol{again}"
+        said = "; ".join(t.failure() for t in bad) or "every tensor within its tolerance"
         hints = "".join(f"; hint: {h}" for h in self.hints)
-        return f"fail: {said}{hints}"
+        return f"fail: {said}{again}{hints}"
 
     def _repr_html_(self) -> str:
         head = "".join(f"<th>{html.escape(c)}</th>" for c in self.COLUMNS)

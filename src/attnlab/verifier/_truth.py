@@ -35,22 +35,25 @@ def truth(case: Case, memory_budget: float) -> dict[str, np.ndarray]:
         k = _f64(a["k"][:, k0:k1])[:, None]  # (h_kv, 1, M, d_k)
         v = _f64(a["v"][:, k0:k1])[:, None]  # (h_kv, 1, M, d_v)
         mask = opt.mask(b, (h_kv, g))
-        if "lse" in a:
+        kept = None
+        if "lse" in a or case.backward:
             out, lse = attention(
                 q, k, v, mask, return_lse=True, memory_budget=memory_budget, **kwargs
             )
+            kept = lse  # the backward takes its weights from it, with no second forward
+        if "lse" in a:
             if opt.sinks is not None:
                 # A row with no key still has its sink: log(exp(sink)) = sink, where attnlab's
                 # fully_masked="zero" reports -inf (its output, 0, is the same either way).
                 lse = np.where(np.isneginf(lse), opt.sinks.reshape(h_kv, g, 1), lse)
             exact["lse"][:, q0:q1] = lse.reshape(h_kv * g, n)
-        else:
+        elif kept is None:
             out = attention(q, k, v, mask, memory_budget=memory_budget, **kwargs)
         exact["out"][:, q0:q1] = out.reshape(h_kv * g, n, -1)
         if case.backward:
             do = _f64(a["do"][:, q0:q1]).reshape(h_kv, g, n, -1)  # (h_kv, g, N, d_v)
             dq, dk, dv = attention_backward(
-                q, k, v, do, mask, memory_budget=memory_budget, **kwargs
+                q, k, v, do, mask, memory_budget=memory_budget, lse=kept, **kwargs
             )
             spans = {"dq": (dq, q0, q1), "dk": (dk, k0, k1), "dv": (dv, k0, k1)}
             for name, (grad, r0, r1) in spans.items():

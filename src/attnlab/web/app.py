@@ -3,7 +3,8 @@
     create_app()  assembles the routers:
         /                 the page (static HTML, CSS and JS; no build step)
         /vendor/plotly.min.js   plotly.js from the installed plotly package (no CDN)
-        /api/...          figures (web/figures.py), labs and exercises (web/labs.py)
+        /api/...          figures (web/figures.py), labs and exercises (web/labs.py),
+                          training runs as jobs (web/runs.py)
         /docs             the API reference, rendered here from /openapi.json (no CDN either)
 
 Every error a request can cause is answered in words: a request that fails validation, and any
@@ -35,8 +36,11 @@ from attnlab.web import (
     learned,
     pagefiles,
     queryform,
+    runs,
     schema,
+    snapshot,
     teach,
+    trained,
 )
 
 __all__ = ["MAX_BODY_BYTES", "create_app"]
@@ -117,6 +121,9 @@ def create_app(hosts: Iterable[str] = ()) -> FastAPI:
     app.include_router(labs.router)
     app.include_router(teach.router)
     app.include_router(learned.router)
+    runs.install(app)  # training runs as jobs, with the app's own queue
+    app.include_router(trained.router)  # a run's trained heads; heads knocked out
+    app.include_router(snapshot.router)
 
     @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
     async def index(request: Request) -> Response:

@@ -9,9 +9,10 @@ browser. Two defences, both before any route runs:
     cross-site      a page elsewhere loading ``/api/labs/cost`` in an <img> or a no-cors fetch,
                     or posting to ``/api/trace`` from a form, to keep the CPU busy. Every
                     ``/api`` route refuses, with 403, a request whose ``Sec-Fetch-Site`` is
-                    ``cross-site`` or ``same-site``, whose ``Origin`` names a non-loopback
-                    origin, or, from a browser that sends neither, whose ``Referer`` names
-                    a page on another host. The page's own requests are ``same-origin``; a
+                    ``cross-site`` or ``same-site``, whose ``Origin`` is not the server's own
+                    (scheme, host and port: a page on another port of this machine is
+                    another origin), or, from a browser that sends neither, whose
+                    ``Referer`` names a page of another origin. The page's own requests are ``same-origin``; a
                     script or curl sends none of the three and is served.
 """
 
@@ -46,16 +47,28 @@ def allowed_hosts(extra: Iterable[str] = ()) -> list[str]:
     return names
 
 
-def _loopback_origin(origin: str, hosts: list[str]) -> bool:
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _origin_of(url: str) -> tuple[str, str, int] | None:
+    """(scheme, host as a Host header names it, port) of a URL, or None when it has none."""
     try:
-        parts = urlsplit(origin)
-        host = parts.hostname
-        parts.port  # noqa: B018 -- raises ValueError on a malformed port
+        parts = urlsplit(url)
+        host, port = parts.hostname, parts.port  # .port raises ValueError on a malformed port
     except ValueError:
-        return False
-    if parts.scheme not in ("http", "https") or host is None:
-        return False  # includes Origin: null (a sandboxed frame, a file:// page)
-    return host_name(host) in hosts
+        return None
+    scheme = parts.scheme.lower()
+    if scheme not in _DEFAULT_PORTS or host is None:
+        return None  # includes Origin: null (a sandboxed frame, a file:// page)
+    return scheme, host_name(host.lower()), _DEFAULT_PORTS[scheme] if port is None else port
+
+
+def _same_origin(url: str, scope, headers: Headers, hosts: list[str]) -> bool:
+    """Whether ``url`` is the server's own origin: its scheme, the Host this request was sent
+    to (a loopback name or the server's own, which TrustedHostMiddleware checked) and its port.
+    A page on another port of this machine (a dev server on :3000) is another origin."""
+    own = _origin_of(f"{scope.get('scheme', 'http')}://{headers.get('host', '')}")
+    return own is not None and own[1] in hosts and _origin_of(url) == own
 
 
 class CrossSiteGuard:
@@ -74,9 +87,14 @@ class CrossSiteGuard:
         referer = headers.get("referer")
         if site in _REFUSED_SITES:
             got = f"Sec-Fetch-Site: {site}"
-        elif origin is not None and not _loopback_origin(origin, self.hosts):
+        elif origin is not None and not _same_origin(origin, scope, headers, self.hosts):
             got = f"Origin: {origin[:100]}"
-        elif not site and origin is None and referer and not _loopback_origin(referer, self.hosts):
+        elif (
+            not site
+            and origin is None
+            and referer
+            and not _same_origin(referer, scope, headers, self.hosts)
+        ):
             got = f"Referer: {referer[:100]}"  # an older browser: the page that sent it
         else:
             return await self.app(scope, receive, send)

@@ -4,7 +4,7 @@ The request model and the route of each lab are generated from its spec (attnlab
 the fields take the spec's web defaults and bounds, and a request whose estimated cost passes
 ``WEB_SECONDS`` or ``WEB_BYTES`` is refused with 422 naming the spec's budget field, so no
 request can allocate without bound or keep the server busy for long. The web bounds are sized
-so that no combination of them passes the budget (tests/test_web_budget.py): a request the
+so that no combination of them passes the budget (tests/web/test_web_budget.py): a request the
 OpenAPI document allows is never refused by it, and the check stays as a second guard.
 
 Labs run on a queue of their own: one lab at a time on one worker thread, with at

@@ -10,6 +10,9 @@
         weights  (layers, heads, N, N) of this sequence, rounded to 4 decimals
         checkpoint   optional index into ``checkpoints`` (the training steps of the snapshots
                  kept while the model trained, the trained model last): the weights then
+        predictions  each position's most likely next token by that checkpoint's own weights;
+                 null (with ``predictions_note``) for a snapshot that kept no output layer of
+                 its own, rather than a mix of its attention and the trained model's output
     GET /api/learned/head      one head's attention for one query, as the stepper takes it:
         the same sequence and checkpoint arguments, and ``layer``, ``head``, ``query`` (a
         position of the sequence); answers q (1, d_k), k and v (query + 1, d_k) (the keys the
@@ -21,16 +24,19 @@ model is loaded once and only read.
 
 from __future__ import annotations
 
-from functools import cache
+import asyncio
+import re
+from functools import cache, lru_cache
 from typing import Annotated
 
 import numpy as np
 from fastapi import APIRouter, Query
-from fastapi.responses import RedirectResponse
+from fastapi.responses import JSONResponse, RedirectResponse
 
 from attnlab.labs._common import rng_for
 from attnlab.labs.induction import induction_sequences, measure
 from attnlab.transformer import checkpoints
+from attnlab.web.labs import LabQueue
 from attnlab.web.models import SEED_MAX, FieldError
 
 router = APIRouter(tags=["learned heads"])
@@ -43,6 +49,32 @@ EXPLORER_LEARNED = "/?mh.mode=learned#figure-multi-head"
 Tokens = Annotated[str | None, Query(max_length=400)]
 Seed = Annotated[int, Query(ge=0, le=SEED_MAX)]
 Checkpoint = Annotated[int | None, Query(ge=0)]
+
+# Admission, as the labs': the answers are computed on one thread of their own, at most
+# MAX_WAITING wait, and the next request gets 429 with Retry-After at once, so a burst of them
+# never holds the pool that serves the page and every other route. An answer is computed once
+# per (sequence, checkpoint): a class asking for the same sequence is served from the cache.
+MAX_WAITING = 16
+ANSWER_S = 0.1  # an answer's seconds, for Retry-After (tens of ms measured; the first loads)
+QUEUE = LabQueue(waiting=MAX_WAITING)
+BUSY = {429: {"description": "The learned routes' queue is full; see Retry-After."}}
+
+
+def _busy() -> JSONResponse:
+    wait = QUEUE.retry_after()
+    return JSONResponse(
+        {"message": f"expected at most {MAX_WAITING} learned-head requests waiting, but the "
+                    f"queue is full; try again in {wait} s"},
+        status_code=429,
+        headers={"Retry-After": str(wait)},
+    )  # fmt: skip
+
+
+async def _queued(fn):
+    future = QUEUE.submit(fn, ANSWER_S)
+    if future is None:
+        return _busy()
+    return await asyncio.wrap_future(future)
 
 
 @cache
@@ -66,18 +98,35 @@ def _heads(index: int = -1) -> list[dict]:
                           "induction_score": round(r.induction_score, 3)} for r in rows]  # fmt: skip
 
 
+@cache
+def _own_output(index: int) -> bool:
+    """Whether checkpoint ``index`` has an output layer of its own. A snapshot that kept only
+    the attention weights borrows the trained model's unembedding, bit for bit; its predictions
+    would mix two steps of training, so the page is not given any."""
+    if index == len(_models()) - 1:
+        return True
+    return not np.array_equal(_model(index).params["unembed"], _model(-1).params["unembed"])
+
+
+# Ids in ASCII digits only (``str.isdigit`` passes "²" and "①", which ``int`` refuses, and
+# ``int`` reads full-width and Arabic-Indic digits), one comma or a run of spaces between two.
+_TOKENS = re.compile(r"\s*[0-9]+(?:(?:\s*,\s*|\s+)[0-9]+)*\s*", re.ASCII)
+
+
 def _parse(text: str, context: int, vocab: int) -> list[int]:
-    parts = text.replace(",", " ").split()
-    if not parts:
+    if not text.strip():
         raise FieldError("tokens", "expected token ids separated by spaces, but got nothing")
+    if not _TOKENS.fullmatch(text):
+        raise FieldError("tokens", "expected token ids written in the digits 0-9, separated by "
+                         f"spaces or one comma, but got {text[:40]!r}")  # fmt: skip
+    parts = re.split(r"[\s,]+", text.strip())
     if len(parts) > context:
         raise FieldError("tokens", f"expected at most {context} tokens, but got {len(parts)}")
-    ids = []
-    for i, part in enumerate(parts):
-        if not part.isdigit() or int(part) >= vocab:
+    ids = [int(part) for part in parts]
+    for i, value in enumerate(ids):
+        if value >= vocab:
             raise FieldError("tokens", f"expected token ids from 0 to {vocab - 1}, but got "
-                             f"{part[:12]!r} at position {i}")  # fmt: skip
-        ids.append(int(part))
+                             f"{parts[i][:12]!r} at position {i}")  # fmt: skip
     return ids
 
 
@@ -97,16 +146,34 @@ def _sequence(tokens: str | None, seed: int, checkpoint: int | None):
     return index, model, seq[0].tolist(), int(lengths[0])
 
 
-@router.get("/api/learned", summary="The shipped induction model's heads on one sequence")
-def learned(tokens: Tokens = None, seed: Seed = 0, checkpoint: Checkpoint = None) -> dict:
-    index, model, ids, repeat = _sequence(tokens, seed, checkpoint)
+@router.get("/api/learned", summary="The shipped induction model's heads on one sequence",
+            responses=BUSY)  # fmt: skip
+async def learned(tokens: Tokens = None, seed: Seed = 0, checkpoint: Checkpoint = None) -> dict:
+    return await _queued(lambda: _learned(tokens, seed, checkpoint))
+
+
+def _learned(tokens: str | None, seed: int, checkpoint: int | None) -> dict:
+    index, _, ids, repeat = _sequence(tokens, seed, checkpoint)
+    return {**_answer(tuple(ids), index), "repeat": repeat}
+
+
+@lru_cache(maxsize=256)
+def _answer(ids: tuple[int, ...], index: int) -> dict:
+    """The model's part of an answer, once per (sequence, checkpoint); callers copy the dict
+    before adding to it (its lists are only read)."""
+    model = _model(index)
     batch = np.array([ids])
     weights = model.attention_weights(batch)[0]  # (layers, heads, N, N)
     return {
         "config": model.config,
-        "tokens": ids,
-        "repeat": repeat,
-        "predictions": model.predict(batch)[0].tolist(),
+        "tokens": list(ids),
+        "predictions": model.predict(batch)[0].tolist() if _own_output(index) else None,
+        "predictions_note": None
+        if _own_output(index)
+        else (
+            "this snapshot kept only the attention weights, not an output layer of its own, "
+            "so it makes no predictions here"
+        ),
         "heads": _heads(index),
         "checkpoints": [step for step, _ in _models()],
         "checkpoint": index,
@@ -124,8 +191,9 @@ def _below(name: str, value: int, limit: int, what: str) -> None:
                          f"{value} instead")  # fmt: skip
 
 
-@router.get("/api/learned/head", summary="One learned head's q, k and v for one query")
-def learned_head(
+@router.get("/api/learned/head", summary="One learned head's q, k and v for one query",
+            responses=BUSY)  # fmt: skip
+async def learned_head(
     layer: Annotated[int, Query(ge=0)],
     head: Annotated[int, Query(ge=0)],
     query: Annotated[int, Query(ge=0)],
@@ -133,6 +201,10 @@ def learned_head(
     seed: Seed = 0,
     checkpoint: Checkpoint = None,
 ) -> dict:
+    return await _queued(lambda: _learned_head(layer, head, query, tokens, seed, checkpoint))
+
+
+def _learned_head(layer, head, query, tokens, seed, checkpoint) -> dict:
     index, model, ids, _ = _sequence(tokens, seed, checkpoint)
     cfg = model.config
     _below("layer", layer, cfg["layers"], "the model's layers")

@@ -10,7 +10,7 @@ FastAPI documents 200 and its own 422 shape; the explorer answers every refusal 
 and the lab routes return a CSV file with ``download=csv``. Each lab route also carries its work
 budget (``x-work-budget``: seconds, bytes and the field a refusal names, and the same in words).
 ``document_refusals`` adds these to
-the generated document, so /docs and a schema-driven test (tests/test_schema_api.py) see what
+the generated document, so /docs and a schema-driven test (tests/web/test_schema_api.py) see what
 each route can really answer. It only adds what a route does not already declare.
 """
 

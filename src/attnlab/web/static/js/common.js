@@ -2,11 +2,15 @@
 
 export class ApiError extends Error {}
 
+export const SNAPSHOT_ONLY = "this saved page shows the state it was saved at; this needs the explorer's server (attnlab serve)";
+
 // Call the JSON API. A 422 carries a message naming the field; show it as it is. A request the
 // page makes at load is answered from the page itself when the server inlined its answer.
 export async function api(path, { method = "GET", body } = {}) {
   const known = inlined(method, path, body);
   if (known !== undefined) return known;
+  // A saved page (web/snapshot.py) holds the answers it was saved with, and no server.
+  if (globalThis.attnlabSnapshot) throw new ApiError(SNAPSHOT_ONLY);
   const options = { method, headers: {} };
   if (body !== undefined) {
     options.headers["Content-Type"] = "application/json";
@@ -72,6 +76,8 @@ const trim = (text) => {
   const t = text.includes(".") ? text.replace(/0+$/, "").replace(/\.$/, "") : text;
   return t === "-0" ? "0" : t;
 };
+
+export const digitsShown = () => shown;
 
 // The page's digits from now on: d if it is one of the choices offered, else the first of them.
 export function setDigits(d, choices) {

@@ -47,20 +47,59 @@ const TEX = {
 };
 export const tex = (s) => String(s).replace(/[\\&%$#_{}~^<>|]|[^\x20-\x7e]/gu, (c) =>
   TEX[c] ?? (/\p{L}/u.test(c) ? c.normalize("NFKD").replace(/[^\x20-\x7e]/g, "") || "?" : "?"));
-// A table entry: a number in math mode (so its minus is a minus), -inf for a blocked pair, a
-// dash where there is no value.
-const texNumber = (x) => ({ "-inf": "$-\\infty$", "—": "---" })[fmt(x)] ?? `$${fmt(x)}$`;
+// A table entry: a number in math mode (so its minus is a minus), 9e-4 as 9 × 10⁻⁴ (TeX would
+// typeset "9e - 4"), -inf for a blocked pair, a dash where there is no value.
+export function texNumber(x) {
+  const text = fmt(x);
+  if (text === "-inf") return "$-\\infty$";
+  if (text === "—") return "---";
+  const power = /^(-?[\d.]+)e([+-]?)0*(\d+)$/.exec(text);
+  if (power) return `$${power[1]}\\times10^{${power[2] === "-" ? "-" : ""}${power[3]}}$`;
+  return `$${text}$`;
+}
+
+// The column widths TeX will give a table, in points at \small (about 4.6 pt a digit, 10 pt of
+// column gap): enough to cut a wide table into parts that fit the text width.
+const texWidth = (text) => 4.6 * String(text).length + 10;
+
+function columnParts(t) {
+  const LINE = 390; // \textwidth with the 2.5 cm margins below, in pt
+  const label = Math.max(...t.rows.map((r) => texWidth(tex(r))));
+  const widths = t.cols.map((c, j) => Math.max(texWidth(c), ...t.values.map((row) => texWidth(fmt(row[j])) - 2)));
+  const parts = [];
+  let start = 0;
+  let used = label;
+  widths.forEach((w, j) => {
+    if (j > start && used + w > LINE) {
+      parts.push([start, j]);
+      start = j;
+      used = label;
+    }
+    used += w;
+  });
+  parts.push([start, t.cols.length]);
+  return parts;
+}
 
 // A whole document, so the file compiles as it is; the tables between \begin{document} and
-// \end{document} paste into any other.
+// \end{document} paste into any other. A table wider than the page is cut into column parts
+// ("columns 1-12 of 33"), each inside a box that shrinks it only if it still runs over, so no
+// column is lost off the page's edge.
 export function toLatex({ caption, tables }) {
-  const out = ["\\documentclass{article}", "\\usepackage[T1]{fontenc}", "\\begin{document}", `% ${tex(caption)}`];
+  const out = ["\\documentclass{article}", "\\usepackage[T1]{fontenc}", "\\usepackage[margin=2.5cm]{geometry}",
+    "\\usepackage{graphicx}", "\\begin{document}", `% ${tex(caption)}`];
   for (const t of tables) {
-    out.push("\\begin{table}[h]", "\\centering", `\\caption{${tex(t.title)}. ${tex(caption)}}`,
-      `\\begin{tabular}{l${"r".repeat(t.cols.length)}}`, "\\hline",
-      ` & ${t.cols.map(tex).join(" & ")} \\\\`, "\\hline");
-    t.values.forEach((row, i) => out.push(`${tex(t.rows[i])} & ${row.map(texNumber).join(" & ")} \\\\`));
-    out.push("\\hline", "\\end{tabular}", "\\end{table}", "");
+    const parts = columnParts(t);
+    parts.forEach(([a, b], n) => {
+      const which = parts.length > 1 ? ` (columns ${a + 1}--${b} of ${t.cols.length})` : "";
+      out.push("\\begin{table}[h]", "\\centering", "\\small",
+        `\\caption{${tex(t.title)}${which}. ${n ? "" : tex(caption)}}`,
+        "\\resizebox{\\ifdim\\width>\\linewidth\\linewidth\\else\\width\\fi}{!}{%",
+        `\\begin{tabular}{l${"r".repeat(b - a)}}`, "\\hline",
+        ` & ${t.cols.slice(a, b).map(tex).join(" & ")} \\\\`, "\\hline");
+      t.values.forEach((row, i) => out.push(`${tex(t.rows[i])} & ${row.slice(a, b).map(texNumber).join(" & ")} \\\\`));
+      out.push("\\hline", "\\end{tabular}}", "\\end{table}", "");
+    });
   }
   out.push("\\end{document}");
   return `${out.join("\n")}\n`;
@@ -97,14 +136,38 @@ function tableSvg(t, y0) {
   return { svg: parts.join(""), height: y + rh + base - y0, width: Math.max(full, 20 + textWidth(t.title, true)) + 10 };
 }
 
+// Heatmaps (data.heatmaps: [{ title, values }], weights in 0..1) as squares of rects, darker =
+// more weight, the same shading as the page's canvases: four to a row, each with its title.
+function heatmapsSvg(maps, y0) {
+  const SQUARE = 180; // each head's square, in px of the exported image
+  const parts = [];
+  const across = Math.min(4, maps.length);
+  maps.forEach((m, n) => {
+    const x = 10 + (n % across) * (SQUARE + 20);
+    const y = y0 + Math.floor(n / across) * (SQUARE + 40);
+    const size = SQUARE / m.values.length;
+    const cells = m.values.flatMap((row, i) => row.map((w, j) => {
+      const shade = Math.round(255 * (1 - Math.min(1, Math.max(0, w ?? 0))));
+      return `<rect x="${(x + j * size).toFixed(2)}" y="${(y + 20 + i * size).toFixed(2)}" width="${size.toFixed(2)}" height="${size.toFixed(2)}" fill="rgb(${shade},${shade},${255 - Math.round((255 - shade) * 0.2)})"/>`;
+    }));
+    parts.push(`<g class="heatmap"><text x="${x}" y="${y + 14}" font-size="12">${esc(m.title)}</text>${cells.join("")}`
+      + `<rect x="${x}" y="${y + 20}" width="${SQUARE}" height="${SQUARE}" fill="none" stroke="#999"/></g>`);
+  });
+  const rows = Math.ceil(maps.length / across);
+  return { svg: parts.join(""), height: rows * (SQUARE + 40), width: 20 + across * (SQUARE + 20) };
+}
+
 // The image is as wide as what it holds (the caption wraps to that width, at least 480 px).
 // figureOnly: the chart alone (or, for a figure with no chart, its tables), with no caption.
 export async function toSvg(data, plots = [], { figureOnly = false } = {}) {
   const parts = [];
   let y = 10;
   const charts = plots.filter((node) => window.Plotly && node.querySelector(".main-svg"));
-  const tables = figureOnly && charts.length ? [] : data.tables;
+  const maps = data.heatmaps ?? [];
+  // A table with image: false (a heatmap's own numbers) goes to CSV and LaTeX, not the picture.
+  const tables = figureOnly && (charts.length || maps.length) ? [] : data.tables.filter((t) => t.image !== false);
   let width = 480;
+  if (maps.length) width = Math.max(width, heatmapsSvg(maps, 0).width);
   charts.forEach((node) => { width = Math.max(width, Math.max(node.clientWidth, 400)); });
   for (const t of tables) width = Math.max(width, tableSvg(t, 0).width);
   if (!figureOnly) {
@@ -120,6 +183,11 @@ export async function toSvg(data, plots = [], { figureOnly = false } = {}) {
     parts.push(`<image x="0" y="${y}" width="${w}" height="${h}" href="${esc(url)}"/>`);
     y += h + 10;
     width = Math.max(width, w);
+  }
+  if (maps.length) {
+    const drawn = heatmapsSvg(maps, y);
+    parts.push(drawn.svg);
+    y += drawn.height;
   }
   for (const t of tables) {
     const drawn = tableSvg(t, y);

@@ -11,7 +11,7 @@ let root = null;
 const $ = (sel) => root.querySelector(sel);
 let data = null; // the last answer of /api/learned
 let shown = null; // the request it answered, as URL entries
-const pick = { layer: 1, head: 0, query: 0 }; // the head and query the stepper would open
+const pick = { layer: 1, head: 0, query: null }; // the head and query the stepper would open (null: firstRepeat)
 
 function drawHead(canvas, weights) {
   const n = weights.length;
@@ -29,18 +29,29 @@ function drawHead(canvas, weights) {
   ctx.putImageData(img, 0, 0);
 }
 
+// A position to open on: the first token of a generated sequence's repeated half, or of a typed
+// one the first token seen before, where an induction head has an earlier copy to look past;
+// else the last position.
+function firstRepeat(tokens, repeat) {
+  if (repeat) return tokens.length - repeat;
+  const at = tokens.findIndex((t, i) => tokens.indexOf(t) < i);
+  return at < 0 ? tokens.length - 1 : at;
+}
+
+// Each token, marked ✓ (and green) when the model, reading up to the token before, predicted it.
 function sequence() {
   const n = data.tokens.length;
   const start = data.repeat ? n - data.repeat : n;
   const parts = data.tokens.map((t, i) => {
-    const next = i + 1 < n ? data.tokens[i + 1] : null;
-    const hit = next !== null && data.predictions[i] === next;
-    const cls = [i >= start ? "copy" : "", hit && i >= start ? "hit" : "", i === pick.query ? "query" : ""].join(" ").trim();
-    return el("span", { class: cls || null, title: `position ${i}, predicts ${data.predictions[i]}`, text: String(t) });
+    const hit = i > 0 && data.predictions !== null && data.predictions[i - 1] === t;
+    const cls = [i >= start ? "copy" : "", hit ? "hit" : "", i === pick.query ? "query" : ""].join(" ").trim();
+    const said = hit ? " (predicted right from the tokens before)" : "";
+    const next = data.predictions === null ? "" : `, predicts ${data.predictions[i]}`;
+    return el("span", { class: cls || null, title: `position ${i}${said}${next}`, "data-position": i }, String(t), hit ? el("b", { class: "mark", text: "✓" }) : null);
   });
-  const note = data.repeat ? ` (the last ${data.repeat} tokens repeat the ${data.repeat} before them; ` +
-    "green: the next token predicted right; outlined: the query)" : " (outlined: the query)";
-  $("#learned-seq").replaceChildren("Tokens: ", ...parts.flatMap((p) => [p, " "]), note);
+  const copy = data.repeat ? `the last ${data.repeat} tokens (shaded) repeat the ${data.repeat} before them; ` : "";
+  const right = data.predictions === null ? `no ✓ marks: ${data.predictions_note}` : "green ✓: the model predicted this token from the ones before it";
+  $("#learned-seq").replaceChildren("Tokens: ", ...parts.flatMap((p) => [p, " "]), ` (${copy}${right}; outlined: the query)`);
 }
 
 function headFigure(l, h, weights) {
@@ -94,22 +105,28 @@ function controls() {
 function render() {
   pick.layer = Math.min(pick.layer, data.config.layers - 1);
   pick.head = Math.min(pick.head, data.config.heads - 1);
-  pick.query = Math.min(pick.query, data.tokens.length - 1);
+  pick.query = Math.min(pick.query ?? firstRepeat(data.tokens, data.repeat), data.tokens.length - 1);
   controls();
   sequence();
   layers();
   summary();
   root.dataset.learned = "ready";
+  root.dispatchEvent(new CustomEvent("learned:shown", { detail: current() }));
 }
+
+// What the view shows: its answer and the run whose model it is (null: the shipped model).
+export const current = () => (data ? { data, run: shown?.["mh.run"] || null } : null);
 
 // entries: the request's URL entries { "mh.tokens", "mh.seed", "mh.checkpoint" }.
 async function load(entries) {
   const params = new URLSearchParams();
   if (entries["mh.tokens"]) params.set("tokens", entries["mh.tokens"].replaceAll(",", " "));
   else params.set("seed", entries["mh.seed"] ?? "0");
-  if (entries["mh.checkpoint"] !== null) params.set("checkpoint", entries["mh.checkpoint"]);
+  if (entries["mh.checkpoint"] !== null && !entries["mh.run"]) params.set("checkpoint", entries["mh.checkpoint"]);
+  // mh.run: a model trained on this page (js/runs.js) instead of the shipped one
+  const base = entries["mh.run"] ? `/api/runs/${encodeURIComponent(entries["mh.run"])}/learned` : "/api/learned";
   try {
-    data = await api(`/api/learned?${params}`);
+    data = await api(`${base}?${params}`);
   } catch (err) {
     showError($("#learned-error"), err);
     return false;
@@ -132,7 +149,8 @@ async function show(event) {
   event.preventDefault();
   const form = new FormData($("#learned-form"));
   const tokens = String(form.get("tokens") || "").trim().split(/[\s,]+/).filter(Boolean).join(",");
-  const entries = { "mh.tokens": tokens || null, "mh.seed": tokens ? null : String(form.get("seed") || "0"), "mh.checkpoint": null };
+  const entries = { "mh.tokens": tokens || null, "mh.seed": tokens ? null : String(form.get("seed") || "0"), "mh.checkpoint": null, "mh.run": shown?.["mh.run"] ?? null };
+  pick.query = null; // a new sequence opens on its own first repeated token
   if (await load(entries)) writeUrl({ ...entries, ...pickEntries() });
 }
 
@@ -151,6 +169,10 @@ async function openInStepper(event) {
     return;
   }
   choose({ layer: Number(form.layer.value), head: Number(form.head.value), query }, { push: false });
+  if (shown?.["mh.run"]) { // the stepper's route reads the shipped model
+    showError($("#learned-error"), new Error("The stepper opens the shipped model's heads only; clear mh.run (Back) to use it."));
+    return;
+  }
   const ref = { ...pick, tokens: data.tokens, checkpoint: data.checkpoint === data.checkpoints.length - 1 ? null : data.checkpoint };
   if (await openLearned(ref)) {
     const stepper = document.getElementById("figure-attention-stepper");
@@ -164,8 +186,8 @@ export async function restore() {
   const whole = (key) => { const x = Number(readUrl(key) ?? NaN); return Number.isInteger(x) && x >= 0 ? x : null; };
   pick.layer = whole("mh.layer") ?? 1;
   pick.head = whole("mh.head") ?? 0;
-  pick.query = whole("mh.query") ?? 0;
-  const entries = { "mh.tokens": readUrl("mh.tokens"), "mh.seed": readUrl("mh.tokens") ? null : readUrl("mh.seed") ?? "0", "mh.checkpoint": readUrl("mh.checkpoint") };
+  pick.query = whole("mh.query"); // null: the first repeated token of whatever sequence loads
+  const entries = { "mh.tokens": readUrl("mh.tokens"), "mh.seed": readUrl("mh.tokens") ? null : readUrl("mh.seed") ?? "0", "mh.checkpoint": readUrl("mh.checkpoint"), "mh.run": readUrl("mh.run") };
   const form = $("#learned-form").elements;
   form.tokens.value = (entries["mh.tokens"] || "").replaceAll(",", " ");
   form.seed.value = entries["mh.seed"] ?? "0";
@@ -181,8 +203,10 @@ export function tableData() {
     state: { mode: "learned", tokens: data.tokens.join(" "), checkpoint: data.checkpoint, layer: pick.layer, head: pick.head, query: pick.query },
     tables: [
       { title: "Each head's label and scores", rows: data.heads.map((x) => `layer ${x.layer} head ${x.head} (${x.pattern})`), cols: ["previous-token", "induction"], values: data.heads.map((x) => [x.previous_token, x.induction_score]) },
-      { title: `Layer ${pick.layer}, head ${pick.head} weights (rounded to 4 places)`, rows: labels, cols: labels, values: w },
+      { title: `Layer ${pick.layer}, head ${pick.head} weights (rounded to 4 places)`, rows: labels, cols: labels, values: w, image: false },
     ],
+    // The picture draws every head's weights as the page does, not the picked head's numbers.
+    heatmaps: data.weights.flatMap((layer, l) => layer.map((weights, h) => ({ title: `layer ${l} head ${h}: ${data.heads.find((x) => x.layer === l && x.head === h).pattern}`, values: weights }))),
   };
 }
 

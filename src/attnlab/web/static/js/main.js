@@ -26,6 +26,8 @@ const sections = {
   permutation: () => import("./permutation.js"),
   multihead: () => import("./multihead.js"),
   labs: () => import("./labs.js"),
+  runs: () => import("./runs.js"), // training on the page, as jobs
+  knockout: () => import("./knockout.js"), // the learned view's heads knocked out
   exercises: () => import("./exercises.js"),
 };
 
@@ -69,3 +71,21 @@ first.then(() => new Promise((resolve) => setTimeout(resolve, 0)))
     performance.mark("attnlab-charts");
     document.body.setAttribute("data-charts", "drawn");
   });
+
+// "Save as one file": the page at its current state as one self-contained HTML file (GET
+// /snapshot, web/snapshot.py), to hand out or open from disk. A saved page says it is one.
+const footer = document.querySelector("footer.site");
+if (footer && !window.attnlabSnapshot) {
+  const save = document.createElement("a");
+  save.id = "save-one-file";
+  save.textContent = "Save this page as one file";
+  save.setAttribute("download", "attnlab-explorer.html");
+  const point = () => { save.href = `/snapshot?state=${encodeURIComponent(location.search.slice(1))}`; };
+  point();
+  save.addEventListener("click", point);
+  const line = Object.assign(document.createElement("p"), { className: "save-one-file" });
+  line.append(save, " (the figures at their present state, plotly.js included: opens from disk, no server)");
+  footer.prepend(line);
+} else if (footer) {
+  footer.prepend(Object.assign(document.createElement("p"), { id: "snapshot-note", textContent: "A saved copy of the attnlab explorer: every figure shows the state it was saved at; changing a figure's input, running a lab or checking an answer needs the explorer's server (attnlab serve)." }));
+}

@@ -2,7 +2,7 @@
 // forward to the output and then backward through the gradients dV, dA, dS, dQ and dK.
 // The figure always shows the last input the server accepted; a refused one leaves it marked
 // stale, with the refusal named, until an accepted input replaces it.
-import { api, clearError, config, el, fmt, grouped, isMasked, matrixTable, showError } from "./common.js";
+import { api, clearError, config, digitsShown, el, fmt, formatNumber, grouped, isMasked, matrixTable, showError } from "./common.js";
 import { figureTools } from "./export.js";
 import { isPresenting } from "./present.js";
 import { listFromUrl, matrixFromUrl, matrixToUrl, onUrlChange, readUrl, writeUrl } from "./state.js";
@@ -191,17 +191,30 @@ function backWorking() {
   });
 }
 
+// Enough significant digits that each division, read as printed, gives the weight printed: a
+// saturated row's 2081.3 / 2081.5 must not read "2081 / 2081 = 0.9999".
+function divisionDigits(row) {
+  const shown = (x, d) => Number(formatNumber(x, d));
+  const ROUND_TRIP = 17; // float64 reads back exactly at 17 significant digits
+  for (let d = digitsShown(); d < ROUND_TRIP; d++) {
+    const right = row.exps.every((e, j) => e === null || fmt(shown(e, d) / shown(row.total, d)) === fmt(row.weights[j]));
+    if (right) return d;
+  }
+  return ROUND_TRIP;
+}
+
 // The softmax step's working, row by row, from the server's numbers (fig.softmax).
 function working() {
   const T = state.fig.tables;
   return state.fig.softmax.map((row, i) => {
     if (!row) return el("li", { "data-row": i }, `Row ${sub(i)}: no allowed key, so no weights.`);
     const shift = row.shift ? ` − ${fmt(row.shift)}` : "";
-    const exps = T.masked.values[i].map((x, j) => (isMasked(x) ? null : `e^(${fmt(x)}${shift}) = ${fmt(row.exps[j])}`)).filter(Boolean).join(", ");
-    const divs = row.exps.map((e, j) => (e === null ? null : `${fmt(e)} / ${fmt(row.total)} = ${fmt(row.weights[j])}`)).filter(Boolean).join(", ");
+    const d = divisionDigits(row);
+    const exps = T.masked.values[i].map((x, j) => (isMasked(x) ? "e^(−∞) = 0" : `e^(${fmt(x)}${shift}) = ${formatNumber(row.exps[j], d)}`)).join(", ");
+    const divs = row.exps.map((e, j) => (e === null ? null : `${formatNumber(e, d)} / ${formatNumber(row.total, d)} = ${fmt(row.weights[j])}`)).filter(Boolean).join(", ");
     const gap = row.gap === null ? "" : ` Gap between the top two scores: ${fmt(row.gap)}, so the top key gets e^${fmt(row.gap)} ≈ ${row.gap_ratio === null ? "more than 10^300" : Math.round(row.gap_ratio) >= 1e3 ? grouped(row.gap_ratio) : fmt(row.gap_ratio)} times the weight of the next.`;
     return el("li", { "data-row": i, "data-total": String(row.total), "data-gap-ratio": String(row.gap_ratio) },
-      el("strong", { text: `Row ${sub(i)}: ` }), `${exps}; sum = ${fmt(row.total)}; ${divs}.${gap}`);
+      el("strong", { text: `Row ${sub(i)}: ` }), `${exps}; sum = ${formatNumber(row.total, d)}; ${divs}.${gap}`);
   });
 }
 

@@ -1,0 +1,33 @@
+"""Real Hugging Face checkpoints, run through attnlab's own attention.
+
+>>> import attnlab.models as m                               # doctest: +SKIP
+>>> model = m.load("~/models/gpt2")                          # doctest: +SKIP
+>>> run = model.run(model.tokenize("The cat sat on the mat. The cat"))  # doctest: +SKIP
+>>> run.attention[5].shape, run.trace(5, 1, 9)               # doctest: +SKIP
+
+``load`` reads config.json, the safetensors weights (one file or shards) and, when present,
+tokenizer.json; the families are ``FAMILIES``. Every layer's attention goes through
+``attnlab.attention`` with the model's own options (grouped-query heads, sliding windows,
+softcap, sinks), so each weight can be traced back to its scores (``ModelRun.trace``).
+``write_tiny_gpt2`` writes a small random GPT-2 folder for trying this without a download.
+"""
+
+from __future__ import annotations
+
+from attnlab.models._config import FAMILIES, Shape
+from attnlab.models._model import Model, load
+from attnlab.models._run import ModelRun
+from attnlab.models.heads import HEAD_KINDS, HeadScores, head_scores
+from attnlab.models.tiny import write_tiny_gpt2
+
+__all__ = [
+    "FAMILIES",
+    "HEAD_KINDS",
+    "HeadScores",
+    "Model",
+    "ModelRun",
+    "Shape",
+    "head_scores",
+    "load",
+    "write_tiny_gpt2",
+]

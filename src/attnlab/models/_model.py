@@ -1,0 +1,132 @@
+"""``load`` a Hugging Face model folder and the ``Model`` it returns.
+
+Shape legend: B batch, N tokens, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from attnlab.errors import AttnlabError
+from attnlab.models._checkpoint import COMPUTE_DTYPES, Checkpoint, read_config
+from attnlab.models._config import FAMILIES, Config, Shape, unsupported_family
+from attnlab.models._run import ModelRun
+
+__all__ = ["Model", "load"]
+
+
+def load(path, *, dtype: str = "float32") -> Model:
+    """The model in folder ``path`` (config.json, model.safetensors or a sharded checkpoint,
+    optionally tokenizer.json), its weights converted once to ``dtype``.
+
+    Args:
+        path: a folder in Hugging Face's layout. attnlab never downloads: point it at a folder
+            ``huggingface-cli download`` (or ``save_pretrained``) wrote.
+        dtype: "float32" (default) or "float64" (exact, for checking).
+
+    Raises:
+        AttnlabError naming the file and key: a folder of another model type, a missing or
+        corrupt file, a missing tensor or one of the wrong shape, an option attnlab cannot run
+        (an unknown rotary schedule, say). Nothing half-loaded is returned.
+    """
+    if dtype not in COMPUTE_DTYPES:
+        raise AttnlabError(
+            f"expected dtype to be one of {tuple(COMPUTE_DTYPES)}, but got {dtype!r}"
+        )
+    folder = Path(path).expanduser()
+    data = read_config(folder)
+    cfg = Config(data, folder / "config.json")
+    family = data.get("model_type")
+    if family not in FAMILIES:
+        raise unsupported_family(cfg.path, family)
+    module = importlib.import_module(f"attnlab.models.{family}")
+    module.shape_of(cfg)  # a config that cannot describe a model fails before any tensor is read
+    network = module.build(cfg, Checkpoint(folder, COMPUTE_DTYPES[dtype]))
+    tokenizer = folder / "tokenizer.json"
+    return Model(
+        family, data, folder, network, np.dtype(COMPUTE_DTYPES[dtype]),
+        tokenizer if tokenizer.is_file() else None,
+    )  # fmt: skip
+
+
+@dataclass
+class Model:
+    """A loaded model.
+
+    Attributes:
+        architecture: config.json's ``model_type`` ("gpt2", "llama", ...).
+        config: config.json as a dict.   path: the folder.
+        shape: layers, d_model, heads, kv_heads, head_dim, vocab, max_positions.
+        dtype: the compute dtype.   network: the family's weights and forward pass.
+    """
+
+    architecture: str
+    config: dict
+    path: Path
+    network: object
+    dtype: np.dtype
+    tokenizer_path: Path | None
+
+    @property
+    def shape(self) -> Shape:
+        return self.network.shape
+
+    def _tokenizer(self):
+        if self.tokenizer_path is None:
+            raise AttnlabError(
+                f"expected {self.path / 'tokenizer.json'} to turn text into ids, but the folder "
+                "has none; pass token ids instead"
+            )
+        if not hasattr(self, "_tok"):
+            from tokenizers import Tokenizer
+
+            try:
+                self._tok = Tokenizer.from_file(str(self.tokenizer_path))
+            except Exception as exc:  # tokenizers raises its own Exception type on a bad file
+                raise AttnlabError(f"cannot read {self.tokenizer_path}: {exc}") from None
+        return self._tok
+
+    def tokenize(self, text: str) -> np.ndarray:
+        """Token ids of ``text``, (N,), through tokenizer.json (special tokens as it adds them)."""
+        if not isinstance(text, str):
+            raise AttnlabError(f"expected text to be a str, but got {type(text).__name__}")
+        return np.asarray(self._tokenizer().encode(text).ids, dtype=np.int64)
+
+    def detokenize(self, ids) -> str:
+        """The text of token ids (N,)."""
+        return self._tokenizer().decode([int(i) for i in np.asarray(ids).reshape(-1)])
+
+    def run(self, ids, *, weights: bool = True) -> ModelRun:
+        """Run token ids (N,) or (B, N). With ``weights`` (default) every layer's attention
+        weights are kept as computed; without, ``run.attention`` computes them on first use."""
+        ids = self._check_ids(ids)
+        logits, layers = self.network.forward(ids, weights)
+        return ModelRun(ids=ids, logits=logits, layers=layers)
+
+    def _check_ids(self, ids) -> np.ndarray:
+        try:
+            arr = np.asarray(ids)
+        except ValueError as exc:
+            raise AttnlabError(f"expected ids to be a rectangular array, but got {exc}") from None
+        if arr.ndim == 1:
+            arr = arr[None]  # (1, N)
+        if arr.ndim != 2 or arr.shape[1] == 0 or arr.shape[0] == 0:
+            raise AttnlabError(
+                f"expected ids of shape (N,) or (B, N) with N >= 1, but got {arr.shape}"
+            )
+        if arr.dtype.kind not in "iu":
+            raise AttnlabError(f"expected integer token ids, but got dtype {arr.dtype}")
+        vocab, limit = self.shape.vocab, self.shape.max_positions
+        if arr.min() < 0 or arr.max() >= vocab:
+            raise AttnlabError(
+                f"expected token ids in [0, {vocab}), but got {arr.min()}..{arr.max()}"
+            )
+        if limit is not None and arr.shape[1] > limit:
+            raise AttnlabError(
+                f"expected at most {limit} tokens (the model's learned positions), but got {arr.shape[1]}"
+            )
+        return arr.astype(np.int64, copy=False)

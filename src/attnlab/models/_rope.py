@@ -1,0 +1,136 @@
+"""Rotary position embeddings (RoPE) and the frequency schedules config.json can ask for.
+
+Shape legend: B batch, h heads, N tokens, d head width (even); d/2 rotation frequencies.
+
+Pair i of a head's vector is (x_i, x_{i + d/2}) (the "rotate half" layout every Hugging Face
+family here uses); at position p it turns by angle p · f_i. The schedules change f_i (and, for
+YaRN, scale cos and sin):
+    default  f_i = θ^(-2i/d)
+    linear   f_i / factor
+    llama3   Llama 3.1's: low frequencies divided by factor, high ones kept, a smooth blend between
+    yarn     YaRN: interpolated where wavelengths are long, extrapolated where short, a linear
+             ramp between; cos and sin times an attention factor (0.1 ln(factor) + 1 by default)
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from attnlab.errors import AttnlabError
+
+__all__ = ["ROPE_TYPES", "Rope"]
+
+ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+
+
+def _parameters(cfg) -> tuple[dict, str]:
+    """(the rope parameters, the config key they came from): transformers 5 writes
+    ``rope_parameters``; older configs ``rope_theta`` and ``rope_scaling``."""
+    if isinstance(cfg.get("rope_parameters"), dict):
+        return dict(cfg.get("rope_parameters")), "rope_parameters"
+    params = dict(cfg.get("rope_scaling") or {})
+    params.setdefault("rope_theta", cfg.get("rope_theta", 10000.0))
+    return params, "rope_scaling"
+
+
+def _number(params: dict, name: str, where: str, default=None) -> float:
+    value = params.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise AttnlabError(f"expected {where}[{name!r}] to be a number > 0, but got {value!r}")
+    return float(value)
+
+
+class Rope:
+    """The rotation of one model: its frequencies (d/2,) and the factor on cos and sin."""
+
+    def __init__(self, cfg, head_dim: int):
+        params, key = _parameters(cfg)
+        where = f"{cfg.path}'s {key}"
+        kind = params.get("rope_type", params.get("type", "default"))
+        if kind not in ROPE_TYPES:
+            raise AttnlabError(
+                f"expected {where}['rope_type'] to be one of {ROPE_TYPES}, but got {kind!r}: "
+                "attnlab cannot run this rotary embedding"
+            )
+        if params.get("partial_rotary_factor", 1.0) != 1.0:
+            raise AttnlabError(
+                f"expected no partial_rotary_factor in {where}: attnlab rotates whole heads"
+            )
+        if head_dim % 2:
+            raise AttnlabError(
+                f"expected an even head width for the rotary embedding, but got {head_dim}"
+            )
+        theta = _number(params, "rope_theta", where)
+        self.freqs = theta ** -(np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)  # (d/2,)
+        self.factor = 1.0
+        self.kind = kind
+        if kind == "linear":
+            self.freqs = self.freqs / _number(params, "factor", where)
+        elif kind == "llama3":
+            self.freqs = _llama3(self.freqs, params, where)
+        elif kind == "yarn":
+            self.freqs, self.factor = _yarn(self.freqs, params, where, cfg, head_dim, theta)
+
+    def tables(self, n: int, dtype) -> tuple[np.ndarray, np.ndarray]:
+        """(cos, sin), each (N, d): position p's angles, repeated for both halves."""
+        angles = np.arange(n, dtype=np.float64)[:, None] * self.freqs  # (N, d/2)
+        angles = np.concatenate([angles, angles], -1)  # (N, d)
+        return (np.cos(angles) * self.factor).astype(dtype), (np.sin(angles) * self.factor).astype(
+            dtype
+        )
+
+    @staticmethod
+    def rotate(x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
+        """x rotated pairwise: x · cos + rotate_half(x) · sin, x (B, h, N, d)."""
+        half = x.shape[-1] // 2
+        turned = np.concatenate([-x[..., half:], x[..., :half]], -1)  # (B, h, N, d)
+        return x * cos + turned * sin
+
+
+def _llama3(freqs: np.ndarray, params: dict, where: str) -> np.ndarray:
+    factor = _number(params, "factor", where)
+    low = _number(params, "low_freq_factor", where)
+    high = _number(params, "high_freq_factor", where)
+    context = _number(params, "original_max_position_embeddings", where)
+    wavelen = 2 * math.pi / freqs
+    # Long wavelengths (low frequencies) are slowed by the factor, short ones kept as trained.
+    out = np.where(wavelen > context / low, freqs / factor, freqs)
+    smooth = (context / wavelen - low) / (high - low)
+    blended = (1 - smooth) * out / factor + smooth * out
+    medium = (wavelen >= context / high) & (wavelen <= context / low)
+    return np.where(medium, blended, out)
+
+
+def _yarn(freqs, params: dict, where: str, cfg, head_dim: int, theta: float):
+    context = _number(params, "original_max_position_embeddings", where)
+    factor = params.get("factor")
+    factor = (
+        cfg.int("max_position_embeddings") / context
+        if factor is None
+        else _number(params, "factor", where)
+    )
+
+    def mscale(scale, m=1.0):
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    attention = params.get("attention_factor")
+    if attention is None:
+        m, m_all = params.get("mscale"), params.get("mscale_all_dim")
+        attention = mscale(factor, m) / mscale(factor, m_all) if m and m_all else mscale(factor)
+    fast = float(params.get("beta_fast") or 32)
+    slow = float(params.get("beta_slow") or 1)
+
+    def dim_of(rotations):  # the pair index whose wavelength fits `rotations` times in context
+        return head_dim * math.log(context / (rotations * 2 * math.pi)) / (2 * math.log(theta))
+
+    low, high = dim_of(fast), dim_of(slow)
+    if params.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, head_dim - 1)
+    if low == high:
+        high += 0.001  # a ramp of zero width
+    ramp = np.clip((np.arange(head_dim // 2, dtype=np.float64) - low) / (high - low), 0, 1)
+    keep = 1 - ramp  # 1: extrapolate (as trained), 0: interpolate (divide by factor)
+    return freqs / factor * (1 - keep) + freqs * keep, float(attention)

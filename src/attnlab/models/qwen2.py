@@ -1,0 +1,28 @@
+"""Qwen2: the Llama decoder with biases on the q, k and v projections (none on o), and a
+sliding window on the layers ``layer_types`` marks "sliding_attention" (older configs: with
+``use_sliding_window``, layers from ``max_window_layers`` on).
+"""
+
+from __future__ import annotations
+
+from attnlab.models import llama
+from attnlab.models._checkpoint import Checkpoint
+from attnlab.models._config import Config
+from attnlab.models._decoder import Decoder
+
+__all__ = ["build", "shape_of"]
+
+shape_of = llama.shape_of
+
+
+def build(cfg: Config, ck: Checkpoint) -> Decoder:
+    layers = cfg.int("num_hidden_layers")
+    sliding = cfg.get("use_sliding_window", False) and cfg.get("sliding_window") is not None
+    first = cfg.get("max_window_layers", layers)
+    default = [
+        "sliding_attention" if sliding and i >= first else "full_attention" for i in range(layers)
+    ]
+    kinds = cfg.layer_types(layers, default)
+    window = cfg.int("sliding_window") if "sliding_attention" in kinds else None
+    windows = [window if kind == "sliding_attention" else None for kind in kinds]
+    return llama.decoder(cfg, ck, windows=windows, qkv_bias=True, out_bias=False)

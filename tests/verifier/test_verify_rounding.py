@@ -1,0 +1,61 @@
+"""The baseline's fast rounding equals numpy's float16 cast and ml_dtypes' bfloat16 cast,
+bit for bit, on the values where rounding is delicate and on random tables."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from attnlab.verifier._rounding import round_in_place
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def _delicate() -> np.ndarray:
+    """Ties and their neighbours at many scales, subnormals, the overflow edge, specials."""
+    out = [0.0, -0.0, np.inf, -np.inf, np.nan, 65504, 65519.996, 65520, 65536, 70000, 3.4e38]
+    out += [2.0**-14, 2.0**-24, 2.0**-25, 3 * 2.0**-25, 2.0**-26, 1e-40, 1e-45, 2.0**-133]
+    base = np.float32(1.0)
+    for e in range(-30, 17):
+        one = np.float32(2.0**e)
+        for ulps in range(0, 1 << 14, 1 << 10):  # steps across float16's and bfloat16's ties
+            v = one * (base + np.float32(ulps) * np.float32(2.0**-23))
+            out += [v, np.nextafter(v, np.float32(0)), np.nextafter(v, np.float32(np.inf))]
+    x = np.array(out, np.float32)
+    return np.concatenate([x, -x])
+
+
+@pytest.mark.parametrize("dtype", [np.dtype(np.float16), BF16], ids=["float16", "bfloat16"])
+def test_equals_the_cast_bit_for_bit(dtype):
+    rng = np.random.default_rng(0)
+    s = rng.standard_normal((4, 64, 700)).astype(np.float32) * 3
+    w = np.exp(s - s.max(-1, keepdims=True))
+    w /= w.sum(-1, keepdims=True)  # softmax weights: many below float16's normal range
+    raw = rng.integers(0, 2**32, 300_000, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    raw = raw[np.isfinite(raw)]
+    for x in (_delicate(), w, s * 1e4, raw):
+        with np.errstate(over="ignore"):
+            want = x.astype(dtype).astype(np.float32)
+        got = round_in_place(x.copy(), dtype)
+        same = (want.view(np.uint32) == got.view(np.uint32)) | (np.isnan(want) & np.isnan(got))
+        assert same.all(), (x[~same][:5], want[~same][:5], got[~same][:5])
+
+
+def test_the_baseline_on_threads_is_bitwise_the_single_threads():
+    from attnlab.verifier._baseline import baseline
+    from attnlab.verifier._case import make_case
+
+    rng = np.random.default_rng(1)
+    b, n, h, h_kv, d = 2, 40, 6, 3, 8
+    q, do = (rng.standard_normal((b, n, h, d)).astype(np.float16) for _ in range(2))
+    k, v = (rng.standard_normal((b, n, h_kv, d)).astype(np.float16) for _ in range(2))
+    entries = {"q": q, "k": k, "v": v, "out": q, "lse": np.zeros((b, h, n), np.float32)}
+    entries.update(do=do, dq=q, dk=k, dv=v, causal=True, softcap=np.float32(3.0))
+    entries.update(alibi_slopes=rng.random(h), sinks=rng.standard_normal(h))
+    case = make_case(entries)
+    one = baseline(case, 2**16, threads=1)  # small budget: many row blocks
+    for threads in (2, 3):
+        many = baseline(case, 2**16, threads=threads)
+        for name in one:
+            assert np.array_equal(one[name], many[name], equal_nan=True), (name, threads)
