@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ml_dtypes
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -106,6 +107,11 @@ def qkv(draw, z):
     return q, k, v
 
 
+# The small-problem kernel warns while it computes scores that overflow float32, before its
+# own overflow handling answers or refuses (docs/reliability.md, "attnlab.flash"); the results
+# are still held to the property below.
+@pytest.mark.filterwarnings("ignore:overflow encountered in matmul:RuntimeWarning")
+@pytest.mark.filterwarnings("ignore:invalid value encountered in multiply:RuntimeWarning")
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_fixed_length_forms_return_finite_results_or_refuse(data):

@@ -142,6 +142,16 @@ class Precision:
         dtype = self.out if dtype is None else dtype
         with np.errstate(over="ignore"):
             got = x.astype(dtype, copy=False)
+        nan = np.isnan(x)
+        if nan.any():  # never returned silently (q·kᵀ past the range before a tiny scale)
+            where = tuple(int(i) for i in np.argwhere(nan)[0])
+            raise NonFiniteResultError(
+                f"expected a finite {name}, but the computation gave NaN at index {where} "
+                "from finite inputs (q·kᵀ may pass the dtype's range before softmax_scale "
+                "shrinks it); rescale q or k",
+                stage="forward" if name in ("out", "softmax_lse", "probs") else "backward",
+                array=name,
+            )
         bad = ~np.isfinite(got) & np.isfinite(x)
         if bad.any():
             where = tuple(int(i) for i in np.argwhere(bad)[0])
