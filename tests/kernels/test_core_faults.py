@@ -36,6 +36,9 @@ def _blockwise_in_child(seed: int) -> float:
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="the fork start method is Linux's default")
+# The test forks on purpose; JAX, when an oracle test imported it earlier in the process, warns
+# at every fork, whatever forks.
+@pytest.mark.filterwarnings(r"ignore:os\.fork\(\) was called:RuntimeWarning")
 def test_a_fork_pool_after_blockwise_returns():
     _blockwise_in_child(0)  # the parent's shared pool now has live threads
     ctx = multiprocessing.get_context("fork")
