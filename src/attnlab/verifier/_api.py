@@ -24,7 +24,7 @@ import dataclasses
 import numpy as np
 
 from attnlab.errors import AttnlabError
-from attnlab.verifier._baseline import baseline
+from attnlab.verifier._baseline import baseline, score_pairs
 from attnlab.verifier._case import Case, CaseError, make_case
 from attnlab.verifier._cluster import cluster_answers
 from attnlab.verifier._dropout_stats import dropout_variance, statistical
@@ -40,6 +40,7 @@ from attnlab.verifier._kvcache import is_kvcache, verify_kvcache
 from attnlab.verifier._load import read_case_file
 from attnlab.verifier._repeat import repeat_check
 from attnlab.verifier._report import VerifyReport
+from attnlab.verifier._rounding import load_ahead
 from attnlab.verifier._truth import truth
 
 __all__ = ["DEFAULT_MEMORY_BUDGET", "verify", "verify_case", "verify_file"]
@@ -203,6 +204,8 @@ def verify_case(
     factor, atol, budget = checked_judging(factor, atol, memory_budget)
     masked = case.dropout is not None and case.dropout.keep is not None
     plain = None
+    if client is None and any(dtype.itemsize == 2 for dtype, _ in baseline_plan(case)):
+        load_ahead(score_pairs(case))  # numba's load beside the exact answer's work
     if client is not None:
         exact, plain = cluster_answers(case, budget, client, baseline_plan(case), masked)
     elif masked:  # under the kernel's keep mask: the float64 plain answer with that mask

@@ -37,7 +37,7 @@ from attnlab.kernels._threads import on_threads
 from attnlab.verifier._case import Case
 from attnlab.verifier._rounding import NUMPY, passes, round_in_place
 
-__all__ = ["baseline"]
+__all__ = ["baseline", "score_pairs"]
 
 # (h, R, M) float32 tables alive at once at the backward's peak: the weights, dP, softcap's
 # tanh, and the copies that rounding to the kernel's dtype makes; measured with tracemalloc.
@@ -114,8 +114,7 @@ def baseline(
     is shared among (default the case's), so a part of a case sizes its blocks as the whole."""
     a = case.arrays
     dtype = np.dtype(case.dtype if dtype is None else dtype)
-    pairs = case.heads * int(np.diff(case.cu_q) @ np.diff(case.cu_k))  # masks ignored
-    p = _Precision(dtype, passes(pairs) if dtype.itemsize == 2 else NUMPY)
+    p = _Precision(dtype, passes(score_pairs(case)) if dtype.itemsize == 2 else NUMPY)
     names = ("out", "lse", "dq", "dk", "dv") if want is None else want
     want = [name for name in ("out", "lse", "dq", "dk", "dv") if name in a and name in names]
     plain = {name: np.zeros(a[name].shape, dtype=p.compute) for name in want}
@@ -135,6 +134,11 @@ def baseline(
     if not stored:
         return {name: plain[name].astype(np.float64) for name in want}
     return {name: _stored(plain[name], a[name].dtype) for name in want}
+
+
+def score_pairs(case: Case) -> int:
+    """Heads x query rows x keys over the case's sequences, masks ignored: its tables' size."""
+    return case.heads * int(np.diff(case.cu_q) @ np.diff(case.cu_k))
 
 
 def _stored(x: np.ndarray, dtype: np.dtype) -> np.ndarray:

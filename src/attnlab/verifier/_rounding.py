@@ -20,7 +20,7 @@ NaN keeps its bits (adding the bias would carry some payloads into the exponent 
 
 With numba installed the same rounding runs compiled (``_rounding_numba.py``), one read and
 one write of each entry: 1 ns an entry against numpy's 2 (scores) to 8 (softmax weights),
-measured on the 2-core Xeon. numba's load costs about 0.6 s of CPU time once per process, so
+measured on the 2-core Xeon. numba's load costs 0.6-1 s of CPU time once per process, so
 ``passes`` takes it only for a baseline of ``COMPILED_PAIRS`` score pairs or more, or when
 ATTNLAB_KERNEL=numba (never with ATTNLAB_KERNEL=numpy). The compiled passes also fuse the
 steps that end in a rounding: softmax's division by the row sums, and its backward's
@@ -42,11 +42,12 @@ import numpy as np
 from attnlab.errors import AttnlabError
 from attnlab.kernels._fused import ENV, choice
 
-__all__ = ["COMPILED_PAIRS", "NUMPY", "Passes", "passes", "round_in_place"]
+__all__ = ["COMPILED_PAIRS", "NUMPY", "Passes", "load_ahead", "passes", "round_in_place"]
 
-#: Score pairs (heads x rows x keys, masks ignored) from which a baseline loads numba: at
-#: about 5 ns a pair saved over its four rounded tables, 2^24 pairs repay numba's 0.6 s load.
-COMPILED_PAIRS = 2**24
+#: Score pairs (heads x rows x keys, masks ignored) from which a baseline loads numba. Its
+#: load (0.6-1 s of CPU) outweighed what the passes saved at N = 2048, h = 8, causal (2^25
+#: pairs: verify measured 0.2-0.4 s slower in CPU time), and about repaid it at N = 4096.
+COMPILED_PAIRS = 2**26
 
 _BLOCK = 1 << 16  # entries rounded at a time: 256 KiB of float32, in cache
 _HALF_TINY = np.uint32(0x38800000)  # 2^-14: float16's smallest normal
@@ -138,6 +139,27 @@ def passes(pairs: int) -> Passes:
             "pip install 'attnlab[fast]', or set it to auto or numpy"
         )
     return NUMPY if compiled is None else compiled
+
+
+def load_ahead(pairs: int) -> None:
+    """Start loading the compiled passes on a thread of their own, if a baseline of ``pairs``
+    score pairs will take them: numba's load (0.6 s of CPU, one core) then overlaps the
+    exact answer's work instead of preceding the baseline's. Changes no result; an error is
+    left for the baseline's own call of ``passes`` to raise."""
+    if _loaded or choice() == "numpy" or (choice() == "auto" and pairs < COMPILED_PAIRS):
+        return
+
+    def load():
+        try:
+            fast = passes(pairs)
+            x, one, half = np.zeros((1, 8), np.float32), np.ones((1, 1), np.float32), np.float16
+            fast.round(x, np.dtype(half))  # a first call loads each kernel's machine code
+            fast.divide_round(x, one, np.dtype(half))
+            fast.grad_round(x, x, one, np.dtype(half))
+        except Exception:  # the baseline's own call of passes reports it
+            pass
+
+    threading.Thread(target=load, name="attnlab-numba-load", daemon=True).start()
 
 
 def _compiled() -> Passes | None:
