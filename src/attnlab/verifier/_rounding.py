@@ -52,6 +52,7 @@ COMPILED_PAIRS = 2**26
 _BLOCK = 1 << 16  # entries rounded at a time: 256 KiB of float32, in cache
 _HALF_TINY = np.uint32(0x38800000)  # 2^-14: float16's smallest normal
 _HALF_MAX = np.float32(65504.0)
+_SIGN = np.uint32(0x80000000)
 
 
 def round_in_place(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -59,20 +60,19 @@ def round_in_place(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
     and kept in float32; returns ``x``."""
     flat = x.reshape(-1)  # a view: x is contiguous
     bits = flat.view(np.uint32)
-    nan = np.isnan(flat)
-    saved = bits[nan] if nan.any() else None  # NaN keeps its bits
     half = dtype == np.float16
     drop = 13 if half else 16
     keep_mask = np.uint32((0xFFFFFFFF << drop) & 0xFFFFFFFF)
     bias = np.uint32((1 << (drop - 1)) - 1)
-    scratch = np.empty(min(_BLOCK, flat.size), np.uint32)
-    spare = np.empty(min(_BLOCK, flat.size), np.float32)
-    small = np.empty(min(_BLOCK, flat.size), bool)
+    size = min(_BLOCK, flat.size)
+    scratch, spare = np.empty(size, np.uint32), np.empty(size, np.float32)
+    small, odd = np.empty(size, bool), np.empty(size, bool)
     with np.errstate(over="ignore", invalid="ignore"):
         for start in range(0, flat.size, _BLOCK):
             b = bits[start : start + _BLOCK]
             f = flat[start : start + _BLOCK]
-            t, s, tiny = scratch[: b.size], spare[: b.size], small[: b.size]
+            t, s, tiny, nan = scratch[: b.size], spare[: b.size], small[: b.size], odd[: b.size]
+            saved = b[nan] if np.isnan(f, out=nan).any() else None  # NaN keeps its bits
             if half:
                 np.bitwise_and(b, np.uint32(0x7FFFFFFF), out=t)
                 np.less(t, _HALF_TINY, out=tiny)
@@ -80,8 +80,9 @@ def round_in_place(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
                 if any_tiny:
                     np.abs(f, out=s)
                     s += np.float32(0.5)
-                    s -= np.float32(0.5)
-                    np.copysign(s, f, out=s)
+                    s -= np.float32(0.5)  # >= 0: f's sign goes back on the bits
+                    np.bitwise_and(b, _SIGN, out=t)
+                    s.view(np.uint32)[...] |= t
             np.right_shift(b, drop, out=t)
             t &= np.uint32(1)
             t += bias
@@ -94,8 +95,8 @@ def round_in_place(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
                 np.greater(s, _HALF_MAX, out=tiny)  # NaN compares False: kept
                 if tiny.any():
                     np.copyto(f, np.copysign(np.float32(np.inf), f), where=tiny)
-    if saved is not None:
-        bits[nan] = saved
+            if saved is not None:
+                b[nan] = saved
     return x
 
 
