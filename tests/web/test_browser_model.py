@@ -7,6 +7,7 @@ test-artifacts/."""
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -194,6 +195,15 @@ def test_model_mode_by_keyboard_alone(browser, model_server, tiny, gate):  # noq
     page.keyboard.press("Enter")  # opens the stepper and moves focus there
     page.wait_for_function("document.activeElement.id === 'figure-attention-stepper'")
     assert _param(page, "stepper.learned") == f"{LAYER},{HEAD},{QUERY}"
+    # The figure's export follows the mode: every head's scores and the picked head's weights.
+    exported = page.evaluate("""async () => { const m = await import('/static/js/export.js');
+        return m.toJson(document.querySelector('#figure-multi-head').exportData()); }""")
+    data = json.loads(exported)
+    assert data["state"]["mode"] == "model" and data["state"]["head"] == HEAD
+    model = load(tiny, dtype="float64")
+    weights = model.run(model.tokenize(TEXT)).attention[LAYER][0, HEAD]
+    np.testing.assert_allclose(data["tables"][1]["values"], weights, atol=6e-5)  # 4 places
+    assert len(data["tables"][0]["rows"]) == 8
     page.focus("#mh-mode input[value=model]")
     page.keyboard.press("ArrowLeft")  # back to the learned heads
     page.wait_for_function("!document.getElementById('mh-learned').hidden")

@@ -131,12 +131,12 @@ function render() {
 
 // entries: the request's URL entries { "mh.model", "mh.text", "mh.ids" }.
 async function load(entries) {
-  const m = await settled(entries["mh.model"]);
-  if (m.status !== "ready") return false;
-  const params = new URLSearchParams({ model: m.name });
-  if (entries["mh.ids"]) params.set("ids", entries["mh.ids"].replaceAll(",", " "));
-  else if (entries["mh.text"]) params.set("text", entries["mh.text"]);
   try {
+    const m = await settled(entries["mh.model"]);
+    if (m.status !== "ready") return false;
+    const params = new URLSearchParams({ model: m.name });
+    if (entries["mh.ids"]) params.set("ids", entries["mh.ids"].replaceAll(",", " "));
+    else if (entries["mh.text"]) params.set("text", entries["mh.text"]);
     data = await api(`/api/models/run?${params}`);
   } catch (err) {
     showError($("#model-error"), err);
