@@ -255,6 +255,7 @@ def test_serve_starts_with_a_good_folder(tiny, monkeypatch):
     monkeypatch.setattr("attnlab.figures.histogram.warm", lambda: None)
     result = _serve("--model", str(tiny), "--model", str(tiny))
     assert result.exit_code == 0, result.output
+    assert "loading in the background: tiny, tiny-2" in " ".join(result.output.split())
     (app,) = apps
     app.state.models.wait()
     assert list(app.state.models.entries) == ["tiny", "tiny-2"]

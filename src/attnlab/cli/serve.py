@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from attnlab.cli._app import app, console, fail
 
@@ -88,6 +89,7 @@ def serve(
         list[Path] | None,
         typer.Option(
             "--model",
+            metavar="PATH",
             help="A Hugging Face model folder (config.json, safetensors) to show in the "
             "multi-head view; repeat for more. Loaded in the background once the server is up.",
         ),
@@ -118,4 +120,7 @@ def serve(
     console.print(
         f"attnlab explorer on [bold]{url}[/] (API reference: {url}docs). Ctrl+C stops it."
     )
+    if models:
+        names = ", ".join(app_.state.models.entries)
+        console.print(f"loading in the background: {escape(names)} (the page shows when ready)")
     server.run()
