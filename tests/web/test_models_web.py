@@ -16,6 +16,7 @@ from safetensors.numpy import load_file, save_file
 
 import attnlab as al
 from attnlab.models import head_scores, load, write_tiny_gpt2
+from attnlab.figures import stepper
 from attnlab.web import create_app, realmodels
 
 with warnings.catch_warnings():
@@ -111,6 +112,21 @@ def test_a_heads_row_replayed_by_the_stepper_gives_the_models_weights(client, ti
     np.testing.assert_allclose(trace.json()["tables"]["weights"]["values"][0], exact, atol=1e-6)
 
 
+def test_a_head_as_wide_as_gpt2s_opens_in_the_stepper(tmp_path):
+    """GPT-2 small's heads are 64 wide: such a row is served and the stepper replays it."""
+    folder = write_tiny_gpt2(tmp_path / "gpt2wide", layers=1, d_model=128, heads=2)  # width 64
+    with _client(folder) as c:
+        row = c.get("/api/models/head", params={"model": "gpt2wide", "ids": "5 9 2 7", "layer": 0,
+                                                "head": 1, "query": 3}).json()  # fmt: skip
+        body = {"q": row["q"], "k": row["k"], "v": row["v"], "causal": False, "scaled": True}
+        trace = c.post("/api/trace", json=body)
+    assert np.array(row["q"]).shape == (1, 64) and np.array(row["v"]).shape == (4, 64)
+    model = load(folder, dtype="float64")
+    exact = model.run(np.array([5, 9, 2, 7])).attention[0][0, 1, 3]
+    assert trace.status_code == 200, trace.text
+    np.testing.assert_allclose(trace.json()["tables"]["weights"]["values"][0], exact, atol=1e-6)
+
+
 def test_a_scale_other_than_one_over_root_d_goes_into_q(tmp_path):
     folder = write_tiny_gpt2(tmp_path / "unscaled", layers=2, d_model=16, heads=2)
     cfg = json.loads((folder / "config.json").read_text())
@@ -157,7 +173,8 @@ def test_a_head_outside_the_model_or_the_stepper_gets_422(client, where, field, 
     assert r.json()["message"].startswith(f"{field}: ") and words in r.json()["message"]
 
 
-def test_heads_wider_than_the_stepper_are_refused_naming_head(tmp_path):
+def test_heads_wider_than_the_stepper_are_refused_naming_head(tmp_path, monkeypatch):
+    monkeypatch.setattr(stepper, "MAX_WIDTH", 16)  # the limit, made smaller than a real model's
     folder = write_tiny_gpt2(tmp_path / "wide", layers=1, d_model=64, heads=2)  # width 32
     with _client(folder) as c:
         r = c.get("/api/models/head", params={"model": "wide", "ids": "1 2", "layer": 0,

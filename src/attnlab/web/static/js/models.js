@@ -14,7 +14,6 @@ let list = []; // GET /api/models: [{ name, status, message, seconds, architectu
 let data = null; // the last answer of /api/models/run
 let shown = null; // the request it answered, as URL entries
 const pick = { layer: 0, head: 0, query: null, kind: null }; // null query: the last position
-const POLL_MS = 500;
 
 export const offered = () => list.length > 0;
 const entry = (name) => list.find((m) => m.name === name) ?? list[0];
@@ -51,7 +50,7 @@ async function settled(name) {
     root.dataset.model = m.status;
     $("#model-status").textContent = statusText(m);
     if (m.status !== "loading") return m;
-    await new Promise((resolve) => setTimeout(resolve, POLL_MS));
+    await new Promise((resolve) => setTimeout(resolve, 300)); // ask again in 0.3 s while it loads
   }
 }
 
