@@ -15,8 +15,8 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 import attnlab as al
-from attnlab.models import head_scores, load, write_tiny_gpt2
 from attnlab.figures import stepper
+from attnlab.models import head_scores, load, write_tiny_gpt2
 from attnlab.web import create_app, realmodels
 
 with warnings.catch_warnings():
