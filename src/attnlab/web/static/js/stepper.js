@@ -466,6 +466,7 @@ function learnedUrl(ref) {
     "stepper.learned": ref ? [ref.layer, ref.head, ref.query].join(",") : null,
     "stepper.tokens": ref ? ref.tokens.join(",") : null,
     "stepper.checkpoint": ref?.checkpoint ?? null,
+    "stepper.model": ref?.model ?? null,
   };
 }
 
@@ -474,7 +475,7 @@ function learnedFromUrl() {
   const tokens = listFromUrl(readUrl("stepper.tokens"));
   if (!at || at.length !== 3 || !tokens) return null;
   const checkpoint = listFromUrl(readUrl("stepper.checkpoint"))?.[0] ?? null;
-  return { layer: at[0], head: at[1], query: at[2], tokens, checkpoint };
+  return { layer: at[0], head: at[1], query: at[2], tokens, checkpoint, model: readUrl("stepper.model") };
 }
 
 function learnedNote() {
@@ -485,26 +486,34 @@ function learnedNote() {
   }
   const ref = fromLearned();
   note.hidden = !ref;
-  if (ref) {
+  if (ref?.model) {
+    const keys = learned.keys;
+    note.textContent = `Model head: layer ${ref.layer}, head ${ref.head} of ${ref.model}, query at position ${ref.query}. Q is its one query row` +
+      `${learned.scaled ? "" : ` times the model's scale ${fmt(learned.scale)} (so scaling here is off)`}; K and V rows 1 to ${keys.length} are positions ${keys[0]} to ${keys[keys.length - 1]}, ` +
+      `the keys the model's mask allows, so the stepper's own mask is off. d_k = ${learned.q[0].length}.`;
+  } else if (ref) {
     note.textContent = `Learned head: layer ${ref.layer}, head ${ref.head} of the shipped induction model${ref.checkpoint === null ? "" : ` (checkpoint ${ref.checkpoint})`}, ` +
       `query at position ${ref.query} (token ${ref.tokens[ref.query]}). Q is its one query row; K and V rows 1 to ${ref.query + 1} are positions 0 to ${ref.query}, ` +
       "the keys the model's causal mask allows, so the stepper's own mask is off. d_k = " + `${learned.q[0].length}.`;
   }
 }
 
-// ref: { layer, head, query, tokens: [ids], checkpoint (null: the trained model) }.
+// ref: { layer, head, query, tokens: [ids], checkpoint (null: the trained model), model (a real
+// model's name from attnlab serve --model, js/models.js; null: the shipped induction model) }.
 export async function openLearned(ref, { push = true } = {}) {
-  const params = new URLSearchParams({ layer: ref.layer, head: ref.head, query: ref.query, tokens: ref.tokens.join(" ") });
+  const params = new URLSearchParams({ layer: ref.layer, head: ref.head, query: ref.query });
+  if (ref.model) params.set("model", ref.model);
+  params.set(ref.model ? "ids" : "tokens", ref.tokens.join(" "));
   if (ref.checkpoint !== null && ref.checkpoint !== undefined) params.set("checkpoint", ref.checkpoint);
   let head;
   try {
-    head = await api(`/api/learned/head?${params}`);
+    head = await api(`${ref.model ? "/api/models/head" : "/api/learned/head"}?${params}`);
   } catch (err) {
     refused(err);
     return false;
   }
   const opened = { q: head.q, k: head.k, v: head.v, causal: false, scaled: head.scaled, blocked: [], grad_output: null };
-  learned = { ref: { ...ref, checkpoint: ref.checkpoint ?? null }, q: head.q, k: head.k, v: head.v };
+  learned = { ref: { ...ref, checkpoint: ref.checkpoint ?? null, model: ref.model ?? null }, q: head.q, k: head.k, v: head.v, keys: head.keys, scaled: head.scaled, scale: head.scale };
   if (!(await submit(opened, { push }))) return false;
   fillEditors();
   learnedNote();
