@@ -189,11 +189,28 @@ def _judged(entries: dict, layout: str, repeat=None, client=None, **judging) -> 
     if all(t.passed for t in report.tensors.values()) or case.layout not in OTHER:
         return report
     try:
-        other = verify_case(make_case(entries, OTHER[layout]), client=client, **judging)
+        other_case = make_case(entries, OTHER[layout])
+        if _forward_fails(other_case, client, **judging):
+            return report  # then its whole verdict fails: no hint
+        other = verify_case(other_case, client=client, **judging)
     except CaseError:  # the arrays do not make a case in the other layout
         return report
     hint = layout_hint(layout, report, other)
     return report if hint is None else dataclasses.replace(report, hints=(hint, *report.hints))
+
+
+def _forward_fails(case: Case, client, *, factor, atol, memory_budget) -> bool:
+    """Whether the case's forward tensors (out, lse) fail, judged exactly as ``verify_case``
+    judges them: then its verdict fails whatever the gradients, and the layout hint needs no
+    backward (a failing case of 8 heads of 4,096 rows read in the other layout is 4,096 heads
+    of 8 rows, whose backward and judging took about 1 s of CPU). A dropout or Dask case goes
+    the whole way."""
+    if client is not None or case.dropout is not None or not case.backward:
+        return False
+    factor, atol, budget = checked_judging(factor, atol, memory_budget)
+    exact = truth(case, budget, forward_only=True)
+    tensors = verdicts(case, exact, budget, factor, atol, only=tuple(exact))
+    return not all(t.passed for t in tensors.values())
 
 
 def verify_case(

@@ -61,14 +61,16 @@ def baseline_plan(case: Case) -> list[tuple[np.dtype, list[str]]]:
     ]
 
 
-def verdicts(case: Case, exact: dict, budget: float, factor: float, atol, plain=None) -> dict:
-    """Each attention tensor's verdict (out, lse, dq, dk, dv the case holds), its plain answer
-    computed here unless ``plain`` gives it."""
-    names = [name for name in TENSORS if name in case.arrays]
+def verdicts(
+    case: Case, exact: dict, budget: float, factor: float, atol, plain=None, only=None
+) -> dict:
+    """Each attention tensor's verdict (out, lse, dq, dk, dv the case holds, or those of them
+    in ``only``), its plain answer computed here unless ``plain`` gives it."""
+    names = [name for name in TENSORS if name in case.arrays and (only is None or name in only)]
     dtypes = {name: baseline_dtype(case, name) for name in names}
     plain = dict(plain or {})
     for dtype, want in baseline_plan(case):
-        want = [name for name in want if name not in plain]
+        want = [name for name in want if name not in plain and name in names]
         if want:
             plain.update(baseline(case, budget, dtype, want))
     # Each tensor's verdict on its own thread: numpy's passes over the (h, rows, d) tables

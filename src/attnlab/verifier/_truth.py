@@ -22,12 +22,14 @@ from attnlab.verifier._case import Case
 __all__ = ["truth"]
 
 
-def truth(case: Case, memory_budget: float) -> dict[str, np.ndarray]:
-    """float64 arrays, packed as the case's, for each of out, lse, dq, dk, dv the case holds."""
+def truth(case: Case, memory_budget: float, forward_only=False) -> dict[str, np.ndarray]:
+    """float64 arrays, packed as the case's, for each of out, lse, dq, dk, dv the case holds
+    (only out and lse with ``forward_only``: the same numbers, the backward left out)."""
     a, opt = case.arrays, case.options
     h_kv, g = case.group
     kwargs = opt.kernel_kwargs((h_kv, g))
-    want = [name for name in ("out", "lse", "dq", "dk", "dv") if name in a]
+    names = ("out", "lse") if forward_only else ("out", "lse", "dq", "dk", "dv")
+    want = [name for name in names if name in a]
     exact = {name: np.zeros(a[name].shape) for name in want}  # float64, packed
     for b, (q0, q1), (k0, k1) in case.sequences():
         n = q1 - q0
@@ -50,7 +52,7 @@ def truth(case: Case, memory_budget: float) -> dict[str, np.ndarray]:
         elif kept is None:
             out = attention(q, k, v, mask, memory_budget=memory_budget, **kwargs)
         exact["out"][:, q0:q1] = out.reshape(h_kv * g, n, -1)
-        if case.backward:
+        if case.backward and not forward_only:
             do = _f64(a["do"][:, q0:q1]).reshape(h_kv, g, n, -1)  # (h_kv, g, N, d_v)
             dq, dk, dv = attention_backward(
                 q, k, v, do, mask, memory_budget=memory_budget, lse=kept, **kwargs
