@@ -33,7 +33,7 @@ import os
 import numpy as np
 
 from attnlab.core.masks import TileState
-from attnlab.kernels._threads import on_threads
+from attnlab.kernels._threads import on_threads, pool_map
 from attnlab.verifier._case import Case
 from attnlab.verifier._rounding import NUMPY, passes, round_in_place
 
@@ -133,7 +133,10 @@ def baseline(
             on_threads(heads, parts, threads)
     if not stored:
         return {name: plain[name].astype(np.float64) for name in want}
-    return {name: _stored(plain[name], a[name].dtype) for name in want}
+    # each tensor rounded to its stored dtype on its own thread (numpy releases the GIL)
+    with pool_map(min(threads, len(want)), len(want)) as each:
+        done = each(lambda name: _stored(plain[name], a[name].dtype), want)
+    return dict(zip(want, done, strict=True))
 
 
 def score_pairs(case: Case) -> int:
