@@ -20,10 +20,12 @@ True
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import numpy as np
 
 from attnlab.errors import AttnlabError
+from attnlab.kernels._threads import pool_map
 from attnlab.verifier._baseline import baseline, score_pairs
 from attnlab.verifier._case import Case, CaseError, make_case
 from attnlab.verifier._cluster import cluster_answers
@@ -234,11 +236,18 @@ def verify_case(
         kernel = case.arrays["out"].astype(np.float64)
         variance = dropout_variance(case, budget)
         tensors["out"] = statistical(tensors["out"], kernel, exact["out"], variance)
-    hints = []
-    for name, t in tensors.items():
-        if not t.passed and case.layout in OTHER and case.arrays[name].ndim == 3:
-            read = reinterpreted(case.arrays[name], case.layout, case.batch).astype(np.float64)
-            with np.errstate(invalid="ignore"):
-                err = np.abs(read - exact[name])
-            hints.append(transposed_hint(name, case.layout, bool(err.max() <= t.tolerance)))
+    failed = [
+        name
+        for name, t in tensors.items()
+        if not t.passed and case.layout in OTHER and case.arrays[name].ndim == 3
+    ]
+
+    def hint(name):  # whether the failing tensor is right read in the other layout
+        read = reinterpreted(case.arrays[name], case.layout, case.batch).astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            err = np.abs(read - exact[name])
+        return transposed_hint(name, case.layout, bool(err.max() <= tensors[name].tolerance))
+
+    with pool_map(min(len(failed), os.cpu_count() or 1), len(failed)) as each:
+        hints = each(hint, failed)  # a tensor a thread: numpy's passes release the GIL
     return make_report(case, tensors, factor, hints=tuple(h for h in hints if h))
