@@ -6,6 +6,8 @@ server does not keep (unknown, unfinished, another lab, its model let go) is a 4
 
 from __future__ import annotations
 
+import json
+import re
 import time
 import warnings
 
@@ -103,7 +105,12 @@ def test_a_run_the_server_does_not_keep_is_a_422_naming_the_run(client):
     assert r.status_code == 422 and "train-positions" in r.json()["message"]
 
 
-def test_a_run_whose_model_was_let_go_is_a_422_saying_so(client):
+def test_a_run_whose_model_was_let_go_is_a_422_saying_so():
+    with TestClient(create_app(), base_url="http://127.0.0.1") as client:  # its own runs
+        _let_go(client)
+
+
+def _let_go(client):
     first = _finished(client, {"lab": "train-induction", "params": {"steps": 1, "fresh": 8}})
     head = {"layer": 0, "head": 0, "query": 0, "tokens": "1 2 3"}
     assert client.get(f"/api/runs/{first}/learned/head", params=head).status_code == 200
@@ -112,3 +119,21 @@ def test_a_run_whose_model_was_let_go_is_a_422_saying_so(client):
     r = client.get(f"/api/runs/{first}/learned/head", params=head)
     assert r.status_code == 422 and r.json()["detail"][0]["field"] == "run"
     assert first in r.json()["message"] and "let go" in r.json()["message"]
+
+
+def test_a_saved_page_holds_the_trained_head_the_stepper_shows(client, trained):
+    # GET /snapshot (the page's "Save this page as one file") at a state naming a run's head.
+    run_id, model = trained
+    state = (
+        f"stepper.learned=1,3,5&stepper.tokens={','.join(map(str, TOKENS))}&stepper.run={run_id}"
+    )
+    page = client.get("/snapshot", params={"state": state}).text
+    inlined = re.search(r'id="attnlab-first">(.*?)</script>', page, re.S)[1]
+    answers = json.loads(inlined)
+    path = next(a["path"] for a in answers if "/learned/head?" in a["path"])
+    assert path.startswith(f"/api/runs/{run_id}/learned/head?")
+    want = model.attention_weights(np.array([TOKENS]))[0, 1, 3, 5, :6]
+    traced = [
+        a["answer"] for a in answers if a["path"] == "/api/trace" and a["body"]["causal"] is False
+    ]
+    np.testing.assert_allclose(traced[0]["tables"]["weights"]["values"][0], want, atol=1e-6)

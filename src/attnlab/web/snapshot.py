@@ -134,7 +134,7 @@ async def snapshot_html(app, root: Path, query: str) -> str:
         if status != 200:
             continue  # the page asks, and the saved file says that this needs the server
         answers.append({"method": method, "path": path, "body": body, "answer": answer})
-        if path.startswith("/api/learned/head?"):  # the stepper then traces that head's q, k, v
+        if "/learned/head?" in path:  # the stepper then traces that head's q, k, v (any model)
             trace = {"q": answer["q"], "k": answer["k"], "v": answer["v"], "causal": False,
                      "scaled": answer["scaled"], "blocked": [], "grad_output": None}  # fmt: skip
             status, traced = await pagefiles._ask(app, "POST", "/api/trace", trace)
