@@ -23,6 +23,7 @@ from attnlab.core._validate import (
 )
 from attnlab.core._variants import check_fully_masked, check_lse, check_wrt, with_variants
 from attnlab.kernels import _small, blockwise, blockwise_backward
+from attnlab.kernels._precision import narrow, widen
 from attnlab.kernels.dense import dense_tables
 from attnlab.kernels.dense_backward import dense_grad_tables, dense_gradients
 
@@ -115,15 +116,24 @@ def _gradients(x, g, method: str, options):
     """The chosen kernel's gradients on validated inputs, each checked finite by name."""
     block, n_threads, saved, empty, names = options
 
-    def kernel(dy, anchored=False, d_from_dp=False):
+    def kernel(dy, anchored=False, d_from_dp=False, y=x, lse=saved):
         with quiet():  # a gradient that overflowed is refused, by name, in checked_backward
             if method == "blockwise":
                 return blockwise_backward.run(
-                    x, dy, *block, n_threads, lse=saved, empty_rows=empty, wrt=names,
+                    y, dy, *block, n_threads, lse=lse, empty_rows=empty, wrt=names,
                     anchored=anchored,
                 )  # fmt: skip
             return dense_gradients(
-                x, dy, threads=n_threads, empty_rows=empty, wrt=names, d_from_dp=d_from_dp
+                y, dy, threads=n_threads, empty_rows=empty, wrt=names, d_from_dp=d_from_dp
+            )
+
+    def wide(d_from_dp):  # float64 gradients of a float32 call: only when they overflowed
+        y, dy = widen(x), g.astype(np.float64)
+        if not d_from_dp:
+            return kernel(dy, y=y, lse=None)
+        with quiet():
+            return dense_gradients(
+                y, dy, threads=n_threads, empty_rows=empty, wrt=names, d_from_dp=True
             )
 
     def output():  # the forward output, for D = rowsum(dO ∘ O): only when a gradient overflowed
@@ -137,4 +147,5 @@ def _gradients(x, g, method: str, options):
         x, g, kernel(g), names, lambda y, dy: dense_grad_tables(y, dense_tables(y), dy),
         rerun=lambda dy, d_from_dp: kernel(dy, anchored=True, d_from_dp=d_from_dp),
         output=output, rerun_variants=(False, True) if method == "dense" else (False,),
+        wide=lambda d_from_dp: narrow(wide(d_from_dp)),
     )  # fmt: skip
