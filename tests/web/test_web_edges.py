@@ -20,6 +20,7 @@ import pytest
 
 from attnlab.errors import AttnlabError, ShapeError
 from attnlab.web import create_app
+from attnlab.web.app import MAX_BODY_BYTES
 from attnlab.web.errors import MAX_ECHO, MAX_ERRORS
 from attnlab.web.models import FieldError
 
@@ -147,9 +148,10 @@ def test_other_http_errors_keep_their_status_in_the_same_shape(client):
     assert client.get("/api/nowhere").status_code == 404
     assert set(client.get("/api/nowhere").json()) == {"message", "detail"}
     assert client.put("/api/trace").status_code == 405
-    big = json.dumps({"pad": "x" * 70_000})
+    big = json.dumps({"pad": "x" * (MAX_BODY_BYTES + 10)})
     assert client.post("/api/trace", content=big, headers=JSON).status_code == 413
-    chunks = iter([big[:40_000].encode(), big[40_000:].encode()])  # no Content-Length
+    half = len(big) // 2
+    chunks = iter([big[:half].encode(), big[half:].encode()])  # no Content-Length
     too_big = client.post("/api/trace", content=chunks, headers=JSON)
     assert too_big.status_code == 413 and set(too_big.json()) == {"message", "detail"}
 
