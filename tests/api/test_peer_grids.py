@@ -77,6 +77,8 @@ def fa_case(sq, sk, d, feats, heads, dtype=np.float64) -> tuple[Case, int]:
     h = 4
     hk = {"mha": 4, "mqa": 1, "gqa": 2}[heads]
     q = rng.normal(size=(b, h, sq, d))
+    if cap:  # scores spread over the cap's range, so that it bends them (as FlashAttention 3)
+        q *= 15.0 / 4
     k, v = (rng.normal(size=(b, hk, sk, d)) for _ in range(2))
     c = Case(
         q=q.astype(dtype), k=k.astype(dtype), v=v.astype(dtype), scale=d**-0.5,
@@ -147,28 +149,66 @@ def test_flash_attention_grid_float64(torch, case):
             np.testing.assert_allclose(a, b, **GRAD, err_msg=f"d{name} {method}")
 
 
-def _flash_rule(torch, c: Case, group: int, out32: np.ndarray) -> None:
-    ref, _ = _torch_reference(
-        torch, Case(**{**c.__dict__, **{n: getattr(c, n).astype(np.float64) for n in "qkv"}}), group
-    )
-    plain, _ = _torch_reference(torch, c, group)  # the same formula in float32
-    rounding = 2 * np.abs((ref.astype(np.float32) + np.float32(0.3) - np.float32(0.3)) - ref).max()
-    err, err_plain = np.abs(out32 - ref).max(), np.abs(plain - ref).max()
-    assert err <= 2 * err_plain + rounding, (err, err_plain)
+def _rule(got, plain, ref, rtol: float, extra: float = 0.0) -> tuple[float, bool]:
+    """FlashAttention's check of one tensor: |got - ref| at most rtol times the plain float32
+    formula's |plain - ref|, plus twice the rounding of ref itself (ref + 0.3 - 0.3 in float32)
+    and ``extra``. Returns ((error - allowance) / plain error, whether it passes)."""
+    ref32 = ref.astype(np.float32)
+    atol = 2 * float(np.abs((ref32 + np.float32(0.3) - np.float32(0.3)) - ref).max()) + extra
+    err, err_plain = float(np.abs(got - ref).max()), float(np.abs(plain - ref).max())
+    ok = err <= rtol * err_plain + atol
+    ratio = (err - atol) / err_plain if err_plain else (0.0 if ok else np.inf)
+    return ratio, ok
+
+
+def flash_rule_checks(torch, case, method: str, grads: bool = True) -> list:
+    """[(name, ratio, passed)] for the output and, with ``grads``, dq, dk, dv of one float32
+    case: FlashAttention 3's rule (hopper/test_flash_attn.py, test_flash_attn_output): rtol 2,
+    3 with a softcap; atol twice the reference's own float32 rounding, for the gradients plus
+    3e-4 with a softcap. k and v gradients are summed over each group of query heads."""
+    c, group = fa_case(*case, dtype=np.float32)
+    for name in ("slopes", "sinks"):  # every input as float32 holds it, the reference's too
+        if getattr(c, name) is not None:
+            setattr(c, name, getattr(c, name).astype(np.float32).astype(np.float64))
+    c64 = Case(**{**c.__dict__, **{n: getattr(c, n).astype(np.float64) for n in "qkv"}})
+    wide = _grouped(c, group)
+    sinks = None if c.sinks is None else c.sinks.astype(np.float32)
+    rtol = 2.0 if c.softcap is None else 3.0
+    kw = dict(scale=c.scale, softcap=c.softcap, sinks=sinks, fully_masked="zero", method=method)
+    out = al.attention(wide.q, wide.k, wide.v, masks_of(wide), **kw)
+    if not grads:
+        ref, _ = _torch_reference(torch, c64, group)
+        plain, _ = _torch_reference(torch, c, group)
+        return [("out", *_rule(out, plain, ref, rtol))]
+    g = np.random.default_rng(1).normal(size=out.shape).astype(np.float32)
+    ref, _, grads_ref = _torch_reference(torch, c64, group, g.astype(np.float64))
+    plain, _, grads_plain = _torch_reference(torch, c, group, g)
+    got = al.attention_backward(wide.q, wide.k, wide.v, g, masks_of(wide), **kw)
+    got = [got[0]] + [a.reshape(a.shape[0], -1, group, *a.shape[2:]).sum(2) for a in got[1:]]
+    extra = 0.0 if c.softcap is None else 3e-4
+    checks = [("out", *_rule(out, plain, ref, rtol))]
+    for name, a, p, r in zip(("dq", "dk", "dv"), got, grads_plain, grads_ref, strict=True):
+        checks.append((name, *_rule(a, p, r, rtol, extra)))
+    return checks
 
 
 @pytest.mark.oracle
 @pytest.mark.parametrize("case", rotation(FA_CASES, 4, _small), ids=str)
 @pytest.mark.parametrize("method", ["dense", "blockwise"])
 def test_flash_attention_grid_float32_rule(torch, case, method):
-    c, group = fa_case(*case, dtype=np.float32)
-    wide = _grouped(c, group)
-    out = al.attention(
-        wide.q, wide.k, wide.v, masks_of(wide), scale=c.scale, softcap=c.softcap,
-        sinks=None if c.sinks is None else c.sinks.astype(np.float32), fully_masked="zero",
-        method=method,
-    )  # fmt: skip
-    _flash_rule(torch, c, group, out)
+    failed = [
+        check for check in flash_rule_checks(torch, case, method, grads=False) if not check[2]
+    ]
+    assert not failed, failed
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("case", rotation(FA_CASES[1::2], 4, _small), ids=str)
+@pytest.mark.parametrize("method", ["dense", "blockwise"])
+def test_flash_attention_grid_float32_gradient_rule(torch, case, method):
+    """The output and dq, dk, dv of a float32 case (another sample than the output's)."""
+    failed = [check for check in flash_rule_checks(torch, case, method) if not check[2]]
+    assert not failed, failed
 
 
 OVERFLOW = list(itertools.product([1, 2, 5, 17, 128], [16, 32, 64], [False, True]))

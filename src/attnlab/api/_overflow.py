@@ -110,8 +110,8 @@ def checked_backward(
     to say where a non-finite gradient came from. ``rerun(g)`` runs the same kernel on another
     dO and ``output()`` gives the forward output (..., N, d_v): with both, gradients that
     overflowed are tried again from a scaled dO (see the module docstring), ``rerun(g, v)`` for
-    each of the kernel's ``rerun_variants`` in turn until one fits (the dense kernel's second
-    takes D from dP itself, which cancels exactly where a row's weight is all on one key)."""
+    each of the kernel's ``rerun_variants`` in turn until one fits (the dense kernel's first
+    takes D from rowsum(dO ∘ O), its second from dP itself)."""
     if not x.check_finite or all(_finite(a) for a in grads):
         return grads
     if rerun is not None and output is not None:

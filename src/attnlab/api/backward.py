@@ -115,7 +115,7 @@ def _gradients(x, g, method: str, options):
     """The chosen kernel's gradients on validated inputs, each checked finite by name."""
     block, n_threads, saved, empty, names = options
 
-    def kernel(dy, anchored=False, d_from_dp=False):
+    def kernel(dy, anchored=False, d_from_output=False):
         with quiet():  # a gradient that overflowed is refused, by name, in checked_backward
             if method == "blockwise":
                 return blockwise_backward.run(
@@ -123,7 +123,7 @@ def _gradients(x, g, method: str, options):
                     anchored=anchored,
                 )  # fmt: skip
             return dense_gradients(
-                x, dy, threads=n_threads, empty_rows=empty, wrt=names, d_from_dp=d_from_dp
+                x, dy, threads=n_threads, empty_rows=empty, wrt=names, d_from_output=d_from_output
             )
 
     def output():  # the forward output, for D = rowsum(dO ∘ O): only when a gradient overflowed
@@ -135,6 +135,6 @@ def _gradients(x, g, method: str, options):
 
     return checked_backward(
         x, g, kernel(g), names, lambda y, dy: dense_grad_tables(y, dense_tables(y), dy),
-        rerun=lambda dy, d_from_dp: kernel(dy, anchored=True, d_from_dp=d_from_dp),
-        output=output, rerun_variants=(False, True) if method == "dense" else (False,),
+        rerun=lambda dy, variant: kernel(dy, anchored=True, d_from_output=variant),
+        output=output, rerun_variants=(True, False) if method == "dense" else (False,),
     )  # fmt: skip

@@ -12,19 +12,24 @@ stored whole. Work goes by query block (Bq rows, one lead element at a time), in
 over the block's tiles (rows i, keys j):
 
     A. p_ij = exp2(S_ij),  l_i += rowsum(p_ij)             the softmax again, without P·V
-    B1. dP'_ij = (dO_i / l_i) V_jᵀ                         (Bq, Bk) = dP / l
-        D_i += rowsum(p_ij ∘ dP'_ij)                       = rowsum(P ∘ dP) (dense, step 3)
-        dV_j += p_ijᵀ (dO_i / l_i)                         = Pᵀ dO
-    B2. dS_ij = p_ij ∘ (dP'_ij − D_i / l_i)                = P ∘ (dP − D)
+    B1. P_ij = p_ij / l_i,  dP_ij = dO_i V_jᵀ              (Bq, Bk)
+        D_i += rowsum(P_ij ∘ dP_ij)                        (dense, step 3)
+        dV_j += P_ijᵀ dO_i
+    B2. dS_ij = P_ij ∘ (dP_ij − D_i)
         dQ_i += dS_ij K_j,  dK_j += dS_ijᵀ Q_i             (scaled once, at the end)
 
-The weights are never normalised: 1/l rides on dO (Bq x d_v) and on D, never on a tile. A
-block's tiles p and dP' are kept from one sweep to the next, so a tile costs 5 matmuls and one
-exp2: the forward pass in front of a FlashAttention-2 backward (which needs O for D) costs 2
-more matmuls and an exp2. The kept tiles take at most as many bytes as q, k, v and dO together,
+Each kept tile is divided by its rows' l in place, one pass: a row whose weight is all on one
+key then has P = p / p = 1 exactly and D = dP of that key, so its dS cancels to exactly 0 as
+in exact arithmetic (and as torch's autograd of the softmax gives). With 1/l carried on dO and
+on D instead (no pass over the tile), such a row's dS was p (dP / l − fl(p dP / l) / l), an ulp
+of dP, and a dq that is exactly 0 in exact arithmetic came out ~1e-7 (FlashAttention's grid,
+float32, one key). A block's tiles p and dP are kept from one sweep to the next, so a tile
+costs 5 matmuls and one exp2: the forward pass in front of a FlashAttention-2 backward (which
+needs O for D) costs 2 more matmuls and an exp2. The kept tiles take at most as many bytes as
+q, k, v and dO together,
 shared between threads, so memory stays O(N), and at most 32 MiB (the L3 cache: _KEEP_BYTES).
 Query blocks are halved (down to 128 rows) until one block's tiles fit; tiles beyond that are
-recomputed in sweep B2 (their p·V enters D as rowsum(dO/l ∘ Σ p V) instead), costing 7
+recomputed in sweep B2 (their P·V enters D as rowsum(dO ∘ Σ P V) instead), costing 7
 matmuls and two exp2, as the FlashAttention-2 backward with its forward pass does.
 
 As in the forward kernel (``blockwise.py``), exponentials are base 2 with scale · log2(e)
@@ -187,6 +192,9 @@ class _Kernel:
         # there; a weight of 1 − 2⁻⁵³ leaves |dO||V|·2⁻⁵³, which rounds to inf in float32 when
         # dO and V are huge (1e26 · 1e27). Weights below 2^floor are then exactly 0, not 2^floor:
         # the gradients of a rescaled dO (api/_overflow.py) multiply them by a huge dP and k.
+        # The weights then stay p (the top one exactly 1) with 1 / l on dO and D, as the
+        # dense rerun's rowsum(dO ∘ O) does: equal weights fl(1/3) of three keys with equal dP
+        # left an ulp of a huge dP in dP − D where this cancelled exactly.
         self.anchored = anchored
 
     def gradients(self, wrt) -> tuple[np.ndarray, ...]:
@@ -257,23 +265,31 @@ class _Kernel:
             l = np.where(hollow, 1.0, l).astype(dtype)  # its p are all 0: 0, not 0/0
         g_i = self.g[idx][r0:r1]  # (Bq, d_v)
         inv = np.reciprocal(l)  # (Bq,)
-        gl = g_i * inv[:, None]  # (Bq, d_v): dO / l
-        d_row = np.vecdot(gl, acc)  # (Bq,): D from the tiles not kept
+        norm = not self.anchored  # P = p / l on the tiles, or 1 / l on dO and D (see __init__)
+        gl = g_i if norm else g_i * inv[:, None]  # (Bq, d_v): dO, or dO / l
+        d_row = np.vecdot(gl, acc)  # (Bq,): D (times l when norm) from the tiles not kept
+        if norm:
+            d_row *= inv
         dv_i, dk_i, dq_i = self.dv[idx], self.dk[idx], self.dq[idx][r0:r1]
-        # B1) dP' and dV of the kept tiles, and D from them
+        # B1) P = p / l, dP and dV of the kept tiles, and D from them
         for (rows, cols, _), tiles in zip(steps, kept, strict=True):
             if tiles is not None:
+                if norm:
+                    np.divide(tiles[0], l[rows, None], out=tiles[0])  # (rows, cols) P
                 d_row[rows] += self._dp_dv(tiles, gl[rows], v_i[cols], dv_i[cols], bufs)
         if self.dsinks is not None:  # dσ = −Σ_i P_iσ D_i, P_iσ = exp2(σ − base) / l
             share = self._sink(idx, base) * inv  # (Bq,)
             with self.lock:
                 self.dsinks[idx] -= np.vecdot(share, d_row)
-        d_row *= inv  # D / l
+        if not norm:
+            d_row *= inv  # D / l, against dP / l
         # B2) dS, dQ and dK; a tile not kept is computed again
         for (rows, cols, tm), tiles in zip(steps, kept, strict=True):
             p, dp, tq, tk = bufs(rows.stop - rows.start, cols.stop - cols.start, q_i.shape[-1])
             if tiles is None:
                 self._weights(p, qs[rows], k_i[cols], tm, idx, base if base is None else base[rows])
+                if norm:
+                    np.divide(p, l[rows, None], out=p)  # (rows, cols) P
                 self._dp_dv((p, dp), gl[rows], v_i[cols], dv_i[cols], bufs)
             else:
                 p, dp = tiles
@@ -361,12 +377,13 @@ class _Kernel:
         if tm is not None:
             p *= tile_at(tm.keep, idx)  # blocked pairs weigh exactly 0
 
-    def _dp_dv(self, tiles, gl_rows, v_cols, dv_cols, bufs) -> np.ndarray:
-        """dP' = (dO / l) Vᵀ into tiles[1], dV += pᵀ (dO / l); returns rowsum(p ∘ dP')."""
+    def _dp_dv(self, tiles, g_rows, v_cols, dv_cols, bufs) -> np.ndarray:
+        """dP = dO Vᵀ into tiles[1], dV += Pᵀ dO; returns rowsum(P ∘ dP). (Anchored: p, dO / l
+        and dP / l in place of P, dO and dP.)"""
         p, dp = tiles
-        matmul(gl_rows, v_cols.T, out=dp)  # (rows, cols)
-        tv = bufs.tv(p.shape[1], gl_rows.shape[-1])
-        np.matmul(p.T, gl_rows, out=tv)  # (cols, d_v)
+        matmul(g_rows, v_cols.T, out=dp)  # (rows, cols)
+        tv = bufs.tv(p.shape[1], g_rows.shape[-1])
+        np.matmul(p.T, g_rows, out=tv)  # (cols, d_v)
         with self.lock:
             dv_cols += tv
         return np.vecdot(p, dp)  # (rows,)
