@@ -211,6 +211,25 @@ def test_flash_attention_grid_float32_gradient_rule(torch, case, method):
     assert not failed, failed
 
 
+# Cases the whole float32 grid failed (benchmarks/flash_grid_sweep.py), run in every default
+# run: one key per row (dq exactly 0 in exact arithmetic and in torch's float32, so the rule
+# allows no error), three keys (the backward's row term rounded apart from dP).
+FA_FOUND = [
+    (1, 1, 32, (False, False, False, False, False), "mha"),
+    (239, 1, 64, (True, True, False, False, False), "mqa"),
+    (799, 3, 128, (True, False, False, False, False), "mha"),
+    (799, 3, 160, (False, True, False, False, False), "mha"),
+]
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("case", FA_FOUND, ids=str)
+@pytest.mark.parametrize("method", ["dense", "blockwise"])
+def test_flash_attention_grid_float32_found_cases(torch, case, method):
+    failed = [check for check in flash_rule_checks(torch, case, method) if not check[2]]
+    assert not failed, failed
+
+
 OVERFLOW = list(itertools.product([1, 2, 5, 17, 128], [16, 32, 64], [False, True]))
 
 

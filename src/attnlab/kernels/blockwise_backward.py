@@ -18,12 +18,15 @@ over the block's tiles (rows i, keys j):
     B2. dS_ij = P_ij ∘ (dP_ij − D_i)
         dQ_i += dS_ij K_j,  dK_j += dS_ijᵀ Q_i             (scaled once, at the end)
 
-Each kept tile is divided by its rows' l in place, one pass: a row whose weight is all on one
-key then has P = p / p = 1 exactly and D = dP of that key, so its dS cancels to exactly 0 as
-in exact arithmetic (and as torch's autograd of the softmax gives). With 1/l carried on dO and
-on D instead (no pass over the tile), such a row's dS was p (dP / l − fl(p dP / l) / l), an ulp
-of dP, and a dq that is exactly 0 in exact arithmetic came out ~1e-7 (FlashAttention's grid,
-float32, one key). A block's tiles p and dP are kept from one sweep to the next, so a tile
+Where a row of the block may allow a single key, each tile is divided by its rows' l in
+place, one pass: such a row then has P = p / p = 1 exactly and D = dP of that key, so its dS
+cancels to exactly 0 as in exact arithmetic (and as torch's autograd of the softmax gives).
+With 1/l carried on dO and on D instead (no pass over the tile), its dS was
+p (dP / l − fl(p dP / l) / l), an ulp of dP, and a dq that is exactly 0 in exact arithmetic
+came out ~1e-7 (FlashAttention's grid, float32, one key). A block with a tile that allows all
+of two or more keys to every row (``_may_have_one_key``: every block of an unmasked call, all
+but the first of a causal one) keeps 1/l on dO and D, where the division measured 3-8% of a
+2048-token call. A block's tiles p and dP are kept from one sweep to the next, so a tile
 costs 5 matmuls and one exp2: the forward pass in front of a FlashAttention-2 backward (which
 needs O for D) costs 2 more matmuls and an exp2. The kept tiles take at most as many bytes as
 q, k, v and dO together,
@@ -130,9 +133,10 @@ def run(
             for a, b, (c0, c1), masked in plans[r0, r1]
         ]
         kept = _keep(steps, budget, dtype)
+        lone = _may_have_one_key(steps, r1 - r0)
         with np.errstate(all="ignore"):  # overflow is detected and redone; per thread
             for idx in group:
-                kernel.block(idx, r0, r1, steps, kept)
+                kernel.block(idx, r0, r1, steps, kept, lone)
 
     items = work_items(blocks, plans, lead, threads)
     with pool_map(threads, len(items)) as each:
@@ -145,6 +149,18 @@ def run(
         options = {"lse": saved, "empty_rows": empty_rows, "wrt": wrt, "anchored": True}
         return narrow(run(widen(x), g64, bq, bk, threads, **options))
     return kernel.gradients(wrt)
+
+
+def _may_have_one_key(steps, height: int) -> bool:
+    """Whether a row of the block may allow a single key: False when one tile of two or more
+    keys allows every key to every row of the block (no mask there, or a mask that blocks
+    none of it). Only such blocks need their tiles divided by l (the module docstring): the
+    unmasked call and all but the first blocks of a causal one keep 1 / l on dO and D."""
+    for rows, cols, tm in steps:
+        full = rows.start == 0 and rows.stop == height and cols.stop - cols.start >= 2
+        if full and (tm is None or bool(tm.allowed.all())):
+            return False
+    return True
 
 
 class _Kernel:
@@ -245,7 +261,9 @@ class _Kernel:
             total = l if sink is None else l + sink
         return base, total, acc, l == 0
 
-    def block(self, idx, r0: int, r1: int, steps, kept) -> None:
+    def block(self, idx, r0: int, r1: int, steps, kept, lone: bool = True) -> None:
+        """Sweeps A, B1 and B2 of one query block of lead element ``idx``; ``lone``: whether
+        a row of the block may allow a single key (``_may_have_one_key``)."""
         x, dtype = self.x, self.x.q.dtype
         q_i = tile_at(x.q, idx)[r0:r1]  # (Bq, d_k)
         k_i, v_i = tile_at(x.k, idx), tile_at(x.v, idx)  # (M, d_k), (M, d_v)
@@ -265,7 +283,7 @@ class _Kernel:
             l = np.where(hollow, 1.0, l).astype(dtype)  # its p are all 0: 0, not 0/0
         g_i = self.g[idx][r0:r1]  # (Bq, d_v)
         inv = np.reciprocal(l)  # (Bq,)
-        norm = not self.anchored  # P = p / l on the tiles, or 1 / l on dO and D (see __init__)
+        norm = lone and not self.anchored  # P = p / l on the tiles, or 1 / l on dO and D
         gl = g_i if norm else g_i * inv[:, None]  # (Bq, d_v): dO, or dO / l
         d_row = np.vecdot(gl, acc)  # (Bq,): D (times l when norm) from the tiles not kept
         if norm:
