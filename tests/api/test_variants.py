@@ -57,7 +57,13 @@ def make_case(variants, base, *, seed=0, n=7, m=11, bottom_right=False) -> Case:
     return c
 
 
-@pytest.mark.parametrize("variants, base", COMBOS, ids=lambda x: "-".join(sorted(x)) or "base")
+def combo_id(x) -> str:
+    """A parameter's id, the same in every process (a frozenset's order follows string hashes,
+    which each process seeds anew, and pytest-xdist's workers must collect the same ids)."""
+    return "-".join(sorted(x)) if isinstance(x, frozenset) else str(x)
+
+
+@pytest.mark.parametrize("variants, base", COMBOS, ids=combo_id)
 @pytest.mark.parametrize("method", ["dense", "blockwise"])
 def test_each_variant_matches_the_loop_reference(variants, base, method):
     c = make_case(variants, base, seed=len(variants) * 7 + BASES.index(base))
@@ -68,7 +74,7 @@ def test_each_variant_matches_the_loop_reference(variants, base, method):
 
 
 @pytest.mark.oracle
-@pytest.mark.parametrize("variants, base", COMBOS[::3], ids=str)
+@pytest.mark.parametrize("variants, base", COMBOS[::3], ids=combo_id)
 @pytest.mark.parametrize("bottom_right", [False, True])
 def test_each_variant_matches_torch(torch, variants, base, bottom_right):
     c = make_case(variants, base, seed=3, n=6, m=9, bottom_right=bottom_right)

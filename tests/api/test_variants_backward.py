@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_variants import COMBOS, make_case
+from test_variants import COMBOS, combo_id, make_case
 
 import attnlab as al
 from variant_refs import Case, masks_of, torch_variant
@@ -36,7 +36,7 @@ def attnlab_grads(c: Case, g, names, **kw):
 
 
 @pytest.mark.oracle
-@pytest.mark.parametrize("variants, base", COMBOS[::2], ids=str)
+@pytest.mark.parametrize("variants, base", COMBOS[::2], ids=combo_id)
 @pytest.mark.parametrize("method", ["dense", "blockwise"])
 def test_gradients_of_each_variant_match_torch(torch, variants, base, method):
     c = make_case(variants, base, seed=9, n=6, m=10, bottom_right="alibi" in variants)

@@ -32,11 +32,35 @@ def test_a_backward_pass_past_float64_names_the_table_that_overflowed(method):
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_a_float32_backward_pass_with_huge_values_refuses(method):
+def test_a_float32_backward_pass_whose_tables_overflow_answers_from_float64(method):
     big = np.full((2, 2), 1e20, np.float32)  # dP = 1e20 · 1e20 · 2 = 2e40 > 3.4e38
-    with pytest.raises(NonFiniteResultError, match="float32") as info:
+    grads = al.attention_backward(np.float32(Q), np.float32(K), big, big, Causal(), method=method)
+    exact = al.attention_backward(np.float64(Q), np.float64(K), np.float64(big),
+                                  np.float64(big), Causal(), method=method)  # fmt: skip
+    for a, b in zip(grads, exact, strict=True):
+        assert a.dtype == np.float32
+        np.testing.assert_array_equal(a, b.astype(np.float32))
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_a_float32_backward_pass_past_float32_even_in_float64_refuses(method):
+    big = np.full((2, 2), 3e38, np.float32)  # dV = Pᵀ dO: row 0 gets 1.5 · 3e38 > 3.4e38
+    with pytest.raises(NonFiniteResultError, match="float32"):
         al.attention_backward(np.float32(Q), np.float32(K), big, big, Causal(), method=method)
-    assert info.value.array == "grad_weights"
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_one_dominant_key_with_a_huge_dp_gets_the_same_gradients_on_every_method(method):
+    """A case the fuzz found: dP = dO Vᵀ and D pass float32's range, the row's weight is all on
+    key 0, so dS = P ∘ (dP - D) is 0 and the true gradients are finite. Before the float64
+    retry, dense answered and blockwise refused."""
+    q = np.array([[1500.0]], np.float32)
+    k = np.array([[-0.00114844], [-1.0], [-1.0], [-1.0]], np.float32)
+    v = np.array([[-1.0, 1e30], [-1.0, -1.0], [-1.0, -1.0], [-1.0, -1.0]], np.float32)
+    g = np.array([[-1.0, -1e33]], np.float32)
+    dq, dk, dv = al.attention_backward(q, k, v, g, method=method)
+    assert not dq.any() and not dk.any()  # one key takes all the weight: no score gradient
+    np.testing.assert_array_equal(dv, np.vstack([g, np.zeros((3, 2), np.float32)]))
 
 
 def test_trace_names_the_backward_table_that_overflowed():
@@ -102,14 +126,14 @@ def test_a_weight_far_below_the_floor_is_zero_in_a_rescaled_backward_pass(method
     np.testing.assert_allclose(dv[:, 0], [0.0] + [-1e189 / 3] * 3, rtol=1e-12)  # Pᵀ dO
 
 
-def test_a_gradient_whose_weighted_dp_overflows_is_still_refused():
-    """D = rowsum(dO ∘ O) = rowsum(P ∘ dP) past the range: the table overflowed where the weights
-    keep it, so no rescaling is tried, even where the gradients are finite (dS = 0 here, the two
-    value rows being equal), on both methods."""
-    big = np.full((2, 2), 1e20, np.float32)
+def test_a_gradient_whose_weighted_dp_overflows_float64_is_still_refused():
+    """D = rowsum(dO ∘ O) = rowsum(P ∘ dP) past float64's range: the table overflowed where the
+    weights keep it and no wider dtype is left, so no rescaling is tried, even where the
+    gradients are finite (dS = 0 here, the two value rows being equal), on both methods."""
+    big = np.full((2, 2), 1e160)  # dP = 1e160 · 1e160 · 2 > 1.8e308
     for method in METHODS:
         with pytest.raises(NonFiniteResultError) as info:
-            al.attention_backward(np.float32(Q), np.float32(K), big, big, method=method)
+            al.attention_backward(np.float64(Q), np.float64(K), big, big, method=method)
         assert (info.value.stage, info.value.array) == ("backward", "grad_weights")
 
 

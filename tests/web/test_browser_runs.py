@@ -10,6 +10,7 @@ import re
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from test_browser import Offline, browser, server, sync_api  # noqa: F401
 
@@ -141,8 +142,61 @@ def test_a_trained_run_opens_in_the_learned_view(browser, server):  # noqa: F811
     assert page.locator("#learned-knock").get_attribute("data-model") == f"run {run_id}"
     assert "trained on this page" in page.locator("#knock-model").inner_text()
     assert page.locator("#mh-learned .learned-head canvas").count() == 8
+
+    # One of its heads opened in the stepper: the stepper's weights are the trained model's row.
+    view = page.evaluate(f"(async () => (await fetch('/api/runs/{run_id}/learned?seed=0'))"
+                         ".json())()")  # fmt: skip
+    query = len(view["tokens"]) - 1
+    page.select_option("#learned-open select[name=layer]", "1")
+    page.select_option("#learned-open select[name=head]", "3")
+    page.fill("#learned-open input[name=query]", str(query))
+    page.locator("#learned-open input[name=query]").dispatch_event("change")
+    page.click("#learned-open button[type=submit]")
+    page.wait_for_function("document.getElementById('stepper-learned')?.hidden === false")
+    assert page.locator("#learned-error").is_hidden()
+    assert _param(page, "stepper.run") == run_id
+    assert _param(page, "stepper.learned") == f"1,3,{query}" and _param(page, "stepper.q") is None
+    assert f"trained on this page (run {run_id})" in page.locator("#stepper-learned").inner_text()
+    page.click("#stepper-steps li:nth-child(5) button")
+    page.wait_for_function(STEPPER_AT + " === 'weights'")
+    expected = view["weights"][1][3][query][: query + 1]  # the server's own, to 4 places
+    np.testing.assert_allclose(_stepper_weights(page), expected, atol=6e-5)
+    SHOTS.mkdir(exist_ok=True)
+    for width in (375, 1280, 1920):
+        page.set_viewport_size({"width": width, "height": 900})
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+        page.locator("#figure-attention-stepper").screenshot(
+            path=str(SHOTS / f"stepper-run-{width}.png"))  # fmt: skip
+
+    # A reload keeps the trained head in the stepper, at the same step, with the same numbers.
+    page.reload()
+    page.wait_for_function("document.getElementById('stepper-learned')?.hidden === false")
+    assert page.locator("#figure-attention-stepper").get_attribute("data-step") == "weights"
+    assert f"run {run_id}" in page.locator("#stepper-learned").inner_text()
+    np.testing.assert_allclose(_stepper_weights(page), expected, atol=6e-5)
+
+    # A run the server does not keep: the stepper says so, naming it, and shows the example.
+    page.goto(server + f"/?stepper.learned=1,3,{query}&stepper.tokens=1,2,3&stepper.run=ffffff")
+    page.wait_for_selector("body[data-ready='true']")
+    page.wait_for_function("!document.getElementById('stepper-error').hidden")
+    said = page.locator("#stepper-error").inner_text()
+    assert "'ffffff'" in said and "run" in said, said
+    page.locator("#figure-attention-stepper").screenshot(path=str(SHOTS / "stepper-lost-1280.png"))
+    problems[:] = [p for p in problems if "422" not in p]  # the refused request, logged
     assert not problems and not offline.blocked
     context.close()
+
+
+STEPPER_AT = "document.querySelector('#figure-attention-stepper').dataset.step"
+
+
+def _stepper_weights(page) -> list[float]:
+    cells = "#stepper-tables table[data-table=weights] td[data-col]"
+    return page.locator(cells).evaluate_all("els => els.map(e => Number(e.dataset.value))")
+
+
+def _param(page, key):
+    return page.evaluate(f"new URL(location).searchParams.get('{key}')")
 
 
 def test_train_induction_at_its_defaults_then_open_and_knock_out_its_heads(browser, server):  # noqa: F811
@@ -173,4 +227,4 @@ def test_train_induction_at_its_defaults_then_open_and_knock_out_its_heads(brows
 
 
 def _param_run(page):
-    return page.evaluate("new URL(location).searchParams.get('mh.run')")
+    return _param(page, "mh.run")

@@ -20,9 +20,12 @@ result here, and one check on the small result (never the N x M table) finds a n
   negligible (P ∘ dP is what the gradients use; the kernels differ in where such an entry
   overflows, so dense and blockwise both go through here). It is not tried when D =
   rowsum(dO ∘ O) = rowsum(P ∘ dP), the part of dP the weights keep, overflows itself: the
-  table overflowed where it counts. Gradients that are still not finite are refused with a
-  ``NonFiniteResultError`` naming the first table of the chain rule that overflowed (found by
-  the dense tables when they fit the memory budget, else named by the gradient itself).
+  table overflowed where it counts. A float32 call then runs once more in float64, where no
+  product of float32 numbers can overflow, and keeps the gradients if they fit float32 after
+  one rounding (the true gradients may fit though dP and D do not: dS = P ∘ (dP − D) cancels).
+  Gradients that are still not finite are refused with a ``NonFiniteResultError`` naming the
+  first table of the chain rule that overflowed (found by the dense tables when they fit the
+  memory budget, else named by the gradient itself).
 """
 
 from __future__ import annotations
@@ -102,7 +105,7 @@ def checked_forward(x: Inputs, result, rerun):
 
 def checked_backward(
     x: Inputs, grad_output: np.ndarray, grads, names=("q", "k", "v"), tables=None, rerun=None,
-    output=None, rerun_variants=(False,),
+    output=None, rerun_variants=(False,), wide=None,
 ):  # fmt: skip
     """``grads`` of a kernel (the gradients ``names``, attention_backward's ``wrt``, in its
     order), or a ``NonFiniteResultError`` naming the first table of the chain rule that
@@ -111,13 +114,24 @@ def checked_backward(
     dO and ``output()`` gives the forward output (..., N, d_v): with both, gradients that
     overflowed are tried again from a scaled dO (see the module docstring), ``rerun(g, v)`` for
     each of the kernel's ``rerun_variants`` in turn until one fits (the dense kernel's first
-    takes D from rowsum(dO ∘ O), its second from dP itself)."""
+    takes D from rowsum(dO ∘ O), its second from dP itself). ``wide(second)`` runs the same
+    kernel on the inputs widened to float64 (with ``second``, the dense one, with the form of D
+    the first try did not take) and rounds its gradients to float32: the last tries for a
+    float32 call."""
     if not x.check_finite or all(_finite(a) for a in grads):
         return grads
     if rerun is not None and output is not None:
         again = _rescaled(x, grad_output, rerun, output, rerun_variants)
         if again is not None:
             return again
+    if wide is not None and x.q.dtype == np.float32:
+        # float64's second form of D holds dense tables: only while they stay small
+        small = math.prod(x.lead) * x.n * x.m * 8 <= _DIAGNOSE_BYTES
+        for second in (False, True) if small else (False,):
+            with quiet():
+                again = tuple(wide(second))
+            if all(_finite(a) for a in again):
+                return again
     given = {f"grad_{name}": a for name, a in zip(names, grads, strict=True)}
     first = next(name for name, a in given.items() if not _finite(a))
     found = given

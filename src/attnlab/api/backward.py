@@ -23,6 +23,7 @@ from attnlab.core._validate import (
 )
 from attnlab.core._variants import check_fully_masked, check_lse, check_wrt, with_variants
 from attnlab.kernels import _small, blockwise, blockwise_backward
+from attnlab.kernels._precision import narrow, widen
 from attnlab.kernels.dense import dense_tables
 from attnlab.kernels.dense_backward import dense_grad_tables, dense_gradients
 
@@ -115,16 +116,26 @@ def _gradients(x, g, method: str, options):
     """The chosen kernel's gradients on validated inputs, each checked finite by name."""
     block, n_threads, saved, empty, names = options
 
-    def kernel(dy, anchored=False, d_from_output=False):
+    def kernel(dy, anchored=False, d_from_output=False, y=x, lse=saved):
         with quiet():  # a gradient that overflowed is refused, by name, in checked_backward
             if method == "blockwise":
                 return blockwise_backward.run(
-                    x, dy, *block, n_threads, lse=saved, empty_rows=empty, wrt=names,
+                    y, dy, *block, n_threads, lse=lse, empty_rows=empty, wrt=names,
                     anchored=anchored,
                 )  # fmt: skip
             return dense_gradients(
-                x, dy, threads=n_threads, empty_rows=empty, wrt=names, d_from_output=d_from_output
+                y, dy, threads=n_threads, empty_rows=empty, wrt=names, d_from_output=d_from_output
             )
+
+    def wide(second):  # float64 gradients of a float32 call: only when they overflowed
+        y, dy = widen(x), g.astype(np.float64)
+        if not second:
+            return kernel(dy, y=y, lse=None)
+        with quiet():  # the dense kernel, with the form of D the first try did not take
+            return dense_gradients(
+                y, dy, threads=n_threads, empty_rows=empty, wrt=names,
+                d_from_output=method == "dense",
+            )  # fmt: skip
 
     def output():  # the forward output, for D = rowsum(dO ∘ O): only when a gradient overflowed
         def forward(y):
@@ -137,4 +148,5 @@ def _gradients(x, g, method: str, options):
         x, g, kernel(g), names, lambda y, dy: dense_grad_tables(y, dense_tables(y), dy),
         rerun=lambda dy, variant: kernel(dy, anchored=True, d_from_output=variant),
         output=output, rerun_variants=(True, False) if method == "dense" else (False,),
+        wide=lambda second: narrow(wide(second)),
     )  # fmt: skip

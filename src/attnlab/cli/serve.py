@@ -6,9 +6,11 @@ import errno
 import socket
 import threading
 import webbrowser
+from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from attnlab.cli._app import app, console, fail
 
@@ -38,6 +40,19 @@ def _check_host(host: str) -> str:
             f"0.0.0.0 (every interface, said explicitly), but got {host!r} instead"
         )
     return host.strip()
+
+
+def _check_models(paths: list[Path]) -> None:
+    # A folder that cannot load fails here, in one line, before the server starts; the weights
+    # themselves are read after it has started, on a thread of their own (web/realmodels.py).
+    from attnlab.errors import AttnlabError
+    from attnlab.web.realmodels import check_folder
+
+    for path in paths:
+        try:
+            check_folder(path)
+        except AttnlabError as exc:
+            raise fail(f"--model {path}: {exc}") from None
 
 
 def _warn_exposed(host: str, shown: str, port: int) -> None:
@@ -70,6 +85,15 @@ def serve(
     open_browser: Annotated[
         bool, typer.Option("--open", help="Open the explorer in the default web browser.")
     ] = False,
+    model: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--model",
+            metavar="PATH",
+            help="A Hugging Face model folder (config.json, safetensors) to show in the "
+            "multi-head view; repeat for more. Loaded in the background once the server is up.",
+        ),
+    ] = None,
 ) -> None:
     """Serve the explorer: equation, four figures, labs and exercises, all offline."""
     import uvicorn
@@ -80,12 +104,14 @@ def serve(
     from attnlab.web.protocol import server_config
 
     host = _check_host(host)
+    models = list(model or [])
+    _check_models(models)
     _check_port(host, port)
     shown = host_name(host)
     url = f"http://{shown}:{port}/"
     if shown not in LOOPBACK_HOSTS:
         _warn_exposed(host, shown, port)
-    app_ = create_app(hosts=[host])
+    app_ = create_app(hosts=[host], models=models)
     server = uvicorn.Server(server_config(app_, host, port, log_level="warning"))
     # Compute the √d_k figure at every slider step in the background, so dragging is instant.
     threading.Thread(target=warm, name="attnlab-warm", daemon=True).start()
@@ -94,4 +120,7 @@ def serve(
     console.print(
         f"attnlab explorer on [bold]{url}[/] (API reference: {url}docs). Ctrl+C stops it."
     )
+    if models:
+        names = ", ".join(app_.state.models.entries)
+        console.print(f"loading in the background: {escape(names)} (the page shows when ready)")
     server.run()

@@ -47,10 +47,12 @@ FIGURE_ID = "attention-stepper"
 # the mask (the scores and the upstream gradient do not depend on the mask).
 _QUERY_ROWS = tuple(s.name for s in FORWARD[2:] + BACKWARD[1:] if s.rows == "query")
 
-# Sized for a learned head: pretrained("induction") has context 32 and heads of width 64 / 4.
+# Sized for a learned head (pretrained("induction") has context 32 and heads of width 64 / 4)
+# and for one query row of a real model's head: GPT-2, Llama, Mistral, Qwen2 and gpt-oss use
+# widths 64 or 128, Gemma 2 uses 256.
 MAX_TOKENS = 32  # rows of Q, K and V
-MAX_WIDTH = 16  # d_k and d_v
-MAX_ABS = 1000.0  # keeps every score finite: 16 * 1000 * 1000 is far from overflow
+MAX_WIDTH = 256  # d_k and d_v
+MAX_ABS = 1000.0  # keeps every score finite: 256 * 1000 * 1000 is far from overflow
 # The page's "Random" button: this many tokens of this width, whole entries in ±RANDOM_RANGE,
 # small enough to check a dot product by hand.
 RANDOM_TOKENS, RANDOM_WIDTH, RANDOM_RANGE = 4, 3, 2

@@ -4,7 +4,8 @@
         /                 the page (static HTML, CSS and JS; no build step)
         /vendor/plotly.min.js   plotly.js from the installed plotly package (no CDN)
         /api/...          figures (web/figures.py), labs and exercises (web/labs.py),
-                          training runs as jobs (web/runs.py)
+                          training runs as jobs (web/runs.py), real models given to
+                          ``attnlab serve --model`` (web/realmodels.py)
         /docs             the API reference, rendered here from /openapi.json (no CDN either)
 
 Every error a request can cause is answered in words: a request that fails validation, and any
@@ -36,6 +37,7 @@ from attnlab.web import (
     learned,
     pagefiles,
     queryform,
+    realmodels,
     runs,
     schema,
     snapshot,
@@ -93,12 +95,14 @@ class _ServerTiming:
         await self.app(scope, receive, timed)
 
 
-def create_app(hosts: Iterable[str] = ()) -> FastAPI:
+def create_app(hosts: Iterable[str] = (), models: Iterable[str | Path] = ()) -> FastAPI:
     """The explorer app: routers for the figures, labs and exercises, the page and the docs.
 
     Args:
         hosts: Host names served besides the loopback ones (127.0.0.1, localhost, [::1]);
             ``attnlab serve`` passes its ``--host``.
+        models: Hugging Face model folders (``attnlab serve --model``), loaded now on a thread
+            of their own; the multi-head view offers each once it has loaded.
     """
     app = FastAPI(
         title="attnlab explorer",
@@ -124,6 +128,8 @@ def create_app(hosts: Iterable[str] = ()) -> FastAPI:
     runs.install(app)  # training runs as jobs, with the app's own queue
     app.include_router(trained.router)  # a run's trained heads; heads knocked out
     app.include_router(snapshot.router)
+    app.state.models = realmodels.Shelf(models)
+    app.include_router(realmodels.router)
 
     @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
     async def index(request: Request) -> Response:

@@ -206,6 +206,13 @@ async def learned_head(
 
 def _learned_head(layer, head, query, tokens, seed, checkpoint) -> dict:
     index, model, ids, _ = _sequence(tokens, seed, checkpoint)
+    return {**head_row(model, ids, layer, head, query), "checkpoint": index,
+            "step": _models()[index][0]}  # fmt: skip
+
+
+def head_row(model, ids: list[int], layer: int, head: int, query: int) -> dict:
+    """One head's q, k and v for one query of ``ids``, checked against ``model`` (a FieldError
+    naming ``layer``, ``head`` or ``query``): what the stepper takes, for any trained model."""
     cfg = model.config
     _below("layer", layer, cfg["layers"], "the model's layers")
     _below("head", head, cfg["heads"], "the heads of a layer")
@@ -224,8 +231,6 @@ def _learned_head(layer, head, query, tokens, seed, checkpoint) -> dict:
         "head": head,
         "query": query,
         "tokens": ids,
-        "checkpoint": index,
-        "step": _models()[index][0],
         "scaled": call.scale is None,  # None: attnlab's 1/√d_k, as the stepper's "scaled"
         "scale": float(1 / np.sqrt(q.shape[-1])) if call.scale is None else call.scale,
         "q": _exact(q),

@@ -49,7 +49,16 @@ from attnlab.labs._training import watching
 from attnlab.web.errors import unprocessable
 from attnlab.web.models import FieldError
 
-__all__ = ["MAX_KEPT", "MAX_WAITING", "RUN_BYTES", "RUN_SECONDS", "TRAINING", "Runs", "router"]
+__all__ = [
+    "MAX_KEPT",
+    "MAX_MODELS",
+    "MAX_WAITING",
+    "RUN_BYTES",
+    "RUN_SECONDS",
+    "TRAINING",
+    "Runs",
+    "router",
+]
 
 router = APIRouter(prefix="/api", tags=["training runs"])
 log = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ import json
 import re
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlencode
+from urllib.parse import parse_qs, quote, urlencode
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
@@ -94,9 +94,11 @@ def state_requests(query: str, cfg: dict) -> list[tuple[str, str, Any]]:
         layer, head, at = q["stepper.learned"].split(",")[:3]
         params = {"layer": layer, "head": head, "query": at,
                   "tokens": q["stepper.tokens"].replace(",", " ")}  # fmt: skip
-        if q.get("stepper.checkpoint"):
+        run = q.get("stepper.run", "")
+        if q.get("stepper.checkpoint") and not run:
             params["checkpoint"] = q["stepper.checkpoint"]
-        out.append(("GET", f"/api/learned/head?{urlencode(params)}", None))
+        base = f"/api/runs/{quote(run)}/learned/head" if run else "/api/learned/head"
+        out.append(("GET", f"{base}?{urlencode(params)}", None))
     else:
         blocked = [[int(i) - 1, int(j) - 1] for pair in q.get("stepper.blocked", "").split(";")
                    if "-" in pair for i, j in [pair.split("-")[:2]]]  # fmt: skip
@@ -132,7 +134,7 @@ async def snapshot_html(app, root: Path, query: str) -> str:
         if status != 200:
             continue  # the page asks, and the saved file says that this needs the server
         answers.append({"method": method, "path": path, "body": body, "answer": answer})
-        if path.startswith("/api/learned/head?"):  # the stepper then traces that head's q, k, v
+        if "/learned/head?" in path:  # the stepper then traces that head's q, k, v (any model)
             trace = {"q": answer["q"], "k": answer["k"], "v": answer["v"], "causal": False,
                      "scaled": answer["scaled"], "blocked": [], "grad_output": None}  # fmt: skip
             status, traced = await pagefiles._ask(app, "POST", "/api/trace", trace)

@@ -4,6 +4,9 @@
         (web/runs.py) trained, on one sequence, in the shape of ``/api/learned`` (web/learned.py):
         config, tokens, repeat, predictions, heads (labelled on fresh sequences), checkpoints
         (one: the trained model) and weights
+    GET /api/runs/{id}/learned/head   one of that model's heads for one query, in the shape of
+        ``/api/learned/head``: q (1, d_k), k and v (query + 1, d_k) from the trained weights, and
+        the model's own weights for that row; what the stepper opens (``stepper.run``)
     GET /api/learned/ablation      what knocking heads out costs a model:
         ablate     the heads, "layer.head" pairs separated by commas or spaces ("0.2,1.0");
                    empty: none (the intact model)
@@ -14,7 +17,8 @@
       the repeat on ``FRESH`` fresh induction sequences (the ablate-heads lab's measures), and
       both models' predictions on the sequence shown
 
-Bad input is 422 naming the field (``ablate`` names the pair that is out of the model). Both
+Bad input is 422 naming the field (``ablate`` names the pair that is out of the model; ``run``
+names a run that is unknown, unfinished, not train-induction, or whose model was let go). Both
 routes compute on the learned routes' own queue (web/learned.py), 429 with Retry-After when it
 is full.
 """
@@ -32,7 +36,7 @@ from attnlab.labs._repeats import position_losses
 from attnlab.labs.induction import induction_sequences, measure, second_copy
 from attnlab.web import learned
 from attnlab.web.models import FieldError
-from attnlab.web.runs import RunId, runs_of
+from attnlab.web.runs import MAX_MODELS, RunId, runs_of
 
 __all__ = ["FRESH", "router"]
 
@@ -44,14 +48,24 @@ _intact: dict[int, tuple[object, dict]] = {}  # id(model) -> (model, its intact 
 
 
 def _run(request: Request, run_id: str):
-    """The finished train-induction run ``run_id``, or a FieldError naming ``run``."""
+    """The finished train-induction run ``run_id`` whose model the server still keeps, or a
+    FieldError naming ``run`` and saying why not."""
     found = runs_of(request).get(run_id)
-    if found is None or found[0].model is None or found[0].state != "done":
-        state = "unknown" if found is None else found[0].state
+    if found is None:
+        raise FieldError("run", f"expected a finished train-induction run this server keeps, "
+                         f"but run {run_id!r} is unknown here (never made, or forgotten)")  # fmt: skip
+    run = found[0]
+    if run.lab != "train-induction":
         raise FieldError("run", f"expected a finished train-induction run, but run {run_id!r} "
-                         f"is {state}" + ("" if found is None or found[0].lab ==
-                                          "train-induction" else f" ({found[0].lab})"))  # fmt: skip
-    return found[0]
+                         f"is {run.state} ({run.lab})")  # fmt: skip
+    if run.state != "done":
+        raise FieldError("run", f"expected a finished train-induction run, but run {run_id!r} "
+                         f"is {run.state}")  # fmt: skip
+    if run.model is None:
+        raise FieldError("run", f"expected a run whose trained model this server keeps, but run "
+                         f"{run_id!r}'s model was let go (only the last {MAX_MODELS} trained "
+                         f"models are kept)")  # fmt: skip
+    return run
 
 
 def _sequence(model, tokens: str | None, seed: int) -> tuple[list[int], int | None]:
@@ -88,6 +102,30 @@ def _run_learned(request: Request, run_id: str, tokens: str | None, seed: int) -
             "heads": heads,
             "checkpoints": [trained.step],
             "checkpoint": 0, "weights": np.round(weights.astype(float), 4).tolist()}  # fmt: skip
+
+
+@router.get("/runs/{run_id}/learned/head", summary="One trained head's q, k and v for one query",
+            responses=learned.BUSY)  # fmt: skip
+async def run_learned_head(
+    run_id: RunId,
+    request: Request,
+    layer: Annotated[int, Query(ge=0)],
+    head: Annotated[int, Query(ge=0)],
+    query: Annotated[int, Query(ge=0)],
+    tokens: learned.Tokens = None,
+    seed: learned.Seed = 0,
+):
+    # On the learned routes' queue (web/learned.py): one answer computed at a time.
+    return await learned._queued(
+        lambda: _run_learned_head(request, run_id, layer, head, query, tokens, seed)
+    )
+
+
+def _run_learned_head(request, run_id, layer, head, query, tokens, seed) -> dict:
+    trained = _run(request, run_id)
+    ids, _ = _sequence(trained.model, tokens, seed)
+    row = learned.head_row(trained.model, ids, layer, head, query)
+    return {**row, "run": run_id, "checkpoint": 0, "step": trained.step}
 
 
 def _pairs(text: str, model) -> list[tuple[int, int]]:

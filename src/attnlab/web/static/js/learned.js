@@ -1,6 +1,7 @@
 // The multi-head view's learned mode: the shipped induction model's heads on one sequence
 // (GET /api/learned), a slider over its training checkpoints, and any head's query opened in the
-// stepper (GET /api/learned/head). Every number (weights, predictions, labels, scores) comes
+// stepper (GET /api/learned/head, or /api/runs/{id}/learned/head for a model trained on this page).
+// Every number (weights, predictions, labels, scores) comes
 // from the server. URL: mh.tokens (typed ids) or mh.seed (a generated sequence), mh.checkpoint,
 // mh.layer, mh.head, mh.query (a position, counted from 0 as the model counts).
 import { api, clearError, el, fmt, showError } from "./common.js";
@@ -169,11 +170,9 @@ async function openInStepper(event) {
     return;
   }
   choose({ layer: Number(form.layer.value), head: Number(form.head.value), query }, { push: false });
-  if (shown?.["mh.run"]) { // the stepper's route reads the shipped model
-    showError($("#learned-error"), new Error("The stepper opens the shipped model's heads only; clear mh.run (Back) to use it."));
-    return;
-  }
-  const ref = { ...pick, tokens: data.tokens, checkpoint: data.checkpoint === data.checkpoints.length - 1 ? null : data.checkpoint };
+  // A model trained on this page (mh.run) opens by its run: the server reads that run's weights.
+  const run = shown?.["mh.run"] || null;
+  const ref = { ...pick, tokens: data.tokens, checkpoint: run || data.checkpoint === data.checkpoints.length - 1 ? null : data.checkpoint, run };
   if (await openLearned(ref)) {
     const stepper = document.getElementById("figure-attention-stepper");
     stepper.scrollIntoView({ block: "start" });

@@ -1,8 +1,10 @@
 // Figure multi-head: four hand-set heads on one sentence (GET /api/multihead?query=i), or, in its
-// learned mode (mh.mode=learned, js/learned.js), the heads a trained model formed by itself.
+// learned mode (mh.mode=learned, js/learned.js), the heads a trained model formed by itself, or,
+// with attnlab serve --model, a real model's heads (mh.mode=model, js/models.js).
 import { api, clearError, el, fmt, matrixTable, narrow, plot, showError } from "./common.js";
 import { figureTools } from "./export.js";
 import * as learned from "./learned.js";
+import * as models from "./models.js";
 import { isPresenting } from "./present.js";
 import { onUrlChange, readUrl, writeUrl } from "./state.js";
 
@@ -141,6 +143,7 @@ async function pick(query, { push = true } = {}) {
 
 function tableData() {
   if (isLearned()) return learned.tableData();
+  if (isModel()) return models.tableData();
   const fig = current;
   const p = fig.picked;
   return {
@@ -154,28 +157,34 @@ function tableData() {
   };
 }
 
-// -- the mode: the hand-set heads, or the learned ones ------------------------------------------
+// -- the mode: the hand-set heads, the learned ones, or a real model's ---------------------------
 const isLearned = () => root.dataset.mode === "learned";
+const isModel = () => root.dataset.mode === "model";
+// mh.mode's value, when the page offers it (the model mode only with a model on the server)
+const modeOf = (value) => (value === "learned" || (value === "model" && models.offered()) ? value : "handset");
 
 function showMode(mode) {
   root.dataset.mode = mode;
   $("#mh-heading").textContent = $("#mh-heading").dataset[mode];
-  $("#mh-handset").hidden = mode === "learned";
+  $("#mh-handset").hidden = mode !== "handset";
   $("#mh-learned").hidden = mode !== "learned";
+  $("#mh-model").hidden = mode !== "model";
   root.querySelectorAll("#mh-mode input").forEach((input) => { input.checked = input.value === mode; });
 }
 
 async function setMode(mode) {
   showMode(mode);
-  writeUrl({ "mh.mode": mode === "learned" ? "learned" : null });
+  writeUrl({ "mh.mode": mode === "handset" ? null : mode });
   if (mode === "learned") await learned.restore();
+  else if (mode === "model") await models.restore();
   else if (current) render(current); // drawn while hidden, Plotly sized it to nothing
 }
 
 async function restore() {
-  const mode = readUrl("mh.mode") === "learned" ? "learned" : "handset";
+  const mode = modeOf(readUrl("mh.mode"));
   showMode(mode);
   if (mode === "learned") await learned.restore();
+  else if (mode === "model") await models.restore();
   const word = Number(readUrl("mh.word"));
   return pick(Number.isInteger(word) && word >= 1 ? word - 1 : 3, { push: null });
 }
@@ -189,9 +198,10 @@ export async function init() {
   current = fig;
   root.querySelectorAll("#mh-mode input").forEach((input) => input.addEventListener("change", () => setMode(input.value)));
   learned.init(root);
+  await models.init(root); // shows the model mode's chip when the server has a model
   root.addEventListener("presentchange", () => current && render(current));
   document.addEventListener("keydown", (event) => {
-    if (!isPresenting(root) || !current || isLearned() || event.target.closest("input[type='text'], textarea")) return;
+    if (!isPresenting(root) || !current || isLearned() || isModel() || event.target.closest("input[type='text'], textarea")) return;
     const key = Number(event.key);
     if (Number.isInteger(key) && key >= 1 && key <= current.heads.length) showHead(key - 1);
     else if (event.key === "ArrowRight" || event.key === "ArrowLeft") {
@@ -200,7 +210,7 @@ export async function init() {
     } else return;
     event.preventDefault();
   });
-  figureTools(root, { name: "multi-head", data: tableData, plots: () => (isLearned() ? [] : [$("#mh-tensor")]) });
+  figureTools(root, { name: "multi-head", data: tableData, plots: () => (isLearned() || isModel() ? [] : [$("#mh-tensor")]) });
   onUrlChange(restore);
   if (readUrl("mh.word") || readUrl("mh.mode")) await restore();
   else render(fig);

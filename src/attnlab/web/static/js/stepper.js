@@ -455,9 +455,13 @@ async function restore() {
 
 // -- a learned head's query, opened from the multi-head view's learned mode ----------------------
 // Its q (one row), k and v (the keys the causal mask allows, so the stepper's own mask is off)
-// come from GET /api/learned/head. While Q, K and V are still that head's, the URL names the head
-// (stepper.learned=layer,head,query, stepper.tokens, stepper.checkpoint), not its ~1,000 numbers.
+// come from GET /api/learned/head, for a model trained on this page (js/runs.js) from
+// GET /api/runs/{id}/learned/head, for a real model (js/models.js) from GET /api/models/head.
+// While Q, K and V are still that head's, the URL names the head (stepper.learned=layer,head,query,
+// stepper.tokens, stepper.checkpoint, stepper.run or stepper.model), not its
+// ~1,000 numbers. A run the server no longer keeps is refused by name, and the refusal stays shown.
 let learned = null; // { ref, q, k, v } of the head last opened
+let lost = null; // the refusal of the head the URL names, when it could not be opened
 
 const fromLearned = () => (learned && same([state.q, state.k, state.v], [learned.q, learned.k, learned.v]) ? learned.ref : null);
 
@@ -466,6 +470,8 @@ function learnedUrl(ref) {
     "stepper.learned": ref ? [ref.layer, ref.head, ref.query].join(",") : null,
     "stepper.tokens": ref ? ref.tokens.join(",") : null,
     "stepper.checkpoint": ref?.checkpoint ?? null,
+    "stepper.run": ref?.run ?? null,
+    "stepper.model": ref?.model ?? null,
   };
 }
 
@@ -474,7 +480,8 @@ function learnedFromUrl() {
   const tokens = listFromUrl(readUrl("stepper.tokens"));
   if (!at || at.length !== 3 || !tokens) return null;
   const checkpoint = listFromUrl(readUrl("stepper.checkpoint"))?.[0] ?? null;
-  return { layer: at[0], head: at[1], query: at[2], tokens, checkpoint };
+  const run = /^[0-9a-f]{1,32}$/.test(readUrl("stepper.run") ?? "") ? readUrl("stepper.run") : null;
+  return { layer: at[0], head: at[1], query: at[2], tokens, checkpoint: run ? null : checkpoint, model: readUrl("stepper.model") ?? null, run };
 }
 
 function learnedNote() {
@@ -485,26 +492,42 @@ function learnedNote() {
   }
   const ref = fromLearned();
   note.hidden = !ref;
-  if (ref) {
-    note.textContent = `Learned head: layer ${ref.layer}, head ${ref.head} of the shipped induction model${ref.checkpoint === null ? "" : ` (checkpoint ${ref.checkpoint})`}, ` +
+  if (ref?.model) {
+    const keys = learned.keys;
+    note.textContent = `Model head: layer ${ref.layer}, head ${ref.head} of ${ref.model}, query at position ${ref.query}. Q is its one query row` +
+      `${learned.scaled ? "" : ` times the model's scale ${fmt(learned.scale)} (so scaling here is off)`}; K and V rows 1 to ${keys.length} are positions ${keys[0]} to ${keys[keys.length - 1]}, ` +
+      `the keys the model's mask allows, so the stepper's own mask is off. d_k = ${learned.q[0].length}.`;
+  } else if (ref) {
+    const model = ref.run ? `the induction model trained on this page (run ${ref.run})` : `the shipped induction model${ref.checkpoint === null ? "" : ` (checkpoint ${ref.checkpoint})`}`;
+    note.textContent = `Learned head: layer ${ref.layer}, head ${ref.head} of ${model}, ` +
       `query at position ${ref.query} (token ${ref.tokens[ref.query]}). Q is its one query row; K and V rows 1 to ${ref.query + 1} are positions 0 to ${ref.query}, ` +
       "the keys the model's causal mask allows, so the stepper's own mask is off. d_k = " + `${learned.q[0].length}.`;
   }
 }
 
-// ref: { layer, head, query, tokens: [ids], checkpoint (null: the trained model) }.
+// ref: { layer, head, query, tokens: [ids], checkpoint (null: the trained model), model (a real
+// model's name from attnlab serve --model, js/models.js; null: the shipped induction model), run
+// (null: the shipped model; else the id of a run trained on this page, whose checkpoint is its
+// end) }.
 export async function openLearned(ref, { push = true } = {}) {
-  const params = new URLSearchParams({ layer: ref.layer, head: ref.head, query: ref.query, tokens: ref.tokens.join(" ") });
-  if (ref.checkpoint !== null && ref.checkpoint !== undefined) params.set("checkpoint", ref.checkpoint);
+  const params = new URLSearchParams({ layer: ref.layer, head: ref.head, query: ref.query });
+  if (ref.model) params.set("model", ref.model);
+  params.set(ref.model ? "ids" : "tokens", ref.tokens.join(" "));
+  if (ref.checkpoint !== null && ref.checkpoint !== undefined && !ref.run) params.set("checkpoint", ref.checkpoint);
+  const base = ref.model ? "/api/models/head" : ref.run ? `/api/runs/${encodeURIComponent(ref.run)}/learned/head` : "/api/learned/head";
   let head;
   try {
-    head = await api(`/api/learned/head?${params}`);
+    head = await api(`${base}?${params}`);
   } catch (err) {
+    lost = err;
     refused(err);
     return false;
   }
+  lost = null;
   const opened = { q: head.q, k: head.k, v: head.v, causal: false, scaled: head.scaled, blocked: [], grad_output: null };
-  learned = { ref: { ...ref, checkpoint: ref.checkpoint ?? null }, q: head.q, k: head.k, v: head.v };
+  // The keys in learnedFromUrl's order: restore compares the two as JSON.
+  const kept = { layer: ref.layer, head: ref.head, query: ref.query, tokens: ref.tokens, checkpoint: ref.run ? null : ref.checkpoint ?? null, model: ref.model ?? null, run: ref.run ?? null };
+  learned = { ref: kept, q: head.q, k: head.k, v: head.v, keys: head.keys, scaled: head.scaled, scale: head.scale };
   if (!(await submit(opened, { push }))) return false;
   fillEditors();
   learnedNote();
@@ -545,5 +568,8 @@ export async function init() {
   figureTools(root, { name: "attention-stepper", data: tableData });
   onUrlChange(restore);
   await restore();
-  if (!state.fig) await submit({ ...structuredClone(cfg.example), causal: true, scaled: true, blocked: [], grad_output: null }, { push: null });
+  if (!state.fig) {
+    await submit({ ...structuredClone(cfg.example), causal: true, scaled: true, blocked: [], grad_output: null }, { push: null });
+    if (lost) showError($("#stepper-error"), lost); // the head the URL names could not be opened: say so
+  }
 }

@@ -1,0 +1,240 @@
+// The multi-head view's model mode: a Hugging Face model given to `attnlab serve --model PATH`,
+// run on a text or token ids (GET /api/models/run): every layer x head as a small heatmap with its
+// head score, and any head's query opened in the stepper (GET /api/models/head). The mode's chip
+// shows only when GET /api/models lists a model; while one loads, its progress is polled.
+// URL: mh.model (its name), mh.text or mh.ids, mh.kind (the score shown), mh.layer, mh.head,
+// mh.query (a position, counted from 0 as the model counts).
+import { api, clearError, el, fmt, showError } from "./common.js";
+import { readUrl, writeUrl } from "./state.js";
+import { openLearned } from "./stepper.js";
+
+let root = null;
+const $ = (sel) => root.querySelector(sel);
+let list = []; // GET /api/models: [{ name, status, message, seconds, architecture, shape }]
+let data = null; // the last answer of /api/models/run
+let shown = null; // the request it answered, as URL entries
+const pick = { layer: 0, head: 0, query: null, kind: null }; // null query: the last position
+
+export const offered = () => list.length > 0;
+const entry = (name) => list.find((m) => m.name === name) ?? list[0];
+
+function drawHead(canvas, weights) {
+  const n = weights.length;
+  canvas.width = n;
+  canvas.height = n;
+  const ctx = canvas.getContext("2d");
+  const img = ctx.createImageData(n, n);
+  for (let i = 0; i < n; i++) {
+    for (let j = 0; j < n; j++) {
+      const shade = Math.round(255 * (1 - Math.min(1, weights[i][j])));
+      img.data.set([shade, shade, 255 - Math.round((255 - shade) * 0.2), 255], 4 * (i * n + j));
+    }
+  }
+  ctx.putImageData(img, 0, 0);
+}
+
+// The model's state in words: loading (seconds so far), ready (its shape) or failed (why).
+function statusText(m) {
+  if (m.status === "loading") return `${m.name}: loading… (${m.seconds} s so far)`;
+  if (m.status === "failed") return `${m.name} failed to load: ${m.message}`;
+  const s = m.shape;
+  return `${m.name} (${m.architecture}): ${s.layers} layers × ${s.heads} heads of width ${s.head_dim} ` +
+    `(${s.kv_heads} key/value heads), vocabulary ${s.vocab}; loaded in ${m.seconds} s. At most ${m.max_tokens} tokens.`;
+}
+
+// Ask for the models' states until the picked one is no longer loading.
+async function settled(name) {
+  for (;;) {
+    list = (await api("/api/models")).models;
+    const m = entry(name);
+    root.dataset.model = m.status;
+    $("#model-status").textContent = statusText(m);
+    if (m.status !== "loading") return m;
+    await new Promise((resolve) => setTimeout(resolve, 300)); // ask again in 0.3 s while it loads
+  }
+}
+
+const label = (i) => `${i}: ${JSON.stringify(data.tokens[i])}`;
+
+function sequence() {
+  const parts = data.tokens.map((t, i) => el("span", { class: i === pick.query ? "query" : null, title: `position ${i}, id ${data.ids[i]}`, "data-position": i }, t));
+  $("#model-seq").replaceChildren(`Tokens (${data.tokens.length}): `, ...parts.flatMap((p) => [p, " "]), " (outlined: the query)");
+}
+
+// The heads with the highest score of the kind shown: at most three, each above a third.
+function strongest() {
+  const all = data.scores[pick.kind].flatMap((row, l) => row.map((x, h) => ({ l, h, x }))).filter((s) => s.x !== null);
+  return all.sort((a, b) => b.x - a.x).slice(0, 3).filter((s) => s.x > 1 / 3).map((s) => `${s.l},${s.h}`);
+}
+
+function headFigure(l, h, weights, strong) {
+  const n = weights.length;
+  const score = (kind) => data.scores[kind][l][h];
+  const canvas = el("canvas", { "aria-label": `layer ${l} head ${h} attention weights` });
+  drawHead(canvas, weights);
+  canvas.addEventListener("click", (event) => {
+    const box = canvas.getBoundingClientRect();
+    choose({ layer: l, head: h, query: Math.min(n - 1, Math.floor(((event.clientY - box.top) / box.height) * n)) });
+  });
+  const picked = pick.layer === l && pick.head === h;
+  const row = el("div", { class: "learned-row", style: `top:${(100 * pick.query) / n}%;height:${100 / n}%`, "aria-hidden": "true" });
+  const all = data.score_kinds.map((k) => `${k.replace("_", "-")} ${score(k) === null ? "none" : fmt(score(k))}`).join(", ");
+  const cls = ["model-head", picked ? "picked" : "", strong.includes(`${l},${h}`) ? "strong" : ""].join(" ").trim();
+  return el("figure", { class: cls, title: `layer ${l} head ${h}: ${all}`, "data-layer": l, "data-head": h },
+    el("div", { class: "learned-canvas" }, canvas, picked ? row : null),
+    el("figcaption", { text: `h${h} ${score(pick.kind) === null ? "–" : fmt(score(pick.kind))}` }));
+}
+
+function layers() {
+  const strong = strongest();
+  $("#model-layers").replaceChildren(...data.weights.flatMap((layer, l) => [
+    el("h4", { text: `Layer ${l} (${data.kinds[l]})` }),
+    el("div", { class: "model-layer" }, layer.map((w, h) => headFigure(l, h, w, strong))),
+  ]));
+}
+
+function summary() {
+  const row = data.weights[pick.layer][pick.head][pick.query];
+  const top = row.indexOf(Math.max(...row));
+  $("#model-pick-note").textContent = `Layer ${pick.layer}, head ${pick.head}, query at position ${label(pick.query)}: ` +
+    `its largest weight, ${fmt(row[top])}, is on position ${label(top)}.`;
+}
+
+function controls() {
+  const form = $("#model-open").elements;
+  const options = (n, word) => [...Array(n).keys()].map((i) => el("option", { value: i, text: `${word} ${i}` }));
+  form.layer.replaceChildren(...options(data.weights.length, "layer"));
+  form.head.replaceChildren(...options(data.heads, "head"));
+  form.query.max = String(data.tokens.length - 1);
+  form.layer.value = String(pick.layer);
+  form.head.value = String(pick.head);
+  form.query.value = String(pick.query);
+  const kind = $("#model-form").elements.kind;
+  if (kind.options.length !== data.score_kinds.length) {
+    kind.replaceChildren(...data.score_kinds.map((k) => el("option", { value: k, text: k.replace("_", "-") })));
+  }
+  kind.value = pick.kind;
+}
+
+function render() {
+  pick.layer = Math.min(pick.layer, data.weights.length - 1);
+  pick.head = Math.min(pick.head, data.heads - 1);
+  pick.query = Math.min(pick.query ?? data.tokens.length - 1, data.tokens.length - 1);
+  pick.kind = data.score_kinds.includes(pick.kind) ? pick.kind : data.score_kinds[0];
+  controls();
+  sequence();
+  layers();
+  summary();
+  root.dataset.model = "shown";
+}
+
+// entries: the request's URL entries { "mh.model", "mh.text", "mh.ids" }.
+async function load(entries) {
+  try {
+    const m = await settled(entries["mh.model"]);
+    if (m.status !== "ready") return false;
+    const params = new URLSearchParams({ model: m.name });
+    if (entries["mh.ids"]) params.set("ids", entries["mh.ids"].replaceAll(",", " "));
+    else if (entries["mh.text"]) params.set("text", entries["mh.text"]);
+    data = await api(`/api/models/run?${params}`);
+  } catch (err) {
+    showError($("#model-error"), err);
+    return false;
+  }
+  clearError($("#model-error"));
+  shown = entries;
+  render();
+  return true;
+}
+
+const pickEntries = () => ({ "mh.layer": pick.layer, "mh.head": pick.head, "mh.query": pick.query, "mh.kind": pick.kind === data.score_kinds[0] ? null : pick.kind });
+
+function choose(next, { push = true } = {}) {
+  Object.assign(pick, next);
+  render();
+  writeUrl(pickEntries(), { push });
+}
+
+async function show(event) {
+  event.preventDefault();
+  const form = new FormData($("#model-form"));
+  const ids = String(form.get("ids") || "").trim().split(/[\s,]+/).filter(Boolean).join(",");
+  const text = ids ? null : String(form.get("text") || "") || null;
+  const entries = { "mh.model": String(form.get("model") || list[0].name), "mh.text": text, "mh.ids": ids || null };
+  pick.query = null; // a new text opens on its last position
+  if (await load(entries)) writeUrl({ ...entries, "mh.model": entries["mh.model"] === list[0].name ? null : entries["mh.model"], ...pickEntries() });
+}
+
+async function openInStepper(event) {
+  event.preventDefault();
+  const form = $("#model-open").elements;
+  const query = Number(form.query.value);
+  if (!Number.isInteger(query) || query < 0 || query >= data.tokens.length) {
+    showError($("#model-error"), new Error(`query: expected a position from 0 to ${data.tokens.length - 1}, but got “${form.query.value}”`));
+    return;
+  }
+  choose({ layer: Number(form.layer.value), head: Number(form.head.value), query }, { push: false });
+  const ref = { layer: pick.layer, head: pick.head, query: pick.query, tokens: data.ids, checkpoint: null, model: data.model };
+  clearError($("#model-error"));
+  if (await openLearned(ref)) {
+    const stepper = document.getElementById("figure-attention-stepper");
+    stepper.scrollIntoView({ block: "start" });
+    stepper.focus({ preventScroll: true });
+  } else {
+    showError($("#model-error"), new Error(document.getElementById("stepper-error").textContent));
+  }
+}
+
+// Read the URL again (the mode opened, Back and Forward): fetch only when the request changed.
+export async function restore() {
+  const whole = (key) => { const x = Number(readUrl(key) ?? NaN); return Number.isInteger(x) && x >= 0 ? x : null; };
+  pick.layer = whole("mh.layer") ?? 0;
+  pick.head = whole("mh.head") ?? 0;
+  pick.query = whole("mh.query");
+  pick.kind = readUrl("mh.kind");
+  const entries = { "mh.model": entry(readUrl("mh.model")).name, "mh.text": readUrl("mh.ids") ? null : readUrl("mh.text"), "mh.ids": readUrl("mh.ids") };
+  const form = $("#model-form").elements;
+  form.model.value = entries["mh.model"];
+  form.text.value = entries["mh.text"] ?? "";
+  form.ids.value = (entries["mh.ids"] || "").replaceAll(",", " ");
+  if (!data || JSON.stringify(entries) !== JSON.stringify(shown)) await load(entries);
+  else render();
+}
+
+export function tableData() {
+  if (!data) return { caption: "No model run shown yet.", state: { mode: "model" }, tables: [] };
+  const labels = data.tokens.map((_, i) => label(i));
+  return {
+    caption: `Heads of ${data.model} on ${data.tokens.length} tokens: layer ${pick.layer}, head ${pick.head}.`,
+    state: { mode: "model", model: data.model, ids: data.ids.join(" "), layer: pick.layer, head: pick.head, query: pick.query },
+    tables: [
+      { title: "Each head's scores", rows: data.weights.flatMap((layer, l) => layer.map((_, h) => `layer ${l} head ${h}`)), cols: data.score_kinds,
+        values: data.weights.flatMap((layer, l) => layer.map((_, h) => data.score_kinds.map((k) => data.scores[k][l][h]))) },
+      { title: `Layer ${pick.layer}, head ${pick.head} weights (rounded to 4 places)`, rows: labels, cols: labels, values: data.weights[pick.layer][pick.head], image: false },
+    ],
+  };
+}
+
+// Find the server's models; without any, the mode stays hidden and nothing else happens.
+export async function init(section) {
+  root = section;
+  try {
+    list = (await api("/api/models")).models;
+  } catch {
+    list = []; // a saved copy of the page has no server to run a model
+  }
+  if (!offered()) return;
+  document.getElementById("mh-mode-model").hidden = false;
+  const form = $("#model-form").elements;
+  form.model.replaceChildren(...list.map((m) => el("option", { value: m.name, text: m.name })));
+  $("#model-pick").hidden = list.length === 1;
+  $("#model-form").addEventListener("submit", show);
+  form.kind.addEventListener("change", () => choose({ kind: form.kind.value }));
+  $("#model-open").addEventListener("submit", openInStepper);
+  for (const name of ["layer", "head", "query"]) {
+    $("#model-open").elements[name].addEventListener("change", (event) => {
+      const x = Number(event.target.value);
+      if (Number.isInteger(x) && x >= 0 && (name !== "query" || x < data.tokens.length)) choose({ [name]: x });
+    });
+  }
+}

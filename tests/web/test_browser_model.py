@@ -1,0 +1,212 @@
+"""The multi-head view's model mode in Chromium, the network blocked, on a tiny GPT-2 folder
+given to the app as ``attnlab serve --model`` gives it: the mode's chip appears, the page says
+the model is loading and then shows every layer x head with its score, a clicked row opens in
+the stepper with the model's own weights, a reload restores both, and it all works from the
+keyboard. Without a model the chip stays hidden. Screenshots at 375, 1280 and 1920 px land in
+test-artifacts/."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+from test_browser import ARTIFACTS, Offline, browser, server, sync_api  # noqa: F401
+
+from attnlab.models import load, write_tiny_gpt2
+from attnlab.web import create_app, realmodels
+
+pytestmark = pytest.mark.browser
+
+TEXT = "the cat sat on the mat . the cat sat"
+LAYER, HEAD, QUERY = 1, 2, 8
+SHOWN = "document.querySelector('#figure-multi-head').dataset.model === 'shown'"
+CELLS = "#stepper-tables table[data-table=weights] td[data-col]"
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return write_tiny_gpt2(tmp_path_factory.mktemp("m") / "tiny", layers=2, d_model=32, heads=4)
+
+
+@pytest.fixture(scope="module")
+def gate():
+    return threading.Event()
+
+
+@pytest.fixture(scope="module")
+def model_server(sync_api, tiny, gate):  # noqa: F811
+    """The explorer with the tiny model, whose loading waits for ``gate`` (to see progress)."""
+    import uvicorn
+
+    real_load = realmodels.load
+    realmodels.load = lambda path: (gate.wait(30), real_load(path))[1]  # put back at the end
+    app = create_app(models=[tiny])
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    host, port = sock.getsockname()
+    serving = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=serving.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not serving.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    yield f"http://{host}:{port}"
+    gate.set()
+    realmodels.load = real_load
+    serving.should_exit = True
+    thread.join(timeout=20)
+    sock.close()
+
+
+def _page(browser, origin, width=1280):  # noqa: F811
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    offline = Offline(origin)
+    context.route("**/*", offline)
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    problems: list[str] = []
+    page.on("pageerror", lambda err: problems.append(str(err)))
+    page.on(
+        "console",
+        lambda msg: msg.type == "error" and "503" not in msg.text and problems.append(msg.text),
+    )
+    page.goto(origin + "/")
+    page.wait_for_selector("body[data-charts='drawn']")
+    return context, page, offline, problems
+
+
+def _param(page, key):
+    return page.evaluate(f"new URL(location).searchParams.get('{key}')")
+
+
+def _expected(tiny):
+    model = load(tiny, dtype="float64")
+    return model.run(model.tokenize(TEXT)).attention[LAYER][0, HEAD, QUERY, : QUERY + 1]
+
+
+def test_without_a_model_the_mode_is_not_offered(browser, server):  # noqa: F811
+    context, page, offline, problems = _page(browser, server)
+    page.wait_for_function("document.querySelector('#mh-mode input[value=learned]') !== null")
+    assert page.locator("#mh-mode-model").is_hidden()
+    assert page.locator("#mh-mode label:visible").count() == 2
+    context.close()
+    assert offline.blocked == [] and problems == []
+
+
+def test_model_mode_opens_a_head_in_the_stepper(browser, model_server, tiny, gate):  # noqa: F811
+    context, page, offline, problems = _page(browser, model_server)
+    page.wait_for_selector("#mh-mode-model:not([hidden])")
+    page.click("#mh-mode-model")
+    page.wait_for_function(
+        "document.getElementById('model-status').textContent.includes('loading')"
+    )
+    assert _param(page, "mh.mode") == "model"
+    assert page.locator("#mh-heading").inner_text() == "Heads of a real model"
+    gate.set()  # the model loads: the page, polling, shows it
+    page.wait_for_function(SHOWN)
+    assert "2 layers × 4 heads of width 8" in page.locator("#model-status").inner_text()
+
+    page.fill("#model-form input[name=text]", TEXT)
+    page.click("#model-form button[type=submit]")
+    page.wait_for_function("document.querySelectorAll('#model-seq span').length === 10")
+    assert page.locator("#model-layers .model-head canvas").count() == 8
+    assert _param(page, "mh.text") == TEXT
+    captions = page.locator(".model-head figcaption").all_inner_texts()
+    assert captions[0].startswith("h0 ") and len(captions) == 8
+    page.select_option("#model-form select[name=kind]", "first_token")
+    assert _param(page, "mh.kind") == "first_token"
+
+    # A click on row QUERY of layer 1, head 2 picks that head and query.
+    canvas = page.locator(f".model-head[data-layer='{LAYER}'][data-head='{HEAD}'] canvas")
+    box = canvas.bounding_box()
+    canvas.click(position={"x": box["width"] / 2, "y": (QUERY + 0.5) * box["height"] / 10})
+    page.wait_for_function(
+        f"document.getElementById('model-pick-note').textContent.includes('position {QUERY}: ')"
+    )
+    assert (_param(page, "mh.layer"), _param(page, "mh.head")) == (str(LAYER), str(HEAD))
+    ARTIFACTS.mkdir(exist_ok=True)
+    for width in (375, 1280, 1920):
+        page.set_viewport_size({"width": width, "height": 900})
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+        page.locator("#figure-multi-head").screenshot(path=str(ARTIFACTS / f"model-{width}.png"))
+    page.set_viewport_size({"width": 1280, "height": 900})
+
+    page.click("#model-open button[type=submit]")
+    page.wait_for_function("document.getElementById('stepper-learned')?.hidden === false")
+    assert "of tiny, query at position 8" in page.locator("#stepper-learned").inner_text()
+    assert _param(page, "stepper.model") == "tiny"
+    assert _param(page, "stepper.learned") == f"{LAYER},{HEAD},{QUERY}"
+    page.click("#stepper-steps li:nth-child(5) button")
+    page.wait_for_function(
+        "document.querySelector('#figure-attention-stepper').dataset.step === 'weights'"
+    )
+    got = page.locator(CELLS).evaluate_all("els => els.map(e => Number(e.dataset.value))")
+    np.testing.assert_allclose(got, _expected(tiny), atol=1e-6)
+    for width in (375, 1280, 1920):
+        page.set_viewport_size({"width": width, "height": 900})
+        page.locator("#figure-attention-stepper").screenshot(
+            path=str(ARTIFACTS / f"model-stepper-{width}.png")
+        )
+    page.set_viewport_size({"width": 1280, "height": 900})
+
+    # A reload restores the mode on this text, the picked head and the stepper's row.
+    page.reload()
+    page.wait_for_selector("body[data-charts='drawn']")
+    page.wait_for_function(SHOWN)
+    page.wait_for_function("document.getElementById('stepper-learned')?.hidden === false")
+    assert page.locator("#model-seq span").count() == 10
+    assert page.locator(".model-head.picked").get_attribute("data-head") == str(HEAD)
+    got = page.locator(CELLS).evaluate_all("els => els.map(e => Number(e.dataset.value))")
+    np.testing.assert_allclose(got, _expected(tiny), atol=1e-6)
+
+    page.fill("#model-form input[name=ids]", "1 2 999")
+    page.click("#model-form button[type=submit]")
+    page.wait_for_function("!document.getElementById('model-error').hidden")
+    assert "ids: expected token ids from 0 to" in page.locator("#model-error").inner_text()
+    context.close()
+    assert offline.blocked == [] and [p for p in problems if "422" not in p] == []
+
+
+def test_model_mode_by_keyboard_alone(browser, model_server, tiny, gate):  # noqa: F811
+    gate.set()
+    context, page, offline, problems = _page(browser, model_server)
+    page.wait_for_selector("#mh-mode-model:not([hidden])")
+    page.focus("#mh-mode input[value=learned]")
+    page.keyboard.press("ArrowRight")  # the radio group's arrows reach the model mode
+    page.wait_for_function(SHOWN)
+    assert _param(page, "mh.mode") == "model"
+    page.keyboard.press("Tab")  # into the text box (one model: no model picker)
+    assert page.evaluate("document.activeElement.name") == "text"
+    page.keyboard.type(TEXT)
+    page.keyboard.press("Enter")
+    page.wait_for_function("document.querySelectorAll('#model-seq span').length === 10")
+    page.focus("#model-open select[name=layer]")  # past the form and the heads' canvases
+    page.keyboard.press("ArrowDown")  # layer 1
+    page.keyboard.press("Tab")
+    for _ in range(HEAD):
+        page.keyboard.press("ArrowDown")
+    page.keyboard.press("Tab")
+    page.keyboard.press("Control+A")
+    page.keyboard.type(str(QUERY))
+    page.keyboard.press("Enter")  # opens the stepper and moves focus there
+    page.wait_for_function("document.activeElement.id === 'figure-attention-stepper'")
+    assert _param(page, "stepper.learned") == f"{LAYER},{HEAD},{QUERY}"
+    # The figure's export follows the mode: every head's scores and the picked head's weights.
+    exported = page.evaluate("""async () => { const m = await import('/static/js/export.js');
+        return m.toJson(document.querySelector('#figure-multi-head').exportData()); }""")
+    data = json.loads(exported)
+    assert data["state"]["mode"] == "model" and data["state"]["head"] == HEAD
+    model = load(tiny, dtype="float64")
+    weights = model.run(model.tokenize(TEXT)).attention[LAYER][0, HEAD]
+    np.testing.assert_allclose(data["tables"][1]["values"], weights, atol=6e-5)  # 4 places
+    assert len(data["tables"][0]["rows"]) == 8
+    page.focus("#mh-mode input[value=model]")
+    page.keyboard.press("ArrowLeft")  # back to the learned heads
+    page.wait_for_function("!document.getElementById('mh-learned').hidden")
+    assert _param(page, "mh.mode") == "learned"
+    context.close()
+    assert offline.blocked == [] and problems == []

@@ -1,0 +1,278 @@
+"""The explorer's model routes (``attnlab serve --model``) on tiny GPT-2 folders written here: the
+list with each model's state (loading, ready, failed), every head's weights and scores on a text
+or ids, one head's row as the stepper takes it (replayed through /api/trace), the refusals
+(422 naming the field, 503 while loading or after a failed load), and ``serve`` refusing a bad
+folder before it starts."""
+
+from __future__ import annotations
+
+import json
+import threading
+import warnings
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+import attnlab as al
+from attnlab.figures import stepper
+from attnlab.models import head_scores, load, write_tiny_gpt2
+from attnlab.web import create_app, realmodels
+
+with warnings.catch_warnings():
+    warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
+    from fastapi.testclient import TestClient
+
+TEXT = "the cat sat on the mat . the cat sat"
+
+
+def _client(*folders) -> TestClient:
+    app = create_app(models=folders)
+    app.state.models.wait()
+    return TestClient(app, base_url="http://127.0.0.1")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return write_tiny_gpt2(tmp_path_factory.mktemp("m") / "tiny", layers=2, d_model=32, heads=4)
+
+
+@pytest.fixture(scope="module")
+def client(tiny):
+    with _client(tiny) as c:
+        yield c
+
+
+def _run(client, **params):
+    r = client.get("/api/models/run", params={"model": "tiny", **params})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_without_models_the_list_is_empty_and_a_run_names_the_field():
+    with TestClient(create_app(), base_url="http://127.0.0.1") as c:
+        assert c.get("/api/models").json() == {"models": []}
+        r = c.get("/api/models/run", params={"model": "gpt2", "text": "hi"})
+    assert r.status_code == 422
+    assert r.json()["message"].startswith("model: ") and "without --model" in r.json()["message"]
+
+
+def test_the_list_says_ready_with_the_models_shape(client, tiny):
+    (m,) = client.get("/api/models").json()["models"]
+    assert (m["name"], m["status"], m["architecture"], m["message"]) == (
+        "tiny",
+        "ready",
+        "gpt2",
+        None,
+    )
+    assert m["shape"]["layers"] == 2 and m["shape"]["heads"] == 4 and m["shape"]["head_dim"] == 8
+    assert m["path"] == str(tiny) and m["max_tokens"] == realmodels.MAX_TOKENS
+
+
+def test_a_run_gives_every_heads_weights_and_scores(client, tiny):
+    data = _run(client, text=TEXT)
+    model = load(tiny)
+    ids = model.tokenize(TEXT)
+    assert data["ids"] == ids.tolist() and data["tokens"] == TEXT.split()
+    run = model.run(ids)
+    weights = np.array(data["weights"])  # (L, h, N, N)
+    assert weights.shape == (2, 4, 10, 10)
+    np.testing.assert_allclose(weights, np.stack([w[0] for w in run.attention]), atol=5.1e-5)
+    np.testing.assert_allclose(weights.sum(-1), 1, atol=1e-3)  # each row a softmax
+    assert np.all(np.triu(weights, 1) == 0)  # causal: no query looks ahead
+    expected = head_scores(run).scores
+    for kind in data["score_kinds"]:
+        np.testing.assert_allclose(data["scores"][kind], expected[kind], atol=5.1e-5)
+    # Compressed once, by the route (the app's middleware leaves an encoded answer alone).
+    packed = client.get("/api/models/run", params={"model": "tiny", "text": TEXT},
+                        headers={"Accept-Encoding": "gzip"})  # fmt: skip
+    assert packed.headers["content-encoding"] == "gzip" and packed.json() == data
+    plain = client.get("/api/models/run", params={"model": "tiny", "text": TEXT},
+                       headers={"Accept-Encoding": "identity"})  # fmt: skip
+    assert "content-encoding" not in plain.headers and plain.json() == data
+    # The same tokens as ids give the same answer.
+    assert _run(client, ids=" ".join(map(str, ids)))["weights"] == data["weights"]
+
+
+def test_a_heads_row_replayed_by_the_stepper_gives_the_models_weights(client, tiny):
+    layer, head, query = 1, 2, 8
+    r = client.get("/api/models/head", params={"model": "tiny", "text": TEXT, "layer": layer,
+                                               "head": head, "query": query})  # fmt: skip
+    assert r.status_code == 200, r.text
+    row = r.json()
+    assert row["keys"] == list(range(query + 1)) and row["scaled"] is True
+    assert np.array(row["q"]).shape == (1, 8) and np.array(row["k"]).shape == (query + 1, 8)
+    model = load(tiny, dtype="float64")
+    exact = model.run(model.tokenize(TEXT)).attention[layer][0, head, query, : query + 1]
+    np.testing.assert_allclose(row["weights"], exact, atol=1e-6)  # float32 against float64
+    # What the stepper does with these numbers (its own mask off, scaled by 1/√d_k).
+    body = {"q": row["q"], "k": row["k"], "v": row["v"], "causal": False, "scaled": True}
+    trace = client.post("/api/trace", json=body)
+    assert trace.status_code == 200, trace.text
+    np.testing.assert_allclose(trace.json()["tables"]["weights"]["values"][0], exact, atol=1e-6)
+
+
+def test_a_head_as_wide_as_gpt2s_opens_in_the_stepper(tmp_path):
+    """GPT-2 small's heads are 64 wide: such a row is served and the stepper replays it."""
+    folder = write_tiny_gpt2(tmp_path / "gpt2wide", layers=1, d_model=128, heads=2)  # width 64
+    with _client(folder) as c:
+        row = c.get("/api/models/head", params={"model": "gpt2wide", "ids": "5 9 2 7", "layer": 0,
+                                                "head": 1, "query": 3}).json()  # fmt: skip
+        body = {"q": row["q"], "k": row["k"], "v": row["v"], "causal": False, "scaled": True}
+        trace = c.post("/api/trace", json=body)
+    assert np.array(row["q"]).shape == (1, 64) and np.array(row["v"]).shape == (4, 64)
+    model = load(folder, dtype="float64")
+    exact = model.run(np.array([5, 9, 2, 7])).attention[0][0, 1, 3]
+    assert trace.status_code == 200, trace.text
+    np.testing.assert_allclose(trace.json()["tables"]["weights"]["values"][0], exact, atol=1e-6)
+
+
+def test_a_scale_other_than_one_over_root_d_goes_into_q(tmp_path):
+    folder = write_tiny_gpt2(tmp_path / "unscaled", layers=2, d_model=16, heads=2)
+    cfg = json.loads((folder / "config.json").read_text())
+    # GPT-2's option to divide layer i's scores by i + 1 as well: layer 1 scales by 1/(2√d).
+    (folder / "config.json").write_text(json.dumps(cfg | {"scale_attn_by_inverse_layer_idx": True}))
+    with _client(folder) as c:
+        row = c.get("/api/models/head", params={"model": "unscaled", "ids": "1 2 3 1 2",
+                                                "layer": 1, "head": 1, "query": 4}).json()  # fmt: skip
+    assert row["scaled"] is False and row["scale"] == pytest.approx(8**-0.5 / 2)
+    q, k = np.array(row["q"]), np.array(row["k"])
+    weights = al.softmax(q @ k.T)[0]  # the stepper with scaling off
+    np.testing.assert_allclose(weights, row["weights"], atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("params", "field", "words"),
+    [
+        ({"model": "nope"}, "model", "expected one of the server's models (tiny)"),
+        ({"ids": "1 2 999"}, "ids", "from 0 to 10, but got 999 at position 2"),
+        ({"ids": "1 x 2"}, "ids", "digits 0-9"),
+        ({"ids": "1 " * 65}, "ids", "expected 1 to 64 tokens, but got 65"),
+        ({"ids": "1", "text": "the"}, "ids", "text or ids, but got both"),
+        ({"text": "the " * 65}, "text", "expected 1 to 64 tokens, but got 65"),
+    ],
+)
+def test_bad_input_gets_422_naming_the_field(client, params, field, words):
+    r = client.get("/api/models/run", params={"model": "tiny", **params})
+    assert r.status_code == 422
+    assert r.json()["message"].startswith(f"{field}: ") and words in r.json()["message"]
+
+
+@pytest.mark.parametrize(
+    ("where", "field", "words"),
+    [
+        ({"layer": 2, "head": 0, "query": 0}, "layer", "from 0 to 1, but got 2"),
+        ({"layer": 0, "head": 4, "query": 0}, "head", "from 0 to 3, but got 4"),
+        ({"layer": 0, "head": 0, "query": 40}, "query", "from 0 to 39, but got 40"),
+        ({"layer": 0, "head": 0, "query": 32}, "query", "sees at most 32 keys"),
+    ],
+)
+def test_a_head_outside_the_model_or_the_stepper_gets_422(client, where, field, words):
+    r = client.get("/api/models/head", params={"model": "tiny", "ids": "1 " * 40, **where})
+    assert r.status_code == 422
+    assert r.json()["message"].startswith(f"{field}: ") and words in r.json()["message"]
+
+
+def test_heads_wider_than_the_stepper_are_refused_naming_head(tmp_path, monkeypatch):
+    monkeypatch.setattr(stepper, "MAX_WIDTH", 16)  # the limit, made smaller than a real model's
+    folder = write_tiny_gpt2(tmp_path / "wide", layers=1, d_model=64, heads=2)  # width 32
+    with _client(folder) as c:
+        r = c.get("/api/models/head", params={"model": "wide", "ids": "1 2", "layer": 0,
+                                              "head": 0, "query": 1})  # fmt: skip
+        assert c.get("/api/models/run", params={"model": "wide", "ids": "1 2"}).status_code == 200
+    assert r.status_code == 422 and "at most 16 wide" in r.json()["message"]
+    assert r.json()["message"].startswith("head: ")
+
+
+def test_a_loading_model_gets_503_then_its_answer(tiny, monkeypatch):
+    gate = threading.Event()
+
+    def slow_load(path):
+        gate.wait(10)
+        return load(path)
+
+    monkeypatch.setattr(realmodels, "load", slow_load)
+    app = create_app(models=[tiny, tiny])  # the same folder twice: two names
+    with TestClient(app, base_url="http://127.0.0.1") as c:
+        listed = c.get("/api/models").json()["models"]
+        assert [(m["name"], m["status"]) for m in listed] == [
+            ("tiny", "loading"),
+            ("tiny-2", "loading"),
+        ]
+        r = c.get("/api/models/run", params={"model": "tiny", "text": TEXT})
+        assert r.status_code == 503 and r.headers["Retry-After"] == "1"
+        assert "still loading" in r.json()["message"]
+        gate.set()
+        app.state.models.wait()
+        assert [m["status"] for m in c.get("/api/models").json()["models"]] == ["ready"] * 2
+        assert c.get("/api/models/run", params={"model": "tiny-2", "text": TEXT}).status_code == 200
+
+
+def _broken(tmp_path):
+    """A folder whose headers are fine but whose embedding has the wrong shape."""
+    folder = write_tiny_gpt2(tmp_path / "broken", layers=1, d_model=16, heads=2)
+    weights = load_file(folder / "model.safetensors")
+    weights["transformer.wte.weight"] = weights["transformer.wte.weight"][:, :8].copy()
+    save_file(weights, str(folder / "model.safetensors"))
+    return folder
+
+
+def test_a_model_that_fails_to_load_says_why(tmp_path):
+    with _client(_broken(tmp_path)) as c:
+        (m,) = c.get("/api/models").json()["models"]
+        r = c.get("/api/models/run", params={"model": "broken", "ids": "1"})
+    assert m["status"] == "failed" and "transformer.wte.weight" in m["message"]
+    assert r.status_code == 503 and "failed to load" in r.json()["message"]
+
+
+def tiny_config(tmp_path):
+    return write_tiny_gpt2(tmp_path / "source", layers=1, d_model=16, heads=2)
+
+
+def _serve(*args: str):
+    from typer.testing import CliRunner
+
+    from attnlab.cli import app
+
+    return CliRunner().invoke(app, ["serve", *args])
+
+
+def test_serve_refuses_a_folder_it_cannot_load_before_starting(tmp_path, monkeypatch):
+    import uvicorn
+
+    started = []
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: started.append(1))
+    monkeypatch.setattr("attnlab.figures.histogram.warm", lambda: None)
+    (tmp_path / "empty").mkdir()
+    bert = tmp_path / "bert"
+    bert.mkdir()
+    (bert / "config.json").write_text('{"model_type": "bert"}')
+    weightless = tmp_path / "weightless"  # a GPT-2 config and no safetensors file
+    weightless.mkdir()
+    (weightless / "config.json").write_text((tiny_config(tmp_path) / "config.json").read_text())
+    for folder, words in [(tmp_path / "missing", "not a directory"),
+                          (tmp_path / "empty", "config.json"), (bert, "bert"),
+                          (weightless, "model.safetensors")]:  # fmt: skip
+        result = _serve("--model", str(folder), "--port", "1")
+        assert result.exit_code == 2, result.output
+        line = " ".join(result.output.split())
+        assert line.startswith(f"error: --model {folder}: ") and words in line
+        assert len(result.output.strip().splitlines()) <= 3  # one line (rich may wrap it)
+    assert started == []
+
+
+def test_serve_starts_with_a_good_folder(tiny, monkeypatch):
+    import uvicorn
+
+    apps = []
+    monkeypatch.setattr(
+        uvicorn.Server, "run", lambda self, sockets=None: apps.append(self.config.app)
+    )
+    monkeypatch.setattr("attnlab.cli.serve._check_port", lambda host, port: None)
+    monkeypatch.setattr("attnlab.figures.histogram.warm", lambda: None)
+    result = _serve("--model", str(tiny), "--model", str(tiny))
+    assert result.exit_code == 0, result.output
+    assert "loading in the background: tiny, tiny-2" in " ".join(result.output.split())
+    (app,) = apps
+    app.state.models.wait()
+    assert list(app.state.models.entries) == ["tiny", "tiny-2"]
