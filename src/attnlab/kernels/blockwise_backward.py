@@ -12,28 +12,17 @@ stored whole. Work goes by query block (Bq rows, one lead element at a time), in
 over the block's tiles (rows i, keys j):
 
     A. p_ij = exp2(S_ij),  l_i += rowsum(p_ij)             the softmax again, without P·V
-    B1. P_ij = p_ij / l_i,  dP_ij = dO_i V_jᵀ              (Bq, Bk)
+    B1. P_ij = p_ij / l_i,  dP_ij = dO_i V_jᵀ,  dV_j += P_ijᵀ dO_i
         D_i += rowsum(P_ij ∘ dP_ij)                        (dense, step 3)
-        dV_j += P_ijᵀ dO_i
     B2. dS_ij = P_ij ∘ (dP_ij − D_i)
         dQ_i += dS_ij K_j,  dK_j += dS_ijᵀ Q_i             (scaled once, at the end)
 
-Where a row of the block may allow a single key, each tile is divided by its rows' l in
-place, one pass: such a row then has P = p / p = 1 exactly and D = dP of that key, so its dS
-cancels to exactly 0 as in exact arithmetic (and as torch's autograd of the softmax gives).
-With 1/l carried on dO and on D instead (no pass over the tile), its dS was
-p (dP / l − fl(p dP / l) / l), an ulp of dP, and a dq that is exactly 0 in exact arithmetic
-came out ~1e-7 (FlashAttention's grid, float32, one key). A block with a tile that allows all
-of two or more keys to every row (``_may_have_one_key``: every block of an unmasked call, all
-but the first of a causal one) keeps 1/l on dO and D, where the division measured 3-8% of a
-2048-token call. A block's tiles p and dP are kept from one sweep to the next, so a tile
-costs 5 matmuls and one exp2: the forward pass in front of a FlashAttention-2 backward (which
-needs O for D) costs 2 more matmuls and an exp2. The kept tiles take at most as many bytes as
-q, k, v and dO together,
-shared between threads, so memory stays O(N), and at most 32 MiB (the L3 cache: _KEEP_BYTES).
-Query blocks are halved (down to 128 rows) until one block's tiles fit; tiles beyond that are
-recomputed in sweep B2 (their P·V enters D as rowsum(dO ∘ Σ P V) instead), costing 7
-matmuls and two exp2, as the FlashAttention-2 backward with its forward pass does.
+Blocks where a row may allow one key divide their tiles by l (why: ``_backward_tiles.
+may_have_one_key``); others carry 1/l on dO and D. Kept between sweeps, a tile costs 5 matmuls
+and one exp2 (a FlashAttention-2 backward behind a forward pass: 7 and two); kept tiles take at
+most the bytes of q, k, v and dO together and 32 MiB (_KEEP_BYTES), shared between threads.
+Query blocks are halved (down to 128 rows) until one block's tiles fit; tiles beyond are
+recomputed in sweep B2 (their P·V enters D as rowsum(dO ∘ Σ P V)), at 7 matmuls.
 
 As in the forward kernel (``blockwise.py``), exponentials are base 2 with scale · log2(e)
 folded into q, tiles a mask blocks are skipped (the same ``_tiles.plan``), tiles it allows
@@ -46,9 +35,7 @@ maxima), its weights clipped to [2^floor, 1] before exp2, so that every row sum 
 
 Parallel work: each work item is one query block for a group of lead elements, so dQ_i is
 summed privately; dK_j and dV_j gather from every query block, each tile's product added under
-one lock, held only for that (Bk, d) add.
-
-Where the time goes, per tile and per call beside torch: docs/fast-kernels.md.
+one lock, held only for that (Bk, d) add. Time per tile and per call: docs/fast-kernels.md.
 """
 
 from __future__ import annotations
@@ -64,6 +51,7 @@ from attnlab.core._variants import float_bias
 from attnlab.core.masks import tile_at
 from attnlab.kernels import blockwise
 from attnlab.kernels._backward_tiles import keep_tiles as _keep
+from attnlab.kernels._backward_tiles import may_have_one_key
 from attnlab.kernels._backward_tiles import scratch as _buffers
 from attnlab.kernels._fused import tile_kernels
 from attnlab.kernels._precision import matmul, narrow, too_wide, widen
@@ -133,7 +121,7 @@ def run(
             for a, b, (c0, c1), masked in plans[r0, r1]
         ]
         kept = _keep(steps, budget, dtype)
-        lone = _may_have_one_key(steps, r1 - r0)
+        lone = may_have_one_key(steps, r1 - r0)
         with np.errstate(all="ignore"):  # overflow is detected and redone; per thread
             for idx in group:
                 kernel.block(idx, r0, r1, steps, kept, lone)
@@ -149,18 +137,6 @@ def run(
         options = {"lse": saved, "empty_rows": empty_rows, "wrt": wrt, "anchored": True}
         return narrow(run(widen(x), g64, bq, bk, threads, **options))
     return kernel.gradients(wrt)
-
-
-def _may_have_one_key(steps, height: int) -> bool:
-    """Whether a row of the block may allow a single key: False when one tile of two or more
-    keys allows every key to every row of the block (no mask there, or a mask that blocks
-    none of it). Only such blocks need their tiles divided by l (the module docstring): the
-    unmasked call and all but the first blocks of a causal one keep 1 / l on dO and D."""
-    for rows, cols, tm in steps:
-        full = rows.start == 0 and rows.stop == height and cols.stop - cols.start >= 2
-        if full and (tm is None or bool(tm.allowed.all())):
-            return False
-    return True
 
 
 class _Kernel:
@@ -208,9 +184,6 @@ class _Kernel:
         # there; a weight of 1 − 2⁻⁵³ leaves |dO||V|·2⁻⁵³, which rounds to inf in float32 when
         # dO and V are huge (1e26 · 1e27). Weights below 2^floor are then exactly 0, not 2^floor:
         # the gradients of a rescaled dO (api/_overflow.py) multiply them by a huge dP and k.
-        # The weights then stay p (the top one exactly 1) with 1 / l on dO and D, as the
-        # dense rerun's rowsum(dO ∘ O) does: equal weights fl(1/3) of three keys with equal dP
-        # left an ulp of a huge dP in dP − D where this cancelled exactly.
         self.anchored = anchored
 
     def gradients(self, wrt) -> tuple[np.ndarray, ...]:
@@ -262,8 +235,6 @@ class _Kernel:
         return base, total, acc, l == 0
 
     def block(self, idx, r0: int, r1: int, steps, kept, lone: bool = True) -> None:
-        """Sweeps A, B1 and B2 of one query block of lead element ``idx``; ``lone``: whether
-        a row of the block may allow a single key (``_may_have_one_key``)."""
         x, dtype = self.x, self.x.q.dtype
         q_i = tile_at(x.q, idx)[r0:r1]  # (Bq, d_k)
         k_i, v_i = tile_at(x.k, idx), tile_at(x.v, idx)  # (M, d_k), (M, d_v)
@@ -283,11 +254,9 @@ class _Kernel:
             l = np.where(hollow, 1.0, l).astype(dtype)  # its p are all 0: 0, not 0/0
         g_i = self.g[idx][r0:r1]  # (Bq, d_v)
         inv = np.reciprocal(l)  # (Bq,)
-        norm = lone and not self.anchored  # P = p / l on the tiles, or 1 / l on dO and D
+        norm = lone and not self.anchored  # P = p / l, or 1 / l on dO and D (anchored: top p 1)
         gl = g_i if norm else g_i * inv[:, None]  # (Bq, d_v): dO, or dO / l
-        d_row = np.vecdot(gl, acc)  # (Bq,): D (times l when norm) from the tiles not kept
-        if norm:
-            d_row *= inv
+        d_row = np.vecdot(gl, acc) * (inv if norm else 1)  # (Bq,): D from the tiles not kept
         dv_i, dk_i, dq_i = self.dv[idx], self.dk[idx], self.dq[idx][r0:r1]
         # B1) P = p / l, dP and dV of the kept tiles, and D from them
         for (rows, cols, _), tiles in zip(steps, kept, strict=True):
@@ -299,8 +268,7 @@ class _Kernel:
             share = self._sink(idx, base) * inv  # (Bq,)
             with self.lock:
                 self.dsinks[idx] -= np.vecdot(share, d_row)
-        if not norm:
-            d_row *= inv  # D / l, against dP / l
+        d_row = d_row if norm else d_row * inv  # D, or D / l against dP / l
         # B2) dS, dQ and dK; a tile not kept is computed again
         for (rows, cols, tm), tiles in zip(steps, kept, strict=True):
             p, dp, tq, tk = bufs(rows.stop - rows.start, cols.stop - cols.start, q_i.shape[-1])
