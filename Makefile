@@ -7,6 +7,9 @@
 
 PYTHON ?= python3
 VENV   ?= .venv
+# Test files run on this many worker processes (pytest-xdist), each file whole on one worker so
+# its module fixtures (a browser, a server, a trained model) start once. TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
@@ -30,7 +33,7 @@ lint: $(VENV)/.dev
 	$(PY) -m ruff format --check src tests
 
 test: lint
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 bench: $(VENV)/.dev
 	$(VENV)/bin/attnlab bench labs

@@ -26,6 +26,7 @@ from attnlab.figures import (
 )
 from attnlab.figures.multihead import SENTENCE
 from attnlab.figures.permutation import EMBEDDINGS
+from attnlab.figures.stepper import MAX_WIDTH
 from attnlab.web.app import STATIC
 from conftest import SMALL_LABS
 from tolerances import CHAPTER, F64
@@ -83,7 +84,7 @@ def test_stepper_rows_with_no_key_get_a_message():
     ("kwargs", "error", "match"),
     [
         ({"q": np.ones((33, 2))}, AttnlabError, r"1 to 32 rows"),
-        ({"q": np.ones((1, 17))}, AttnlabError, r"1 to 16 columns"),
+        ({"q": np.ones((1, MAX_WIDTH + 1))}, AttnlabError, rf"1 to {MAX_WIDTH} columns"),
         ({"q": [[1, 2], [3]]}, AttnlabError, "rectangular"),
         ({"q": [[2000.0, 0.0]]}, AttnlabError, "within ±1000"),
         ({"q": np.ones((2, 3))}, ShapeError, "d_k"),

@@ -24,6 +24,7 @@ import traitlets
 import attnlab as al
 import attnlab.notebook as anb
 from attnlab.figures.multihead import SENTENCE
+from attnlab.figures.stepper import MAX_WIDTH
 from tolerances import CHAPTER
 
 SETTABLE = {
@@ -50,7 +51,7 @@ REFUSED = [
     ("stepper", "scaled", 1, "True or False"),
     ("stepper", "q", [[1] * 100] * 100, "1 to 32 rows"),
     ("stepper", "q", np.ones((33, 2)), "1 to 32 rows"),
-    ("stepper", "q", np.ones((2, 17)), "1 to 32 rows"),
+    ("stepper", "q", np.ones((2, MAX_WIDTH + 1)), f"1 to {MAX_WIDTH} columns"),
     ("stepper", "q", [[1.0, 2.0], [3.0]], "same length"),
     ("stepper", "q", [1.0, 2.0], "shape (2,)"),
     ("stepper", "q", np.ones((2, 2, 2)), "shape (2, 2, 2)"),

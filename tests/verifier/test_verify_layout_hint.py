@@ -59,3 +59,47 @@ def test_cli_prints_the_hint(tmp_path):
     result = CliRunner().invoke(app, ["verify", str(path)])
     assert result.exit_code == 1 and "pass --layout bhsd" in " ".join(result.stdout.split())
     assert CliRunner().invoke(app, ["verify", str(path), "--layout", "bhsd"]).exit_code == 0
+
+
+def _with_grads(seed: int):
+    """A float32 kernel's q, k, v, out, do, dq, dk, dv in bshd, right to float64's rounding."""
+    q, k, v = inputs(np.random.default_rng(seed), n=24, m=24, h=4, h_kv=4)
+    do = np.random.default_rng(seed + 1).standard_normal(q.shape).astype(np.float32)
+    ref = reference(q, k, v, causal=True, do=do)
+    arrays = {"q": q, "k": k, "v": v, "do": do}
+    arrays.update({name: ref[name].astype(np.float32) for name in ("out", "dq", "dk", "dv")})
+    return arrays
+
+
+def _count_backwards(monkeypatch) -> list:
+    from attnlab.verifier import _truth
+
+    calls = []
+    real = _truth.attention_backward
+
+    def counted(q, *args, **kwargs):
+        calls.append(q.shape)  # (h_kv, g, N, d_k)
+        return real(q, *args, **kwargs)
+
+    monkeypatch.setattr(_truth, "attention_backward", counted)
+    return calls
+
+
+def test_a_case_whose_forward_fails_in_the_other_layout_skips_its_backward(monkeypatch):
+    a = _with_grads(4)
+    a["dq"][0, 3, 1] += 0.5  # a wrong gradient: the case fails as bshd
+    calls = _count_backwards(monkeypatch)
+    report = verify(**a, causal=True)
+    assert not report.passed and report.hints == ()
+    # only the case's own backward ran: read as bhsd (24 heads of 4 rows) its out already fails
+    assert [shape[2] for shape in calls] == [24, 24]  # one call per sequence, 24 rows each
+
+
+def test_a_correct_bhsd_kernel_with_gradients_still_gets_its_hint(monkeypatch):
+    a = {name: _to_bhsd(x)[0] for name, x in _with_grads(5).items()}  # SDPA's layout
+    calls = _count_backwards(monkeypatch)
+    report = verify(**a, causal=True)  # read as bshd: 24 "heads" of 4 rows
+    assert not report.passed
+    assert any("--layout bhsd" in h for h in report.hints), report.hints
+    assert len(calls) == 4  # both layouts' backwards: the forward passed read as bhsd
+    assert verify(**a, causal=True, layout="bhsd").passed

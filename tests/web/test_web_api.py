@@ -23,6 +23,7 @@ import attnlab as al
 from attnlab import labs
 from attnlab.figures.multihead import SENTENCE as MH_SENTENCE
 from attnlab.figures.permutation import EMBEDDINGS
+from attnlab.figures.stepper import MAX_TOKENS, MAX_WIDTH
 from attnlab.labs._plotly import lab_figure
 from attnlab.web import create_app
 from attnlab.web.app import MAX_BODY_BYTES, STATIC
@@ -287,7 +288,7 @@ def test_exercises_list_hides_answers_and_check_grades(client):
 
 # -- refusals: 422 naming the field, never 500 ---------------------------------------------------
 
-TOO_WIDE = [[1.0] * 17]
+TOO_WIDE = [[1.0] * (MAX_WIDTH + 1)]
 REFUSALS = [
     ("POST", "/api/trace", {"q": [[1.0]] * 33}, "q"),
     ("POST", "/api/trace", {"q": TOO_WIDE, "k": TOO_WIDE, "v": TOO_WIDE}, "q[0]"),
@@ -361,6 +362,17 @@ def test_non_finite_numbers_are_refused(client, number):
     refused(client.post("/api/trace", content=body, headers=headers), "q[0][0]")
     body = '{"answer": NUMBER}'.replace("NUMBER", number)
     refused(client.post("/api/exercises/2/check", content=body, headers=headers), "answer")
+
+
+def test_the_largest_valid_trace_request_fits_the_body_limit(client):
+    """Three matrices of the stepper's largest shape, each number written with all 17 digits
+    and a sign (a real model's head row as the page sends it), are read, not refused as 413."""
+    rng = np.random.default_rng(0)
+    rows = -rng.uniform(1e-5, 1e-4, size=(MAX_TOKENS, MAX_WIDTH))  # "-1.2345678901234567e-05"
+    body = json.dumps({"q": rows.tolist(), "k": rows.tolist(), "v": rows.tolist()})
+    assert len(body) > 500_000
+    headers = {"content-type": "application/json"}
+    assert client.post("/api/trace", content=body, headers=headers).status_code == 200
 
 
 def test_malformed_json_is_422_and_a_huge_body_is_413(client):

@@ -8,7 +8,7 @@ rule of FlashAttention's tests. See docs/verify.md.
 Modules, one concept each: ``_options`` (FlashAttention's options as attnlab masks),
 ``_case`` (arrays, layouts, shapes), ``_dropout`` (dropout and its keep mask), ``_load``
 (.npz / .safetensors, checked from their headers), ``_truth`` (float64), ``_baseline`` (the
-baseline dtype), ``_rounding`` (float16 / bfloat16 on the bits), ``_judging`` (baselines and
+baseline dtype), ``_rounding`` (float16 / bfloat16 on the bits; ``_rounding_numba`` the same compiled), ``_judging`` (baselines and
 verdicts), ``_kvcache`` (``flash_attn_with_kvcache`` cases), ``_dropout_stats`` (dropout
 without a mask), ``_hint`` (layout hints), ``_repeat`` (bitwise repeats), ``_cluster`` (Dask
 tasks), ``_report`` (the verdict), ``_plot`` (where it errs), ``_api`` (the entry points).

@@ -33,11 +33,11 @@ import os
 import numpy as np
 
 from attnlab.core.masks import TileState
-from attnlab.kernels._threads import on_threads
+from attnlab.kernels._threads import on_threads, pool_map
 from attnlab.verifier._case import Case
-from attnlab.verifier._rounding import round_in_place
+from attnlab.verifier._rounding import NUMPY, passes, round_in_place
 
-__all__ = ["baseline"]
+__all__ = ["baseline", "score_pairs"]
 
 # (h, R, M) float32 tables alive at once at the backward's peak: the weights, dP, softcap's
 # tanh, and the copies that rounding to the kernel's dtype makes; measured with tracemalloc.
@@ -47,15 +47,34 @@ _LIVE_TABLES = 8
 class _Precision:
     """The kernel's dtype: values cast to it, computed in float32 (float64), rounded back."""
 
-    def __init__(self, dtype: np.dtype):
+    def __init__(self, dtype: np.dtype, fast=NUMPY):
         self.dtype = dtype
         self.compute = np.dtype(np.float64 if dtype == np.float64 else np.float32)
         self.emulated = dtype.itemsize < self.compute.itemsize  # float16 and bfloat16
+        self.fast = fast  # the rounding passes: numpy's, or the same compiled (_rounding.py)
 
     def cast(self, x: np.ndarray) -> np.ndarray:
-        """``x`` as the kernel holds it (rounded to its dtype), in the compute dtype."""
+        """``x`` as the kernel holds it (rounded to its dtype), in the compute dtype (a copy
+        only where the dtype changes: the inputs are read, never written)."""
         with np.errstate(over="ignore"):
-            return np.asarray(x).astype(self.dtype).astype(self.compute)
+            return np.asarray(x).astype(self.dtype, copy=False).astype(self.compute)
+
+    def divide_round(self, e: np.ndarray, total: np.ndarray) -> np.ndarray:
+        """round(e / total), in place on the contiguous (..., R, C) ``e``; total (..., R, 1)."""
+        if not self.emulated:
+            e /= total
+            return e
+        self.fast.divide_round(e, total, self.dtype)
+        return e
+
+    def grad_round(self, dp: np.ndarray, w: np.ndarray, d: np.ndarray) -> np.ndarray:
+        """round((dp - d) * w), in place on the contiguous (..., R, C) ``dp``; d (..., R, 1)."""
+        if not self.emulated:
+            dp -= d
+            dp *= w
+            return dp
+        self.fast.grad_round(dp, w, d, self.dtype)
+        return dp
 
     def round(self, x: np.ndarray) -> np.ndarray:
         """``x`` rounded to the kernel's dtype, in place when it is a float32 temporary (every
@@ -63,7 +82,7 @@ class _Precision:
         if not self.emulated:
             return x
         if x.dtype == np.float32 and x.flags.c_contiguous and x.flags.writeable:
-            return round_in_place(x, self.dtype)
+            return self.fast.round(x, self.dtype)
         with np.errstate(over="ignore"):  # past float16's range is inf, as on the GPU
             return x.astype(self.dtype).astype(self.compute)
 
@@ -94,7 +113,8 @@ def baseline(
     every number is the one a single thread computes. ``share``: the key/value heads the budget
     is shared among (default the case's), so a part of a case sizes its blocks as the whole."""
     a = case.arrays
-    p = _Precision(np.dtype(case.dtype if dtype is None else dtype))
+    dtype = np.dtype(case.dtype if dtype is None else dtype)
+    p = _Precision(dtype, passes(score_pairs(case)) if dtype.itemsize == 2 else NUMPY)
     names = ("out", "lse", "dq", "dk", "dv") if want is None else want
     want = [name for name in ("out", "lse", "dq", "dk", "dv") if name in a and name in names]
     plain = {name: np.zeros(a[name].shape, dtype=p.compute) for name in want}
@@ -113,7 +133,15 @@ def baseline(
             on_threads(heads, parts, threads)
     if not stored:
         return {name: plain[name].astype(np.float64) for name in want}
-    return {name: _stored(plain[name], a[name].dtype) for name in want}
+    # each tensor rounded to its stored dtype on its own thread (numpy releases the GIL)
+    with pool_map(min(threads, len(want)), len(want)) as each:
+        done = each(lambda name: _stored(plain[name], a[name].dtype), want)
+    return dict(zip(want, done, strict=True))
+
+
+def score_pairs(case: Case) -> int:
+    """Heads x query rows x keys over the case's sequences, masks ignored: its tables' size."""
+    return case.heads * int(np.diff(case.cu_q) @ np.diff(case.cu_k))
 
 
 def _stored(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -174,9 +202,8 @@ def _sequence(case, p: _Precision, b, qs, ks, budget, plain, kv, share) -> None:
         dp = p.round(dout @ vc.swapaxes(-1, -2))  # (h_kv, g, R, C)
         if kept is not None:
             dp *= kept  # no gradient reaches a dropped weight
-        dp -= np.einsum("...ij,...ij->...i", dp, w)[..., None]  # dP - rowsum(P dP)
-        dp *= w
-        ds = p.round(dp)  # (h_kv, g, R, C): softmax's backward, one rounding
+        rowsum = np.einsum("...ij,...ij->...i", dp, w)[..., None]  # (h_kv, g, R, 1)
+        ds = p.grad_round(dp, w, rowsum)  # (h_kv, g, R, C): (dP - rowsum(P dP)) P, rounded
         if opt.softcap:
             c = p.compute.type(opt.softcap)
             ds = p.round(p.round(p.round(ds * c) * (1 - t * t)) / c)
@@ -262,5 +289,5 @@ def _softmax(p: _Precision, s: np.ndarray, sinks):
         total += np.exp(sinks - top)
     with np.errstate(divide="ignore"):
         lse = np.log(total) + top  # log 0 = -inf for a row with no key
-    e /= np.where(total > 0, total, 1)  # a row with no key stays all 0
-    return p.round(e), lse[..., 0]
+    # a row with no key stays all 0
+    return p.divide_round(e, np.where(total > 0, total, 1)), lse[..., 0]

@@ -11,10 +11,12 @@ kernel's and the stored tensor's, ``_baseline.baseline_dtype``), each tensor jud
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
 from attnlab.errors import AttnlabError
+from attnlab.kernels._threads import pool_map
 from attnlab.verifier._baseline import baseline, baseline_dtype
 from attnlab.verifier._case import Case
 from attnlab.verifier._report import TENSORS, VerifyReport, judge
@@ -59,20 +61,29 @@ def baseline_plan(case: Case) -> list[tuple[np.dtype, list[str]]]:
     ]
 
 
-def verdicts(case: Case, exact: dict, budget: float, factor: float, atol, plain=None) -> dict:
-    """Each attention tensor's verdict (out, lse, dq, dk, dv the case holds), its plain answer
-    computed here unless ``plain`` gives it."""
-    names = [name for name in TENSORS if name in case.arrays]
+def verdicts(
+    case: Case, exact: dict, budget: float, factor: float, atol, plain=None, only=None
+) -> dict:
+    """Each attention tensor's verdict (out, lse, dq, dk, dv the case holds, or those of them
+    in ``only``), its plain answer computed here unless ``plain`` gives it."""
+    names = [name for name in TENSORS if name in case.arrays and (only is None or name in only)]
     dtypes = {name: baseline_dtype(case, name) for name in names}
     plain = dict(plain or {})
     for dtype, want in baseline_plan(case):
-        want = [name for name in want if name not in plain]
+        want = [name for name in want if name not in plain and name in names]
         if want:
             plain.update(baseline(case, budget, dtype, want))
-    return {
-        name: judge(name, case, exact[name], plain[name], factor, atol, dtypes[name])
-        for name in names
-    }
+    # Each tensor's verdict on its own thread: numpy's passes over the (h, rows, d) tables
+    # release the GIL, and every verdict is the one a single thread computes.
+    state = np.geterr()  # errstate belongs to each thread: the caller's, carried over
+
+    def one(name):
+        with np.errstate(**state):
+            return judge(name, case, exact[name], plain[name], factor, atol, dtypes[name])
+
+    with pool_map(min(len(names), os.cpu_count() or 1), len(names)) as each:
+        done = each(one, names)
+    return dict(zip(names, done, strict=True))
 
 
 def make_report(case: Case, tensors: dict, factor: float, *, hints=(), extra=None):

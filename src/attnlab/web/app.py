@@ -48,7 +48,9 @@ from attnlab.web import (
 __all__ = ["MAX_BODY_BYTES", "create_app"]
 
 STATIC = Path(__file__).parent / "static"
-MAX_BODY_BYTES = 64 * 1024  # the largest valid request (three 8 x 8 matrices) is ~2 KiB
+# The largest valid request: three 32 x 256 matrices (the stepper holding a real model's head
+# row), 24,576 numbers of up to ~24 characters each, about 580 KiB.
+MAX_BODY_BYTES = 640 * 1024
 GZIP_MIN_BYTES = 1024  # smaller answers are not worth compressing
 # plotly.js changes only with the installed package: a day. The page's own files may change
 # while the server runs (an edit, a new version): the browser keeps them but asks first.
