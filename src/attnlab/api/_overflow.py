@@ -113,11 +113,11 @@ def checked_backward(
     to say where a non-finite gradient came from. ``rerun(g)`` runs the same kernel on another
     dO and ``output()`` gives the forward output (..., N, d_v): with both, gradients that
     overflowed are tried again from a scaled dO (see the module docstring), ``rerun(g, v)`` for
-    each of the kernel's ``rerun_variants`` in turn until one fits (the dense kernel's second
-    takes D from dP itself, which cancels exactly where a row's weight is all on one key).
-    ``wide(d_from_dp)`` runs the same kernel (with ``d_from_dp``, the dense one taking D from
-    dP) on the inputs widened to float64 and rounds its gradients to float32: the last tries
-    for a float32 call."""
+    each of the kernel's ``rerun_variants`` in turn until one fits (the dense kernel's first
+    takes D from rowsum(dO ∘ O), its second from dP itself). ``wide(second)`` runs the same
+    kernel on the inputs widened to float64 (with ``second``, the dense one, with the form of D
+    the first try did not take) and rounds its gradients to float32: the last tries for a
+    float32 call."""
     if not x.check_finite or all(_finite(a) for a in grads):
         return grads
     if rerun is not None and output is not None:
@@ -125,11 +125,11 @@ def checked_backward(
         if again is not None:
             return again
     if wide is not None and x.q.dtype == np.float32:
-        # float64's D from dP itself holds dense tables: only while they stay small
+        # float64's second form of D holds dense tables: only while they stay small
         small = math.prod(x.lead) * x.n * x.m * 8 <= _DIAGNOSE_BYTES
-        for d_from_dp in (False, True) if small else (False,):
+        for second in (False, True) if small else (False,):
             with quiet():
-                again = tuple(wide(d_from_dp))
+                again = tuple(wide(second))
             if all(_finite(a) for a in again):
                 return again
     given = {f"grad_{name}": a for name, a in zip(names, grads, strict=True)}

@@ -116,7 +116,7 @@ def _gradients(x, g, method: str, options):
     """The chosen kernel's gradients on validated inputs, each checked finite by name."""
     block, n_threads, saved, empty, names = options
 
-    def kernel(dy, anchored=False, d_from_dp=False, y=x, lse=saved):
+    def kernel(dy, anchored=False, d_from_output=False, y=x, lse=saved):
         with quiet():  # a gradient that overflowed is refused, by name, in checked_backward
             if method == "blockwise":
                 return blockwise_backward.run(
@@ -124,17 +124,18 @@ def _gradients(x, g, method: str, options):
                     anchored=anchored,
                 )  # fmt: skip
             return dense_gradients(
-                y, dy, threads=n_threads, empty_rows=empty, wrt=names, d_from_dp=d_from_dp
+                y, dy, threads=n_threads, empty_rows=empty, wrt=names, d_from_output=d_from_output
             )
 
-    def wide(d_from_dp):  # float64 gradients of a float32 call: only when they overflowed
+    def wide(second):  # float64 gradients of a float32 call: only when they overflowed
         y, dy = widen(x), g.astype(np.float64)
-        if not d_from_dp:
+        if not second:
             return kernel(dy, y=y, lse=None)
-        with quiet():
+        with quiet():  # the dense kernel, with the form of D the first try did not take
             return dense_gradients(
-                y, dy, threads=n_threads, empty_rows=empty, wrt=names, d_from_dp=True
-            )
+                y, dy, threads=n_threads, empty_rows=empty, wrt=names,
+                d_from_output=method == "dense",
+            )  # fmt: skip
 
     def output():  # the forward output, for D = rowsum(dO ∘ O): only when a gradient overflowed
         def forward(y):
@@ -145,7 +146,7 @@ def _gradients(x, g, method: str, options):
 
     return checked_backward(
         x, g, kernel(g), names, lambda y, dy: dense_grad_tables(y, dense_tables(y), dy),
-        rerun=lambda dy, d_from_dp: kernel(dy, anchored=True, d_from_dp=d_from_dp),
-        output=output, rerun_variants=(False, True) if method == "dense" else (False,),
-        wide=lambda d_from_dp: narrow(wide(d_from_dp)),
+        rerun=lambda dy, variant: kernel(dy, anchored=True, d_from_output=variant),
+        output=output, rerun_variants=(True, False) if method == "dense" else (False,),
+        wide=lambda second: narrow(wide(second)),
     )  # fmt: skip

@@ -107,8 +107,8 @@ class Kernels(NamedTuple):
     softmax(s, a, b, scale, blocked, reach, top, total, given): rows [a, b) of a (P, R, C)
     score table scaled, masked, shifted by their max, exponentiated and summed, a row at a
     time (``_fused_numba.softmax_rows``; ``kernel_mask`` makes its ``blocked``).
-    softmax_grad_rows(ds, p, g, o): ds ← p ∘ (ds − rowsum(g ∘ o)), numpy's result bit for
-    bit (the dense backward's steps 3 and 4 in one read of each row).
+    softmax_grad_rows(ds, p): ds ← p ∘ (ds − rowsum(p ∘ ds)), numpy's result bit for bit
+    (the dense backward's steps 3 and 4 in one read of each row).
     """
 
     exp: Callable
@@ -193,7 +193,7 @@ def warm() -> Kernels | None:
         rows = tile.reshape(1, 1, 8)
         kernels.softmax(rows, 0, 1, 1.0, NO_BLOCKED, NO_REACH, top, np.zeros_like(top), False)
         if kernels.softmax_grad_rows is not None:
-            kernels.softmax_grad_rows(tile, tile, tile, tile)
+            kernels.softmax_grad_rows(tile, tile)
     return kernels
 
 

@@ -249,22 +249,21 @@ def softmax_grad(dp, p, d):  # pragma: no cover - compiled
 
 
 @njit(cache=True, fastmath=False, nogil=True)
-def softmax_grad_rows(ds, p, g, o):  # pragma: no cover - compiled
-    """ds ← p ∘ (ds − D) in place, row by row, with each row's D = rowsum(g ∘ o) worked out
-    on the spot: the backward's steps 3 and 4 from dP (rows, cols), the weights P (rows,
-    cols), dO and O (rows, d_v), all C-contiguous float32. numpy makes four passes for this
-    (``g * o``, its row sums, ``ds -= D``, ``ds *= p``); here each row is read once while in
-    L1. Every product rounds alone (no contraction) and D is numpy's pairwise row sum
-    (``_row_sum``), so the result is numpy's bit for bit."""
+def softmax_grad_rows(ds, p):  # pragma: no cover - compiled
+    """ds ← p ∘ (ds − D) in place, row by row, with each row's D = rowsum(p ∘ ds) worked out
+    on the spot: the backward's steps 3 and 4 from dP (rows, cols) and the weights P (rows,
+    cols), both C-contiguous float32. numpy makes four passes for this (``ds * p``, its row
+    sums, ``ds -= D``, ``ds *= p``); here each row is read once while in L1. Every product
+    rounds alone (no contraction) and D is numpy's pairwise row sum (``_row_sum``), so the
+    result is numpy's bit for bit."""
     rows, cols = ds.shape
-    width = g.shape[1]
-    prod = np.empty(width, np.float32)
+    prod = np.empty(cols, np.float32)
     stack = np.empty((64, 3), np.int64)
     left = np.empty(64, np.float32)
     for i in range(rows):
-        for j in range(width):
-            prod[j] = g[i, j] * o[i, j]
-        di = _block_sum(prod, 0, width) if width <= 128 else _row_sum(prod, 0, width, stack, left)
+        for j in range(cols):
+            prod[j] = p[i, j] * ds[i, j]
+        di = _block_sum(prod, 0, cols) if cols <= 128 else _row_sum(prod, 0, cols, stack, left)
         for j in range(cols):
             ds[i, j] = p[i, j] * (ds[i, j] - di)
 

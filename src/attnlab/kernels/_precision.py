@@ -17,7 +17,9 @@ cuts K into even pieces of at most 192 and adds the pieces' products. On FlashAt
 grid that made the dense paths err over twice torch's float32 error at d = 224 and 256 (q kᵀ)
 and past 192 keys (P V): measured 1.05e-6 against torch's 3.9e-7 at 113 x 211, d = 224.
 ``matmul`` cuts a float32 product's sums the same way where K passes ``CHAIN``; shorter ones,
-and every float64 product, are numpy's single call. The dense and small paths take it for every
+and every float64 product, are numpy's single call. A third source is the layout of a narrow
+right factor (``NARROW``): with few keys, q kᵀ and dO vᵀ take OpenBLAS's narrow kernel for a
+transposed operand, which errs 2-4 times torch; ``matmul`` copies such a factor contiguous. The dense and small paths take it for every
 product; the blockwise tiles for their products over d only (q kᵀ, dO vᵀ), since a tile's
 products over keys or rows already end at the tile's edge and are summed tile by tile.
 """
@@ -30,13 +32,19 @@ import numpy as np
 
 from attnlab.core._validate import Inputs
 
-__all__ = ["CHAIN", "WIDE", "matmul", "narrow", "too_wide", "widen"]
+__all__ = ["CHAIN", "NARROW", "WIDE", "matmul", "narrow", "too_wide", "widen"]
 
 #: The largest |row maximum| (natural units) a float32 call keeps: past it, the rounding of
 #: the scores themselves, ~|s| · 6e-8, is the largest error of the weights.
 WIDE = 16.0
 #: The longest sum a float32 product adds in one chain (MKL's piece of K, measured above).
 CHAIN = 192
+#: The widest float32 result whose right factor is made contiguous first: OpenBLAS multiplies
+#: a (R, K) by a transposed (K, C) of 2-8 columns (q kᵀ or dO vᵀ with 2-8 keys) with one long
+#: chain per entry, 2-4 times torch's float32 error (measured at R = 799, K = 32-128: 1.1e-5
+#: against torch's 3.5e-6 at K = 64, C = 3); a contiguous factor takes the kernel that errs
+#: 3.1e-6. From 9 columns on both layouts give the same bits.
+NARROW = 8
 _F32 = np.dtype(np.float32)
 
 
@@ -48,6 +56,8 @@ def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.nd
     >>> matmul(a, a.T).tolist()
     [[400.0, 400.0], [400.0, 400.0]]
     """
+    if a.dtype == _F32 and b.shape[-1] <= NARROW and not b.flags.c_contiguous:
+        b = np.ascontiguousarray(b)  # (..., K, C): a copy of K x C numbers, see NARROW
     size = a.shape[-1]
     if size <= CHAIN or a.dtype != _F32:
         return np.matmul(a, b, out=out)

@@ -201,7 +201,6 @@ def _backward(x, g, out=None):
     # The tables that never leave the call go to scratch buffers (``_small_exp.scratch``).
     # P, O and dO share the output's lead axes, and the tables are worth keeping
     mine = p.shape[:-2] == g.shape[:-2] and p.nbytes >= KEEP_FROM
-    o = matmul(p, v, out=scratch("o", g.shape, g.dtype) if mine else None)  # (..., N, d_v)
     dq, dk, dv = (None, None, None) if out is None else out
     dv = matmul(p.mT, g, out=dv)  # 1) dV = Pᵀ dO (..., M, d_v)
     ds = (
@@ -209,20 +208,15 @@ def _backward(x, g, out=None):
         if mine
         else matmul(g, v.mT)
     )
-    # 2) dP = dO Vᵀ (..., N, M), made dS in place: 3) D = rowsum(dO ∘ O) (..., N, 1),
+    # 2) dP = dO Vᵀ (..., N, M), made dS in place: 3) D = rowsum(dP ∘ P) (..., N, 1),
     # 4) dS = P ∘ (dP − D); numpy's four passes, or the compiled one with their bits
     kernels = loaded() if mine and x.kernel is not None else None
     if kernels is not None and kernels.softmax_grad_rows is not None:
         rows = (-1, p.shape[-1])
-        kernels.softmax_grad_rows(
-            ds.reshape(rows),
-            p.reshape(rows),
-            np.ascontiguousarray(g).reshape(-1, g.shape[-1]),
-            o.reshape(-1, g.shape[-1]),
-        )
+        kernels.softmax_grad_rows(ds.reshape(rows), p.reshape(rows))
     else:
         d = _sum(
-            np.multiply(g, o, out=scratch("dO O", g.shape, g.dtype)) if mine else g * o,
+            np.multiply(ds, p, out=scratch("dP P", ds.shape, ds.dtype)) if mine else ds * p,
             -1,
             keepdims=True,
         )

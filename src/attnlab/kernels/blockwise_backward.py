@@ -12,20 +12,17 @@ stored whole. Work goes by query block (Bq rows, one lead element at a time), in
 over the block's tiles (rows i, keys j):
 
     A. p_ij = exp2(S_ij),  l_i += rowsum(p_ij)             the softmax again, without P·V
-    B1. dP'_ij = (dO_i / l_i) V_jᵀ                         (Bq, Bk) = dP / l
-        D_i += rowsum(p_ij ∘ dP'_ij)                       = rowsum(P ∘ dP) (dense, step 3)
-        dV_j += p_ijᵀ (dO_i / l_i)                         = Pᵀ dO
-    B2. dS_ij = p_ij ∘ (dP'_ij − D_i / l_i)                = P ∘ (dP − D)
+    B1. P_ij = p_ij / l_i,  dP_ij = dO_i V_jᵀ,  dV_j += P_ijᵀ dO_i
+        D_i += rowsum(P_ij ∘ dP_ij)                        (dense, step 3)
+    B2. dS_ij = P_ij ∘ (dP_ij − D_i)
         dQ_i += dS_ij K_j,  dK_j += dS_ijᵀ Q_i             (scaled once, at the end)
 
-The weights are never normalised: 1/l rides on dO (Bq x d_v) and on D, never on a tile. A
-block's tiles p and dP' are kept from one sweep to the next, so a tile costs 5 matmuls and one
-exp2: the forward pass in front of a FlashAttention-2 backward (which needs O for D) costs 2
-more matmuls and an exp2. The kept tiles take at most as many bytes as q, k, v and dO together,
-shared between threads, so memory stays O(N), and at most 32 MiB (the L3 cache: _KEEP_BYTES).
-Query blocks are halved (down to 128 rows) until one block's tiles fit; tiles beyond that are
-recomputed in sweep B2 (their p·V enters D as rowsum(dO/l ∘ Σ p V) instead), costing 7
-matmuls and two exp2, as the FlashAttention-2 backward with its forward pass does.
+Blocks where a row may allow one key divide their tiles by l (why: ``_backward_tiles.
+may_have_one_key``); others carry 1/l on dO and D. Kept between sweeps, a tile costs 5 matmuls
+and one exp2 (a FlashAttention-2 backward behind a forward pass: 7 and two); kept tiles take at
+most the bytes of q, k, v and dO together and 32 MiB (_KEEP_BYTES), shared between threads.
+Query blocks are halved (down to 128 rows) until one block's tiles fit; tiles beyond are
+recomputed in sweep B2 (their P·V enters D as rowsum(dO ∘ Σ P V)), at 7 matmuls.
 
 As in the forward kernel (``blockwise.py``), exponentials are base 2 with scale · log2(e)
 folded into q, tiles a mask blocks are skipped (the same ``_tiles.plan``), tiles it allows
@@ -38,9 +35,7 @@ maxima), its weights clipped to [2^floor, 1] before exp2, so that every row sum 
 
 Parallel work: each work item is one query block for a group of lead elements, so dQ_i is
 summed privately; dK_j and dV_j gather from every query block, each tile's product added under
-one lock, held only for that (Bk, d) add.
-
-Where the time goes, per tile and per call beside torch: docs/fast-kernels.md.
+one lock, held only for that (Bk, d) add. Time per tile and per call: docs/fast-kernels.md.
 """
 
 from __future__ import annotations
@@ -56,6 +51,7 @@ from attnlab.core._variants import float_bias
 from attnlab.core.masks import tile_at
 from attnlab.kernels import blockwise
 from attnlab.kernels._backward_tiles import keep_tiles as _keep
+from attnlab.kernels._backward_tiles import may_have_one_key
 from attnlab.kernels._backward_tiles import scratch as _buffers
 from attnlab.kernels._fused import tile_kernels
 from attnlab.kernels._precision import matmul, narrow, too_wide, widen
@@ -125,9 +121,10 @@ def run(
             for a, b, (c0, c1), masked in plans[r0, r1]
         ]
         kept = _keep(steps, budget, dtype)
+        lone = may_have_one_key(steps, r1 - r0)
         with np.errstate(all="ignore"):  # overflow is detected and redone; per thread
             for idx in group:
-                kernel.block(idx, r0, r1, steps, kept)
+                kernel.block(idx, r0, r1, steps, kept, lone)
 
     items = work_items(blocks, plans, lead, threads)
     with pool_map(threads, len(items)) as each:
@@ -237,7 +234,7 @@ class _Kernel:
             total = l if sink is None else l + sink
         return base, total, acc, l == 0
 
-    def block(self, idx, r0: int, r1: int, steps, kept) -> None:
+    def block(self, idx, r0: int, r1: int, steps, kept, lone: bool = True) -> None:
         x, dtype = self.x, self.x.q.dtype
         q_i = tile_at(x.q, idx)[r0:r1]  # (Bq, d_k)
         k_i, v_i = tile_at(x.k, idx), tile_at(x.v, idx)  # (M, d_k), (M, d_v)
@@ -257,23 +254,28 @@ class _Kernel:
             l = np.where(hollow, 1.0, l).astype(dtype)  # its p are all 0: 0, not 0/0
         g_i = self.g[idx][r0:r1]  # (Bq, d_v)
         inv = np.reciprocal(l)  # (Bq,)
-        gl = g_i * inv[:, None]  # (Bq, d_v): dO / l
-        d_row = np.vecdot(gl, acc)  # (Bq,): D from the tiles not kept
+        norm = lone and not self.anchored  # P = p / l, or 1 / l on dO and D (anchored: top p 1)
+        gl = g_i if norm else g_i * inv[:, None]  # (Bq, d_v): dO, or dO / l
+        d_row = np.vecdot(gl, acc) * (inv if norm else 1)  # (Bq,): D from the tiles not kept
         dv_i, dk_i, dq_i = self.dv[idx], self.dk[idx], self.dq[idx][r0:r1]
-        # B1) dP' and dV of the kept tiles, and D from them
+        # B1) P = p / l, dP and dV of the kept tiles, and D from them
         for (rows, cols, _), tiles in zip(steps, kept, strict=True):
             if tiles is not None:
+                if norm:
+                    np.divide(tiles[0], l[rows, None], out=tiles[0])  # (rows, cols) P
                 d_row[rows] += self._dp_dv(tiles, gl[rows], v_i[cols], dv_i[cols], bufs)
         if self.dsinks is not None:  # dσ = −Σ_i P_iσ D_i, P_iσ = exp2(σ − base) / l
             share = self._sink(idx, base) * inv  # (Bq,)
             with self.lock:
                 self.dsinks[idx] -= np.vecdot(share, d_row)
-        d_row *= inv  # D / l
+        d_row = d_row if norm else d_row * inv  # D, or D / l against dP / l
         # B2) dS, dQ and dK; a tile not kept is computed again
         for (rows, cols, tm), tiles in zip(steps, kept, strict=True):
             p, dp, tq, tk = bufs(rows.stop - rows.start, cols.stop - cols.start, q_i.shape[-1])
             if tiles is None:
                 self._weights(p, qs[rows], k_i[cols], tm, idx, base if base is None else base[rows])
+                if norm:
+                    np.divide(p, l[rows, None], out=p)  # (rows, cols) P
                 self._dp_dv((p, dp), gl[rows], v_i[cols], dv_i[cols], bufs)
             else:
                 p, dp = tiles
@@ -361,12 +363,13 @@ class _Kernel:
         if tm is not None:
             p *= tile_at(tm.keep, idx)  # blocked pairs weigh exactly 0
 
-    def _dp_dv(self, tiles, gl_rows, v_cols, dv_cols, bufs) -> np.ndarray:
-        """dP' = (dO / l) Vᵀ into tiles[1], dV += pᵀ (dO / l); returns rowsum(p ∘ dP')."""
+    def _dp_dv(self, tiles, g_rows, v_cols, dv_cols, bufs) -> np.ndarray:
+        """dP = dO Vᵀ into tiles[1], dV += Pᵀ dO; returns rowsum(P ∘ dP). (Anchored: p, dO / l
+        and dP / l in place of P, dO and dP.)"""
         p, dp = tiles
-        matmul(gl_rows, v_cols.T, out=dp)  # (rows, cols)
-        tv = bufs.tv(p.shape[1], gl_rows.shape[-1])
-        np.matmul(p.T, gl_rows, out=tv)  # (cols, d_v)
+        matmul(g_rows, v_cols.T, out=dp)  # (rows, cols)
+        tv = bufs.tv(p.shape[1], g_rows.shape[-1])
+        np.matmul(p.T, g_rows, out=tv)  # (cols, d_v)
         with self.lock:
             dv_cols += tv
         return np.vecdot(p, dp)  # (rows,)
