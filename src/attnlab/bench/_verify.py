@@ -14,7 +14,9 @@ and memory are its own:
 Reported per side: the wall time of the call (median over ``repeats``) and the process's peak
 resident set (VmHWM: the interpreter and its libraries included, as a user sees it). The
 case's outputs are random numbers of the right shape: the verdict does not change the work.
-torch is imported only in its own process.
+torch is imported only in its own process. With ``scheduler`` (tcp://HOST:PORT), attnlab's
+side runs ``verify_file(..., client=)`` on that Dask cluster: its time includes shipping the
+parts and their answers, and its peak is the calling process's alone (each worker's is its own).
 """
 
 from __future__ import annotations
@@ -49,14 +51,22 @@ def _case(n: int, heads: int, d: int, dtype: str, causal: bool, backward: bool, 
     np.savez(path, causal=np.array(causal), **arrays)
 
 
-def _run_attnlab(path: str, repeats: int) -> dict:
+def _run_attnlab(path: str, repeats: int, scheduler: str = "") -> dict:
+    import contextlib
+
     from attnlab.verifier import verify_file
 
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        verify_file(path)
-        times.append(time.perf_counter() - start)
+    with contextlib.ExitStack() as stack:
+        client = None
+        if scheduler:
+            from distributed import Client
+
+            client = stack.enter_context(Client(scheduler, set_as_default=False))
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            verify_file(path, client=client)
+            times.append(time.perf_counter() - start)
     return {"seconds": statistics.median(times), "runs": times, "peak_mib": _peak_bytes() / 2**20}
 
 
@@ -78,14 +88,14 @@ def _run_torch(path: str, repeats: int) -> dict:
     return {"seconds": statistics.median(times), "runs": times, "peak_mib": _peak_bytes() / 2**20}
 
 
-def _in_process(side: str, path: Path, repeats: int, timeout_s: float) -> dict:
+def _in_process(side: str, path: Path, repeats: int, timeout_s: float, *extra: str) -> dict:
     code = (
         "import json, sys; from attnlab.bench import _verify as m; "
-        f"print(json.dumps(m._run_{side}(sys.argv[1], int(sys.argv[2]))))"
+        f"print(json.dumps(m._run_{side}(sys.argv[1], int(sys.argv[2]), *sys.argv[3:])))"
     )
     try:
         done = subprocess.run(
-            [sys.executable, "-c", code, str(path), str(repeats)],
+            [sys.executable, "-c", code, str(path), str(repeats), *extra],
             capture_output=True, text=True, timeout=timeout_s, env=dict(os.environ),
         )  # fmt: skip
     except subprocess.TimeoutExpired:
@@ -106,8 +116,10 @@ def verify_cost(
     repeats: int = 1,
     use_torch: bool = True,
     timeout_s: float = 900.0,
+    scheduler: str | None = None,
 ) -> dict:
-    """Time ``verify_file`` and torch's float64 SDPA on one case, each in its own process.
+    """Time ``verify_file`` and torch's float64 SDPA on one case, each in its own process
+    (attnlab's on the Dask cluster at ``scheduler`` when given).
 
     Returns a dict: the case, ``attnlab`` and ``torch`` (seconds, runs, peak_mib, or error),
     and ``ratio`` (attnlab's seconds over torch's)."""
@@ -116,8 +128,8 @@ def verify_cost(
         _case(n, heads, d, dtype, causal, backward, path)
         result = {
             "case": {"B": 1, "N": n, "h": heads, "d": d, "dtype": dtype, "causal": causal,
-                     "backward": backward},
-            "attnlab": _in_process("attnlab", path, repeats, timeout_s),
+                     "backward": backward, "scheduler": scheduler},
+            "attnlab": _in_process("attnlab", path, repeats, timeout_s, *[scheduler or ""]),
         }  # fmt: skip
         if use_torch:
             result["torch"] = _in_process("torch", path, repeats, timeout_s)

@@ -202,20 +202,30 @@ def verify_command(
     repeats: Annotated[int, typer.Option(min=1, max=20, help="Timed calls per side.")] = 1,
     torch: Annotated[bool, typer.Option(help="Time torch's float64 SDPA beside it.")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    scheduler: Annotated[
+        str | None,
+        typer.Option(help="tcp://HOST:PORT: verify on that Dask cluster's workers."),
+    ] = None,
 ) -> None:
     """Time `attnlab verify` on one case beside torch's float64 SDPA forward and backward."""
     from attnlab.bench import verify_cost
 
     if dtype not in ("float16", "float32"):
         raise fail(f"--dtype: expected float16 or float32, but got {dtype[:40]!r} instead")
-    result = verify_cost(n, heads, d, dtype, causal, backward, repeats, torch)
+    if scheduler is not None:  # one line now, not a failed child after the case is written
+        from attnlab.cli.labs import _scheduler
+
+        with _scheduler(scheduler):
+            pass
+    result = verify_cost(n, heads, d, dtype, causal, backward, repeats, torch, scheduler=scheduler)
     if as_json:
         typer.echo(json.dumps(result, indent=2))
         return
     c = result["case"]
     console.print(
         f"verify cost: B=1 N={c['N']} h={c['h']} d={c['d']} {c['dtype']}"
-        f"{' causal' if c['causal'] else ''}{', forward and backward' if c['backward'] else ''}",
+        f"{' causal' if c['causal'] else ''}{', forward and backward' if c['backward'] else ''}"
+        f"{f', on the Dask cluster at {scheduler}' if scheduler else ''}",
         highlight=False,
     )
     for side in ("attnlab", "torch"):
