@@ -16,7 +16,7 @@ from attnlab.models._checkpoint import COMPUTE_DTYPES, Checkpoint, read_config
 from attnlab.models._config import FAMILIES, Config, Shape, unsupported_family
 from attnlab.models._run import ModelRun
 
-__all__ = ["Model", "load"]
+__all__ = ["Model", "load", "read_folder"]
 
 
 def load(path, *, dtype: str = "float32") -> Model:
@@ -37,6 +37,19 @@ def load(path, *, dtype: str = "float32") -> Model:
         raise AttnlabError(
             f"expected dtype to be one of {tuple(COMPUTE_DTYPES)}, but got {dtype!r}"
         )
+    folder, data, cfg, module = read_folder(path)
+    network = module.build(cfg, Checkpoint(folder, COMPUTE_DTYPES[dtype]))
+    tokenizer = folder / "tokenizer.json"
+    return Model(
+        data["model_type"], data, folder, network, np.dtype(COMPUTE_DTYPES[dtype]),
+        tokenizer if tokenizer.is_file() else None,
+    )  # fmt: skip
+
+
+def read_folder(path):
+    """(folder, config.json's dict, its Config, the family's module) of model folder ``path``,
+    after the checks that read no tensor: config.json, a family attnlab runs, and a config
+    that describes a model of that family. An AttnlabError naming the file otherwise."""
     folder = Path(path).expanduser()
     data = read_config(folder)
     cfg = Config(data, folder / "config.json")
@@ -45,12 +58,7 @@ def load(path, *, dtype: str = "float32") -> Model:
         raise unsupported_family(cfg.path, family)
     module = importlib.import_module(f"attnlab.models.{family}")
     module.shape_of(cfg)  # a config that cannot describe a model fails before any tensor is read
-    network = module.build(cfg, Checkpoint(folder, COMPUTE_DTYPES[dtype]))
-    tokenizer = folder / "tokenizer.json"
-    return Model(
-        family, data, folder, network, np.dtype(COMPUTE_DTYPES[dtype]),
-        tokenizer if tokenizer.is_file() else None,
-    )  # fmt: skip
+    return folder, data, cfg, module
 
 
 @dataclass

@@ -19,6 +19,8 @@ import numpy as np
 from numba import njit, types
 from numba.extending import intrinsic
 
+from attnlab.kernels._fused_numba import _float32_from_bits
+
 __all__ = ["divide_round", "grad_round", "round_flat"]
 
 _ABS = 0x7FFFFFFF
@@ -39,17 +41,6 @@ def _bits(typingctx, x):
     return sig, codegen
 
 
-@intrinsic
-def _float(typingctx, bits):
-    """The float32 whose bits are the int32 ``bits``."""
-    sig = types.float32(types.int32)
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(types.float32))
-
-    return sig, codegen
-
-
 @njit(cache=True, fastmath=False, inline="always")
 def _round(x, half):  # pragma: no cover - compiled
     """float32 ``x`` rounded to float16 (``half``) or bfloat16, as a float32. The bits are
@@ -66,7 +57,7 @@ def _round(x, half):  # pragma: no cover - compiled
         r = sub if a < _HALF_TINY else r
         r = ((b & _SIGN) | _INF) if (r & _ABS) > _HALF_MAX else r  # past 65504: +-inf
     r = b if a > _INF else r  # NaN stays NaN
-    return _float(np.int32(np.uint32(r)))
+    return _float32_from_bits(np.int32(np.uint32(r)))
 
 
 @njit(cache=True, fastmath=False, nogil=True)

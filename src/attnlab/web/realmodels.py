@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-import importlib
 import json
 import re
 import threading
@@ -39,8 +38,9 @@ from fastapi.responses import JSONResponse, Response
 from attnlab.errors import AttnlabError
 from attnlab.figures import stepper
 from attnlab.models import HEAD_KINDS, load
-from attnlab.models._checkpoint import COMPUTE_DTYPES, Checkpoint, read_config
-from attnlab.models._config import FAMILIES, Config, unsupported_family
+from attnlab.models._checkpoint import COMPUTE_DTYPES, Checkpoint
+from attnlab.models._config import Config
+from attnlab.models._model import read_folder
 from attnlab.web.labs import LabQueue
 from attnlab.web.models import FieldError
 
@@ -68,15 +68,9 @@ def check_folder(path) -> tuple[str, Config]:
     """(family, config) of model folder ``path`` after the checks that need no weights read:
     config.json, a family attnlab runs, a shape the family can build, the safetensors files'
     headers. An AttnlabError naming the file otherwise (what ``attnlab serve`` refuses)."""
-    folder = Path(path).expanduser()
-    data = read_config(folder)
-    cfg = Config(data, folder / "config.json")
-    family = data.get("model_type")
-    if family not in FAMILIES:
-        raise unsupported_family(cfg.path, family)
-    importlib.import_module(f"attnlab.models.{family}").shape_of(cfg)
+    folder, data, cfg, _ = read_folder(path)
     Checkpoint(folder, COMPUTE_DTYPES["float32"])  # every file's header, no tensor read
-    return family, cfg
+    return data["model_type"], cfg
 
 
 @dataclass
