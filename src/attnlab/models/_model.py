@@ -56,7 +56,7 @@ def read_folder(path):
     family = data.get("model_type")
     if family not in FAMILIES:
         raise unsupported_family(cfg.path, family)
-    module = importlib.import_module(f"attnlab.models.{family}")
+    module = importlib.import_module(f"attnlab.models.families.{family}")
     module.shape_of(cfg)  # a config that cannot describe a model fails before any tensor is read
     return folder, data, cfg, module
 

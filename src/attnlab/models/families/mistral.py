@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from attnlab.models import llama
+from attnlab.models.families import llama
 from attnlab.models._checkpoint import Checkpoint
 from attnlab.models._config import Config
 from attnlab.models._decoder import Decoder

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 
-from attnlab.models import llama
+from attnlab.models.families import llama
 from attnlab.models._checkpoint import Checkpoint
 from attnlab.models._config import Config
 from attnlab.models._decoder import Block, Decoder, attention_weights, output_head

@@ -21,7 +21,7 @@ import functools
 import numpy as np
 
 from attnlab.errors import AttnlabError
-from attnlab.models import llama
+from attnlab.models.families import llama
 from attnlab.models._checkpoint import Checkpoint
 from attnlab.models._config import Config
 from attnlab.models._decoder import Block, Decoder, attention_weights, output_head
