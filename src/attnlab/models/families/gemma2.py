@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import functools
 
-from attnlab.models.families import llama
 from attnlab.models._checkpoint import Checkpoint
 from attnlab.models._config import Config
 from attnlab.models._decoder import Block, Decoder, attention_weights, output_head
 from attnlab.models._layers import activation, gated_mlp
 from attnlab.models._rope import Rope
+from attnlab.models.families import llama
 
 __all__ = ["build", "shape_of"]
 

@@ -21,12 +21,12 @@ import functools
 import numpy as np
 
 from attnlab.errors import AttnlabError
-from attnlab.models.families import llama
 from attnlab.models._checkpoint import Checkpoint
 from attnlab.models._config import Config
 from attnlab.models._decoder import Block, Decoder, attention_weights, output_head
 from attnlab.models._layers import linear
 from attnlab.models._rope import Rope
+from attnlab.models.families import llama
 
 __all__ = ["build", "moe_mlp", "shape_of"]
 

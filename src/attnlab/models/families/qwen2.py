@@ -5,10 +5,10 @@ sliding window on the layers ``layer_types`` marks "sliding_attention" (older co
 
 from __future__ import annotations
 
-from attnlab.models.families import llama
 from attnlab.models._checkpoint import Checkpoint
 from attnlab.models._config import Config
 from attnlab.models._decoder import Decoder
+from attnlab.models.families import llama
 
 __all__ = ["build", "shape_of"]
 
