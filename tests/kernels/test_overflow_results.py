@@ -137,6 +137,23 @@ def test_a_gradient_whose_weighted_dp_overflows_float64_is_still_refused():
         assert (info.value.stage, info.value.array) == ("backward", "grad_weights")
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("method", METHODS)
+def test_values_at_the_dtypes_largest_finite_number_give_that_number_back(dtype, method):
+    """v = ±finfo.max everywhere: the running sum overflows, log2(max|v| · M) must be taken in
+    logarithms (the product is inf), and the weights' rounding must not carry the average past
+    max|v|. Equal rows average to themselves: the answer is v's row to the weights' rounding."""
+    big = np.finfo(dtype).max
+    rng = np.random.default_rng(3)
+    q, k = rng.standard_normal((4, 8)).astype(dtype), rng.standard_normal((6, 8)).astype(dtype)
+    v = np.full((6, 8), big, dtype)
+    v[:, ::2] *= -1
+    out = al.attention(q, k, v, method=method)
+    assert np.isfinite(out).all() and np.abs(out).max() <= big
+    eps = float(np.finfo(dtype).eps)
+    np.testing.assert_allclose(out, np.broadcast_to(v[0], out.shape), rtol=16 * eps)
+
+
 # -- the fuzz: magnitudes up to each dtype's largest finite value -----------------------------
 
 
@@ -148,6 +165,8 @@ def _matrix(dtype, rows: int, cols: int):
         st.floats(1.0, 1.7),
         st.integers(-3, top),
     )
+    largest = float(np.finfo(dtype).max)  # the corner itself: v at the dtype's largest value
+    entry = st.one_of(entry, st.sampled_from([largest, -largest]))
     return st.lists(entry, min_size=rows * cols, max_size=rows * cols).map(
         lambda xs: np.array(xs, dtype).reshape(rows, cols)
     )

@@ -91,13 +91,18 @@ def checked_forward(x: Inputs, result, rerun):
         return result
     # The true output is at most max|v| in size; the kernels' sums reach M · max|v|. Scale v
     # by 2^-shift (exact) so M · max|v| fits with room, run again, and scale the output back.
+    # In logarithms: top · M itself can overflow (v near the dtype's largest value).
     top = float(np.abs(x.v).max())
     room = float(np.finfo(x.v.dtype).max) / 4
-    shift = max(1, math.ceil(math.log2(top * x.m / room))) if top > 0 else 1
+    over = math.log2(top) + math.log2(x.m) - math.log2(room) if top > 0 else 0.0
+    shift = max(1, math.ceil(over))
     with quiet():
         again = rerun(replace(x, v=np.ldexp(x.v, -shift)))
         out2 = again[0] if isinstance(again, tuple) else again
         out2 = np.ldexp(out2, shift)
+        # A weighted average lies within ±max|v|; the weights' rounding (a sum of 1 + ε) can
+        # carry it one ulp past that, which at v = the dtype's largest value is inf.
+        np.clip(out2, -top, top, out=out2)
     if not _finite(out2):
         _refuse("forward", "output", out2, x.v.dtype, "rescale v")
     return (out2, *again[1:]) if isinstance(again, tuple) else out2
