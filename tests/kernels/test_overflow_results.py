@@ -280,3 +280,32 @@ def test_a_one_hot_row_with_a_huge_dp_and_key_answers_on_both_methods():
     # the blockwise pass gives the far keys its floor weight (about 2^-1016), not 0
     assert np.abs(bv[:3]).max() <= 2.0**-1000 * np.abs(g).max()
     assert np.abs(bq).max() <= 1e-40 and np.abs(bk).max() <= 1e-40
+
+
+@pytest.mark.parametrize("scale", [0.0, 1e-30, 1e-200])
+def test_a_tiny_scale_after_a_product_that_overflows_answers_as_blockwise_does(scale):
+    """q · kᵀ past float64's range (1.2e29 · 1.2e299 · 2) times a scale that brings it back: the
+    dense kernel formed the product first and answered NaN. The scale now goes into q first on
+    every method, so dense, blockwise and the small path agree on a finite answer: the three
+    equal keys share the weight (or, at scale 0, all four do)."""
+    q = np.full((3, 2), 1.2e29)
+    k = np.full((4, 2), 1.2e299)
+    k[1] *= -1
+    v = np.arange(8.0).reshape(4, 2)
+    want = v.mean(0) if scale == 0.0 else v[[0, 2, 3]].mean(0)
+    for method in (*METHODS, "auto"):
+        out = al.attention(q, k, v, scale=scale, method=method)
+        np.testing.assert_allclose(out, np.broadcast_to(want, out.shape), rtol=1e-12)
+        grads = al.attention_backward(q, k, v, np.ones((3, 2)), scale=scale, method=method)
+        assert all(np.isfinite(a).all() for a in grads), method
+        np.testing.assert_allclose(grads[2].sum(0), [3.0, 3.0], rtol=1e-12)  # Pᵀ dO sums to N
+
+
+def test_a_dense_score_table_past_the_machines_memory_is_refused_before_any_work():
+    """10^6 x 10^6 float32 scores (3.7 TB) on the dense method: refused at once, naming the
+    blockwise method, instead of running for hours."""
+    x = np.zeros((10**6, 4), np.float32)
+    with pytest.raises(AttnlabError, match="method='blockwise'"):
+        al.attention(x, x, x, method="dense")
+    with pytest.raises(AttnlabError, match="method='blockwise'"):
+        al.attention_backward(x, x, x, x, method="dense")
