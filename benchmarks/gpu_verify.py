@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F  # noqa: N812
+import torch.nn.functional as F
 from safetensors.torch import save_file
 
 from attnlab.verifier import verify_file
@@ -62,7 +62,10 @@ def sdpa_case(dev, dtype, backend, *, b, n, m, h, h_kv, d, causal, seed, scale_b
         )
         dq, dk, dv = _grads(out, leaves, do.transpose(1, 2))
     case = {"q": q, "k": k, "v": v, "do": do}
-    case |= {n_: t.transpose(1, 2) for n_, t in zip(("out", "dq", "dk", "dv"), (out, dq, dk, dv))}
+    case |= {
+        n_: t.transpose(1, 2)
+        for n_, t in zip(("out", "dq", "dk", "dv"), (out, dq, dk, dv), strict=True)
+    }
     # SDPA's is_causal is top-left aligned; FlashAttention's (verify's) bottom-right: equal
     # for N = M only, so the cases keep N = M when causal.
     return case, {"causal": causal}
@@ -113,7 +116,7 @@ def flex_case(dev, dtype, kind, *, b, n, h, h_kv, d, seed, compiled):
     if compiled:
         dq, dk, dv = _grads(out, leaves, do.transpose(1, 2))
         case |= {"do": do} | {
-            n_: t.transpose(1, 2) for n_, t in zip(("dq", "dk", "dv"), (dq, dk, dv))
+            n_: t.transpose(1, 2) for n_, t in zip(("dq", "dk", "dv"), (dq, dk, dv), strict=True)
         }
     return case, options
 
@@ -195,7 +198,7 @@ def main(argv=None) -> int:
         )
         print(_line("bug-scale-1.05 (must FAIL)", results["bug-scale-1.05"]), flush=True)
         m = n + n // 2  # top-left causal on N != M: FlashAttention's is bottom-right
-        q, k, v, do = _inputs(dev, torch.bfloat16, 1, n, m, h, h, d, 4)
+        q, k, v, _ = _inputs(dev, torch.bfloat16, 1, n, m, h, h, d, 4)
         leaves = [x.transpose(1, 2).detach().requires_grad_() for x in (q, k, v)]
         out = F.scaled_dot_product_attention(*leaves, is_causal=True)
         case = {"q": q, "k": k, "v": v, "out": out.transpose(1, 2)}
