@@ -21,6 +21,7 @@ import math
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import torch
@@ -75,6 +76,8 @@ def flex_case(dev, dtype, kind, *, b, n, h, h_kv, d, seed, compiled):
     """FlexAttention with a block mask or a score_mod, and its lse, forward and backward."""
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
+    if compiled:  # a fresh compile per case: past dynamo's recompile limit it falls back to eager
+        torch._dynamo.reset()
     fn = torch.compile(flex_attention) if compiled else flex_attention
     q, k, v, do = _inputs(dev, dtype, b, n, n, h, h_kv, d, seed)
     leaves = [x.transpose(1, 2).detach().requires_grad_() for x in (q, k, v)]
@@ -157,6 +160,8 @@ def main(argv=None) -> int:
     ap.add_argument("--d", type=int, default=128)
     ap.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
+    warnings.filterwarnings("ignore", module="torch")
+    warnings.filterwarnings("ignore", message=".*kernel not used.*")
     dev = torch.device(args.device)
     cuda = dev.type == "cuda"
     n, h, h_kv, d = args.n, args.heads, args.kv_heads, args.d
@@ -171,7 +176,7 @@ def main(argv=None) -> int:
             dn = str(dtype).removeprefix("torch.")
             for backend in backends:
                 for causal in (False, True):
-                    gqa = backend != "cudnn"  # cuDNN SDPA takes no enable_gqa on some builds
+                    gqa = backend == "flash"  # the others' fused kernels take no GQA here
                     hk = h_kv if gqa else h
                     name = f"sdpa-{backend}-{dn}-{'causal' if causal else 'full'}-hkv{hk}"
                     try:
@@ -184,8 +189,11 @@ def main(argv=None) -> int:
                     print(_line(name, results[name]), flush=True)
             for kind in ("causal", "window", "softcap", "alibi"):
                 name = f"flex-{kind}-{dn}"
-                case, opts = flex_case(dev, dtype, kind, seed=2, compiled=cuda,
-                                       **{k: v for k, v in dims.items()})  # fmt: skip
+                try:
+                    case, opts = flex_case(dev, dtype, kind, seed=2, compiled=cuda, **dims)
+                except (RuntimeError, AssertionError) as exc:  # torch.compile's own failures
+                    print(f"{name:44s} SKIP  {str(exc).splitlines()[0][:90]}", flush=True)
+                    continue
                 results[name], expected[name] = judge(case, opts, folder, name), True
                 print(_line(name, results[name]), flush=True)
         # Planted bugs: each must be rejected.
