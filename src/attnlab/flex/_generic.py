@@ -1,0 +1,69 @@
+"""Flex attention with an arbitrary score_mod, one row of tiles at a time (forward only).
+
+Shape legend (torch's FlexAttention letters):
+    B   batch       H   query heads     G   query heads per key/value head
+    L   query rows  S   key rows        E   query/key width     Ev  value width
+    r   a row of tiles' query rows      K   the keys of the tiles it computes
+
+A score_mod may be any function of the score, so it cannot ride on attention's mask protocol as
+the named ones do (``_mask.py``). Here each row of tiles gathers the keys of its computed tiles
+(skipped tiles cost nothing), scores them, calls score_mod once on the (B, H, r, K) block, calls
+mask_mod only on partial tiles, and takes the weights from ``core.softmax.logsumexp``: the same
+exp(z − lse) every attnlab kernel computes, with a row that allows no key giving 0 and -inf.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attnlab.core.softmax import logsumexp
+from attnlab.flex._block_mask import EMPTY, FULL, PARTIAL, BlockMask
+from attnlab.flex._calls import call_mask_mod, call_score_mod, indices
+
+__all__ = ["forward"]
+
+
+def _allowed(bm: BlockMask, kinds: np.ndarray, args: tuple, shape: tuple, keys: np.ndarray):
+    """Bool (B, H, r, K): FULL tiles allowed, PARTIAL ones by mask_mod, EMPTY ones blocked."""
+    kind = kinds[:, :, None, keys // bm.BLOCK_SIZE[1]]  # (B|1, H|1, 1, K)
+    if not (kind == PARTIAL).any():
+        return kind == FULL
+    partial = kind == PARTIAL
+    # Only the keys of a tile partial somewhere are shown to the mask_mod.
+    cols = np.flatnonzero(partial.any(axis=(0, 1, 2)))
+    sub = (args[0], args[1], args[2], args[3][..., cols])
+    rule = call_mask_mod(bm.mask_mod, sub, shape[:3] + (len(cols),))  # (B, H, r, K')
+    allowed = np.broadcast_to(kind == FULL, shape).copy()
+    allowed[..., cols] |= rule & partial[..., cols]
+    return allowed
+
+
+def forward(q, k, v, score_mod, bm: BlockMask, scale: float, group: int):
+    """(out (B, H, L, Ev), lse (B, H, L)) for validated arrays: q (B, H, L, E), k (B|1, Hkv, S,
+    E), v (B|1, Hkv, S, Ev), in q's dtype."""
+    batch, heads, n, _ = q.shape
+    kv_head = np.arange(heads) // group  # (H,): the key/value head each query head reads
+    out = np.zeros((batch, heads, n, v.shape[-1]), q.dtype)  # (B, H, L, Ev)
+    lse = np.full((batch, heads, n), -np.inf, q.dtype)  # (B, H, L)
+    kh, vh = k[:, kv_head], v[:, kv_head]  # (B|1, H, S, E), (B|1, H, S, Ev)
+    bq, bk = bm.BLOCK_SIZE
+    for i in range(bm.kinds.shape[2]):
+        kinds = bm.kinds[:, :, i]  # (B|1, H|1, nk)
+        tiles = np.flatnonzero((kinds != EMPTY).any(axis=(0, 1)))
+        if tiles.size == 0:
+            continue  # every tile of the row skipped: out 0, lse -inf
+        keys = (tiles[:, None] * bk + np.arange(bk)).reshape(-1)
+        keys = keys[keys < k.shape[2]]  # (K,)
+        rows = np.arange(i * bq, min(n, (i + 1) * bq))
+        kt, vt = kh[:, :, keys], vh[:, :, keys]  # (B|1, H, K, E), (B|1, H, K, Ev)
+        scores = (q[:, :, rows] @ np.swapaxes(kt, -1, -2)) * q.dtype.type(scale)  # (B,H,r,K)
+        args = indices(batch, heads, rows, keys)
+        allowed = _allowed(bm, kinds, args, scores.shape, keys)
+        z = call_score_mod(score_mod, scores, args, allowed)  # (B, H, r, K), -inf if blocked
+        row_lse = logsumexp(z, axis=-1)  # (B, H, r)
+        live = np.isfinite(row_lse)[..., None]  # rows with an allowed key
+        with np.errstate(invalid="ignore"):  # -inf - -inf on a row with no key, zeroed next
+            p = np.where(live, np.exp(z - row_lse[..., None]), 0.0).astype(q.dtype)
+        out[:, :, rows] = p @ vt
+        lse[:, :, rows] = row_lse
+    return out, lse
