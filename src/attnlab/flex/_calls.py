@@ -32,8 +32,8 @@ def _run(name: str, fn, args) -> np.ndarray:
         return np.asarray(out)
     except Exception as exc:  # the caller's code: whatever it raises is reported as one error
         raise AttnlabError(
-            f"expected {name} to compute from numpy index arrays (b, h, q_idx, kv_idx), but "
-            f"calling it raised {type(exc).__name__}: {exc} instead"
+            f"expected {name} to run on numpy index arrays (b, h, q_idx, kv_idx), but got "
+            f"{type(exc).__name__}: {exc} from it instead"
         ) from None
 
 

@@ -17,25 +17,11 @@ from __future__ import annotations
 import numpy as np
 
 from attnlab.core.softmax import logsumexp
-from attnlab.flex._block_mask import EMPTY, FULL, PARTIAL, BlockMask
-from attnlab.flex._calls import call_mask_mod, call_score_mod, indices
+from attnlab.flex._block_mask import EMPTY, BlockMask
+from attnlab.flex._calls import call_score_mod, indices
+from attnlab.flex._mask import allowed_pairs
 
 __all__ = ["forward"]
-
-
-def _allowed(bm: BlockMask, kinds: np.ndarray, args: tuple, shape: tuple, keys: np.ndarray):
-    """Bool (B, H, r, K): FULL tiles allowed, PARTIAL ones by mask_mod, EMPTY ones blocked."""
-    kind = kinds[:, :, None, keys // bm.BLOCK_SIZE[1]]  # (B|1, H|1, 1, K)
-    if not (kind == PARTIAL).any():
-        return kind == FULL
-    partial = kind == PARTIAL
-    # Only the keys of a tile partial somewhere are shown to the mask_mod.
-    cols = np.flatnonzero(partial.any(axis=(0, 1, 2)))
-    sub = (args[0], args[1], args[2], args[3][..., cols])
-    rule = call_mask_mod(bm.mask_mod, sub, shape[:3] + (len(cols),))  # (B, H, r, K')
-    allowed = np.broadcast_to(kind == FULL, shape).copy()
-    allowed[..., cols] |= rule & partial[..., cols]
-    return allowed
 
 
 def forward(q, k, v, score_mod, bm: BlockMask, scale: float, group: int):
@@ -58,7 +44,7 @@ def forward(q, k, v, score_mod, bm: BlockMask, scale: float, group: int):
         kt, vt = kh[:, :, keys], vh[:, :, keys]  # (B|1, H, K, E), (B|1, H, K, Ev)
         scores = (q[:, :, rows] @ np.swapaxes(kt, -1, -2)) * q.dtype.type(scale)  # (B,H,r,K)
         args = indices(batch, heads, rows, keys)
-        allowed = _allowed(bm, kinds, args, scores.shape, keys)
+        allowed = allowed_pairs(bm, kinds, args, scores.shape, keys)
         z = call_score_mod(score_mod, scores, args, allowed)  # (B, H, r, K), -inf if blocked
         row_lse = logsumexp(z, axis=-1)  # (B, H, r)
         live = np.isfinite(row_lse)[..., None]  # rows with an allowed key

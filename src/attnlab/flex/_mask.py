@@ -19,10 +19,26 @@ from typing import ClassVar
 import numpy as np
 
 from attnlab.core._mask_base import Mask, TileState
-from attnlab.flex._block_mask import EMPTY, FULL, BlockMask
+from attnlab.flex._block_mask import EMPTY, FULL, PARTIAL, BlockMask
 from attnlab.flex._calls import call_mask_mod, indices
 
-__all__ = ["FlexBias", "FlexMask"]
+__all__ = ["FlexBias", "FlexMask", "allowed_pairs"]
+
+
+def allowed_pairs(bm: BlockMask, kinds: np.ndarray, args: tuple, shape: tuple, keys: np.ndarray):
+    """Bool (B, H, r, K) for one row of tiles (``kinds`` (B|1, H|1, nk), keys (K,) any of the
+    row's keys): FULL tiles allowed, EMPTY ones blocked, and the mask_mod called once, on the
+    keys of the tiles partial somewhere in the row only."""
+    kind = kinds[:, :, None, keys // bm.BLOCK_SIZE[1]]  # (B|1, H|1, 1, K)
+    partial = kind == PARTIAL
+    if not partial.any():
+        return kind == FULL
+    cols = np.flatnonzero(partial.any(axis=(0, 1, 2)))
+    sub = (args[0], args[1], args[2], args[3][..., cols])
+    rule = call_mask_mod(bm.mask_mod, sub, shape[:3] + (len(cols),))  # (B, H, r, K')
+    allowed = np.broadcast_to(kind == FULL, shape).copy()
+    allowed[..., cols] |= rule & partial[..., cols]
+    return allowed
 
 
 def _blocks(span: tuple[int, int], size: int) -> slice:
@@ -56,15 +72,18 @@ class FlexMask(Mask):
         if (kinds == FULL).all() or (kinds == EMPTY).all():
             return np.full((1,) * 5, bool((kinds == FULL).all()))  # (1, 1, 1, 1, 1)
         heads = self.kv_heads * self.group
-        r, c = np.arange(*rows), np.arange(*cols)
-        shape = (self.batch, heads, len(r), len(c))
-        allowed = call_mask_mod(self.block_mask.mask_mod, indices(self.batch, heads, r, c), shape)
-        # A tile the block mask skips stays blocked whatever the mask_mod says of it.
-        bq, bk = self.block_mask.BLOCK_SIZE
-        down, across = r // bq - r[0] // bq, c // bk - c[0] // bk
-        open_tile = (kinds != EMPTY)[:, :, down[:, None], across[None, :]]  # (B|1, H|1, r, c)
-        allowed = allowed & open_tile  # (B, H, r, c)
-        return allowed.reshape(self.batch, self.kv_heads, self.group, len(r), len(c))
+        bm, (bq, _) = self.block_mask, self.block_mask.BLOCK_SIZE
+        keys = np.arange(*cols)
+        out = np.empty((self.batch, heads, rows[1] - rows[0], len(keys)), bool)  # (B, H, r, c)
+        # One row of the block mask's tiles at a time, so mask_mod sees partial tiles only.
+        for i in range(rows[0] // bq, (rows[1] - 1) // bq + 1):
+            r = np.arange(max(rows[0], i * bq), min(rows[1], (i + 1) * bq))
+            args = indices(self.batch, heads, r, keys)
+            part = allowed_pairs(
+                bm, bm.kinds[:, :, i], args, (self.batch, heads, len(r), len(keys)), keys
+            )
+            out[:, :, r - rows[0]] = part
+        return out.reshape(self.batch, self.kv_heads, self.group, *out.shape[2:])
 
 
 class FlexBias(Mask):
