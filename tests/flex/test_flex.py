@@ -4,15 +4,11 @@ repr by hand; and that mask_mod is never shown a tile the block mask skips."""
 
 from __future__ import annotations
 
-import functools
-
 import numpy as np
 import pytest
 
 import attnlab as al
 from attnlab import flex
-from attnlab.api.attention import attention as real_attention
-from attnlab.flex import attention as flex_module
 from tolerances import F64
 
 RNG = np.random.default_rng(6)
@@ -43,14 +39,6 @@ def by_hand(q, k, v, score_mod, mask_mod, scale, group):
 
 def hand_alibi(slopes):
     return lambda s, b, h, i, j: s - slopes[h] * abs(i - j)
-
-
-@pytest.fixture(params=["dense", "blockwise"])
-def method(request, monkeypatch):
-    """Run the named mods' attention call on one kernel (auto picks dense at these sizes)."""
-    pinned = functools.partial(real_attention, method=request.param)
-    monkeypatch.setattr(flex_module, "attention", pinned)
-    return request.param
 
 
 CASES = {

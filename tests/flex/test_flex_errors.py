@@ -64,6 +64,25 @@ def test_a_mask_mod_that_returns_non_booleans_or_raises_is_refused():
         al.create_block_mask(flex.causal(), None, None, 0, 8)
 
 
+@pytest.mark.parametrize("mod", [None, flex.alibi([0.1, 0.2, 0.3, 0.4]), lambda s, b, h, q, kv: s])
+@pytest.mark.parametrize("turn", ["raises", "ints", "wrong shape"])
+def test_a_mask_mod_that_turns_hostile_inside_a_kernel_is_one_error(method, mod, turn):
+    # Fine while create_block_mask runs it, hostile when the kernel renders a partial tile.
+    armed = []
+
+    def rule(b, h, q, kv):
+        return HOSTILE_MASK[turn](b, h, q, kv) if armed else kv <= q + 2
+
+    bm = al.create_block_mask(rule, None, None, 9, 11, BLOCK_SIZE=4)
+    armed.append(True)
+    with pytest.raises(AttnlabError, match="expected mask_mod") as info:
+        al.flex_attention(Q, K, V, mod, bm, enable_gqa=True)
+    assert "but got" in str(info.value)
+    if mod is None or isinstance(mod, flex._mods.ALiBi):
+        with pytest.raises(AttnlabError, match="expected mask_mod"):
+            al.flex_attention_backward(Q, K, V, np.ones((2, 4, 9, 5)), mod, bm, enable_gqa=True)
+
+
 def test_backward_refuses_what_it_cannot_differentiate():
     g = np.ones((2, 4, 9, 5))
     with pytest.raises(

@@ -8,8 +8,8 @@ Shape legend:
     heads broadcast over G and grouped-query attention needs no copy of k or v.
 
 ``FlexMask`` answers ``tile_state`` from the block mask's tiles (a skipped tile is never
-computed) and renders a tile by calling the mask_mod only where some tile is partial;
-``FlexBias`` renders ALiBi's or a relative bias's additive table one tile at a time.
+computed), renders a tile by calling the mask_mod only where some tile is partial, and adds
+ALiBi's or a relative bias's table one tile at a time.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from attnlab.core._mask_base import Mask, TileState
 from attnlab.flex._block_mask import EMPTY, FULL, PARTIAL, BlockMask
 from attnlab.flex._calls import call_mask_mod, indices
 
-__all__ = ["FlexBias", "FlexMask", "allowed_pairs"]
+__all__ = ["FlexMask", "allowed_pairs"]
 
 
 def allowed_pairs(bm: BlockMask, kinds: np.ndarray, args: tuple, shape: tuple, keys: np.ndarray):
@@ -46,16 +46,30 @@ def _blocks(span: tuple[int, int], size: int) -> slice:
 
 
 class FlexMask(Mask):
-    """The block mask of a flex call over attention's (B, Hkv, G) leading axes."""
+    """The block mask of a flex call, and its bias score_mod if any (``flex.alibi``,
+    ``flex.relative_bias``), as one mask spec over attention's (B, Hkv, G) leading axes.
+
+    One spec, not a sum of two: a sum's shape is found by rendering a 1 x 1 tile of each part,
+    which would call the mask_mod at validation, where its errors would be mistaken for shapes.
+    """
 
     batched: ClassVar[bool] = True
 
-    def __init__(self, block_mask: BlockMask, batch: int, kv_heads: int, group: int):
-        self.block_mask = block_mask
+    def __init__(self, block_mask: BlockMask, bias_mod, batch: int, kv_heads: int, group: int):
+        self.block_mask, self.bias_mod = block_mask, bias_mod
         self.batch, self.kv_heads, self.group = batch, kv_heads, group
 
+    @property
+    def boolean(self) -> bool:  # type: ignore[override]
+        return self.bias_mod is None
+
     def __repr__(self) -> str:
-        return f"block_mask (mask_mod {getattr(self.block_mask.mask_mod, '__name__', '?')})"
+        name = getattr(self.block_mask.mask_mod, "__name__", repr(self.block_mask.mask_mod))
+        bias = "" if self.bias_mod is None else f" and score_mod {self.bias_mod!r}"
+        return f"block_mask (mask_mod {name}){bias}"
+
+    def table_shape(self, n, m, lead_ndim):
+        return (self.batch, self.kv_heads, self.group, n, m)
 
     def _kinds(self, rows, cols) -> np.ndarray:
         bq, bk = self.block_mask.BLOCK_SIZE
@@ -85,27 +99,11 @@ class FlexMask(Mask):
             out[:, :, r - rows[0]] = part
         return out.reshape(self.batch, self.kv_heads, self.group, *out.shape[2:])
 
-
-class FlexBias(Mask):
-    """A bias score_mod (``flex.alibi``, ``flex.relative_bias``) as an additive mask spec."""
-
-    boolean: ClassVar[bool] = False
-
-    def __init__(self, mod, kv_heads: int, group: int):
-        self.mod, self.kv_heads, self.group = mod, kv_heads, group
-
-    def __repr__(self) -> str:
-        return f"score_mod {self.mod!r}"
-
-    def block(self, rows, cols, n, m, lead_ndim):
-        return np.ones((1,) * 5, bool)  # a bias blocks nothing: (1, 1, 1, 1, 1)
-
-    def tile_state(self, rows, cols, n, m, lead_ndim=None):
-        return TileState.OPEN
-
     def bias(self, rows, cols, n, m, lead_ndim):
+        """The bias mod's table on the tile, -inf where the block mask blocks the pair."""
         heads = self.kv_heads * self.group
         r, c = np.arange(*rows, dtype=np.int64), np.arange(*cols, dtype=np.int64)
         _, h, qi, ki = indices(1, heads, r, c)
-        table = np.broadcast_to(self.mod.bias(h, qi, ki), (1, heads, len(r), len(c)))
-        return table.reshape(1, self.kv_heads, self.group, len(r), len(c))  # (1, Hkv, G, r, c)
+        table = np.broadcast_to(self.bias_mod.bias(h, qi, ki), (1, heads, len(r), len(c)))
+        table = table.reshape(1, self.kv_heads, self.group, len(r), len(c))  # (1, Hkv, G, r, c)
+        return np.where(self.block(rows, cols, n, m, lead_ndim), table, -np.inf)

@@ -18,7 +18,7 @@ from attnlab.api.backward import attention_backward
 from attnlab.errors import AttnlabError
 from attnlab.flex import _generic
 from attnlab.flex._checks import check_call, check_grad
-from attnlab.flex._mask import FlexBias, FlexMask
+from attnlab.flex._mask import FlexMask
 from attnlab.flex._mods import ALiBi, RelativeBias, Softcap
 
 __all__ = ["flex_attention", "flex_attention_backward"]
@@ -41,10 +41,9 @@ def _as_attention(x, cap, bias_mod) -> tuple[tuple, dict]:
     hkv = x.k.shape[1]
     q = x.q.reshape(batch, hkv, x.group, n, e)  # (B, Hkv, G, L, E)
     k, v = x.k[:, :, None], x.v[:, :, None]  # (B|1, Hkv, 1, S, E), (B|1, Hkv, 1, S, Ev)
-    mask = FlexMask(x.block_mask, batch, hkv, x.group) if x.given_mask else None
-    if bias_mod is not None:
-        bias = FlexBias(bias_mod, hkv, x.group)
-        mask = bias if mask is None else mask + bias
+    mask = None
+    if x.given_mask or bias_mod is not None:
+        mask = FlexMask(x.block_mask, bias_mod, batch, hkv, x.group)
     options = {"scale": x.scale, "softcap": cap, "fully_masked": "zero"}
     if x.given_mask:  # tiles of the block mask's size: a skipped tile is a whole kernel tile
         options["block_size"] = x.block_mask.BLOCK_SIZE
