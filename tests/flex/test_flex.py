@@ -106,3 +106,15 @@ def test_gradients_by_finite_differences(method):
             x[idx] += 1e-6
             numeric[idx] = (up - down) / 2e-6
         np.testing.assert_allclose(grad, numeric, rtol=1e-3, atol=1e-5)
+
+
+@pytest.mark.parametrize("score_mod", [None, flex.softcap(2.0), lambda s, b, h, q, kv: s - 0.1 * h])
+def test_float32_stays_float32_within_float32s_error(score_mod, method):
+    q, k, v = (RNG.standard_normal((1, 2, 40, 8)) for _ in range(3))
+    bm = al.create_block_mask(flex.causal(), None, None, 40, 40, BLOCK_SIZE=16)
+    out64, lse64 = al.flex_attention(q, k, v, score_mod, bm, return_lse=True)
+    f32 = (x.astype(np.float32) for x in (q, k, v))
+    out, lse = al.flex_attention(*f32, score_mod, bm, return_lse=True)
+    assert out.dtype == lse.dtype == np.float32
+    np.testing.assert_allclose(out, out64, rtol=0, atol=2e-5)
+    np.testing.assert_allclose(lse, lse64, rtol=0, atol=2e-5)

@@ -103,6 +103,7 @@ CASES = [
     ("arbitrary", "causal_offset", (None, None), 16),  # 29 rows see no key: out 0, lse -inf
     ("arbitrary", "per_head", (2, 4), 12),
     ("softcap", "per_head", (2, 4), (8, 16)),
+    ("alibi", "causal_offset", (None, None), 16),  # the same empty rows through attention
 ]
 
 

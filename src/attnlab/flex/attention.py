@@ -65,9 +65,10 @@ def flex_attention(
     Args:
         query: (B, H, L, E).  key: (B, Hkv, S, E).  value: (B, Hkv, S, Ev); key and value may
             have batch 1 (shared by every batch element).
-        score_mod: None, or score_mod(score, b, h, q_idx, kv_idx) -> new score, called on the
-            scaled scores with broadcastable integer arrays b (B, 1, 1, 1), h (1, H, 1, 1),
-            q_idx (1, 1, rows, 1), kv_idx (1, 1, 1, keys). ``attnlab.flex.softcap``, ``alibi``
+        score_mod: None, or score_mod(score, b, h, q_idx, kv_idx) -> new score, called on a
+            block of scaled scores (B, H, rows, keys) with broadcastable integer arrays
+            b (B, 1, 1, 1), h (1, H, 1, 1), q_idx (1, 1, rows, 1), kv_idx (1, 1, 1, keys),
+            possibly from several threads at once. ``attnlab.flex.softcap``, ``alibi``
             and ``relative_bias`` run through ``attnlab.attention`` and have a backward.
         block_mask: None (every pair) or ``create_block_mask(...)``; its skipped tiles are not
             computed and its mask_mod is called only on partial ones.
