@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import attnlab as al
 from attnlab import flex
@@ -118,3 +120,44 @@ def test_float32_stays_float32_within_float32s_error(score_mod, method):
     assert out.dtype == lse.dtype == np.float32
     np.testing.assert_allclose(out, out64, rtol=0, atol=2e-5)
     np.testing.assert_allclose(lse, lse64, rtol=0, atol=2e-5)
+
+
+MODS = {
+    "none": (None, None),
+    "softcap": (flex.softcap(1.3), lambda s, b, h, i, j: 1.3 * np.tanh(s / 1.3)),
+    "alibi": (flex.alibi([0.3, 0.7]), hand_alibi([0.3, 0.7])),
+    "arbitrary": (lambda s, b, h, q, kv: np.cos(s) + b - h * q, lambda s, b, h, i, j: np.cos(s) + b - h * i),
+}  # fmt: skip
+RULES = {
+    "none": lambda b, h, i, j: True,
+    "window": lambda b, h, i, j: j - 2 <= i <= j + 1,
+    "checker": lambda b, h, i, j: (i + j + b + h) % 3 != 0,
+    "per batch": lambda b, h, i, j: j < 2 + 3 * b,
+}
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    mod=st.sampled_from(sorted(MODS)),
+    rule=st.sampled_from(sorted(RULES)),
+    n=st.integers(1, 9),
+    m=st.integers(1, 9),
+    bq=st.integers(1, 6),
+    bk=st.integers(1, 6),
+    batch=st.integers(1, 2),
+)
+def test_any_shape_and_tiling_equals_the_definition(mod, rule, n, m, bq, bk, batch):
+    score_mod, hand_score = MODS[mod]
+    hand_rule = RULES[rule]
+
+    def mask_mod(b, h, q, kv):  # the same rule on index arrays
+        return np.vectorize(hand_rule)(b, h, q, kv).astype(bool)
+
+    q = RNG.standard_normal((batch, 2, n, 3))
+    k, v = RNG.standard_normal((batch, 1, m, 3)), RNG.standard_normal((batch, 1, m, 2))
+    bm = al.create_block_mask(mask_mod, batch, 2, n, m, BLOCK_SIZE=(bq, bk))
+    out, lse = al.flex_attention(q, k, v, score_mod, bm, enable_gqa=True, return_lse=True)
+    out_h, lse_h = by_hand(q, k, v, hand_score, hand_rule, 1 / np.sqrt(3), 2)
+    np.testing.assert_allclose(out, out_h, **F64)
+    np.testing.assert_array_equal(np.isneginf(lse), np.isneginf(lse_h))
+    np.testing.assert_allclose(lse[np.isfinite(lse)], lse_h[np.isfinite(lse_h)], **F64)

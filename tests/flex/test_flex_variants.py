@@ -65,3 +65,13 @@ def test_sinks_as_one_more_key_with_a_zero_value():
     out_a, lse_a = al.attention(Q, K, V, sinks=sinks, return_lse=True)
     np.testing.assert_allclose(out, out_a, **F64)
     np.testing.assert_allclose(lse, lse_a, **F64)
+
+
+def test_per_batch_documents():
+    docs = np.stack([np.repeat([0, 1], [6, 8]), np.repeat([0, 1, 2, 3], [2, 2, 5, 5])])  # (B, S)
+    q_docs = docs[:, S - L :]  # the queries are the last L positions
+    out, lse = _flex(None, flex.document(q_docs, docs))
+    allowed = q_docs[:, None, :, None] == docs[:, None, None, :]  # (B, 1, L, S), by hand
+    out_a, lse_a = al.attention(Q, K, V, allowed, return_lse=True)
+    np.testing.assert_allclose(out, out_a, **F64)
+    np.testing.assert_allclose(lse, lse_a, **F64)
