@@ -45,8 +45,10 @@ def _as_attention(x, cap, bias_mod) -> tuple[tuple, dict]:
     if x.given_mask or bias_mod is not None:
         mask = FlexMask(x.block_mask, bias_mod, batch, hkv, x.group)
     options = {"scale": x.scale, "softcap": cap, "fully_masked": "zero"}
-    if x.given_mask:  # tiles of the block mask's size: a skipped tile is a whole kernel tile
-        options["block_size"] = x.block_mask.BLOCK_SIZE
+    if x.given_mask:
+        # Kernel tiles a whole number of the block mask's tiles, so a tile the block mask skips
+        # is never cut; at least 128 a side, as tiny tiles would cost more than they skip.
+        options["block_size"] = tuple(b * max(1, 128 // b) for b in x.block_mask.BLOCK_SIZE)
     return (q, k, v, mask), options
 
 
