@@ -152,3 +152,27 @@ def test_hostile_mods_give_one_typed_error_never_a_traceback(score, mask, n, m, 
         return
     # Only harmless mods get here (a +inf or NaN on pairs the mask blocks, say): no NaN out.
     assert np.isfinite(out).all() and not np.isnan(lse).any() and not np.isposinf(lse).any()
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    scale_q=st.sampled_from([1e-300, 1e-30, 1.0, 1e30, 1e160, 1e300]),
+    scale_v=st.sampled_from([1e-300, 1.0, 1e300]),
+    mod=st.sampled_from(["none", "softcap", "alibi", "arbitrary"]),
+    dtype=st.sampled_from([np.float32, np.float64]),
+)
+def test_extreme_inputs_give_finite_results_or_one_typed_error(scale_q, scale_v, mod, dtype):
+    mods = {"none": None, "softcap": flex.softcap(5.0), "alibi": flex.alibi([1.0, 2.0]),
+            "arbitrary": lambda s, b, h, q, kv: s - 0.5 * h}  # fmt: skip
+    with np.errstate(over="ignore", under="ignore"):  # 1e300 is inf in float32: refused below
+        q = (RNG.standard_normal((1, 2, 6, 3)) * scale_q).astype(dtype)
+        k = (RNG.standard_normal((1, 2, 7, 3)) * scale_q).astype(dtype)
+        v = (RNG.standard_normal((1, 2, 7, 2)) * scale_v).astype(dtype)
+    bm = al.create_block_mask(flex.causal(1), None, None, 6, 7, BLOCK_SIZE=4)
+    try:
+        # Any RuntimeWarning is an error too (pytest's filterwarnings): no overflow goes unseen.
+        out, lse = al.flex_attention(q, k, v, mods[mod], bm, return_lse=True)
+    except AttnlabError as exc:
+        assert str(exc).startswith("expected ") and "\n" not in str(exc)
+        return
+    assert np.isfinite(out).all() and np.isfinite(lse).all()

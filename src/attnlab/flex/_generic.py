@@ -19,6 +19,7 @@ import os
 import numpy as np
 
 from attnlab.core.softmax import logsumexp
+from attnlab.errors import NonFiniteResultError
 from attnlab.flex._block_mask import EMPTY, BlockMask
 from attnlab.flex._calls import call_score_mod, indices
 from attnlab.flex._mask import allowed_pairs
@@ -61,7 +62,15 @@ def forward(q, k, v, score_mod, bm: BlockMask, scale: float, group: int):
         keys = keys[keys < k.shape[2]]  # (K,)
         rows = np.arange(r0, r1)
         kt, vt = kh[:, :, keys], vh[:, :, keys]  # (B|1, H, K, E), (B|1, H, K, Ev)
-        scores = (q[:, :, r0:r1] @ np.swapaxes(kt, -1, -2)) * q.dtype.type(scale)  # (B,H,r,K)
+        with np.errstate(all="ignore"):  # an overflow is refused just below, by name
+            scores = (q[:, :, r0:r1] @ np.swapaxes(kt, -1, -2)) * q.dtype.type(scale)  # (B,H,r,K)
+        if not np.isfinite(scores).all():
+            raise NonFiniteResultError(
+                f"expected q·kᵀ·scale to stay within {q.dtype}'s range, but got inf or NaN from "
+                "query and key instead (scale them down)",
+                stage="forward",
+                array="scores",
+            )
         args = indices(batch, heads, rows, keys)
         allowed = allowed_pairs(bm, kinds, args, scores.shape, keys)
         z = call_score_mod(score_mod, scores, args, allowed)  # (B, H, r, K), -inf if blocked
@@ -69,10 +78,18 @@ def forward(q, k, v, score_mod, bm: BlockMask, scale: float, group: int):
         live = np.isfinite(row_lse)[..., None]  # rows with an allowed key
         with np.errstate(invalid="ignore"):  # -inf - -inf on a row with no key, zeroed next
             p = np.where(live, np.exp(z - row_lse[..., None]), 0.0).astype(q.dtype)
-        out[:, :, r0:r1] = p @ vt
+        with np.errstate(all="ignore"):
+            out[:, :, r0:r1] = p @ vt
         lse[:, :, r0:r1] = row_lse
 
     items = _items(bm, n)
     with pool_map(os.cpu_count() or 1, len(items)) as each:
         each(piece, items)
+    if not np.isfinite(out).all():
+        raise NonFiniteResultError(
+            f"expected the output, a weighted average of value rows, within {q.dtype}'s range, "
+            "but got inf or NaN instead (scale value down)",
+            stage="forward",
+            array="output",
+        )
     return out, lse
