@@ -1,4 +1,4 @@
-"""Calling a user's score_mod or mask_mod once per tile, and refusing what comes back wrong.
+"""Calling a user's score_mod or mask_mod on a block of pairs, and refusing what comes back wrong.
 
 Shape legend (torch's FlexAttention letters):
     B   batch           H   query heads         L'  a tile's query rows   S'  its keys

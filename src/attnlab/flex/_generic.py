@@ -1,14 +1,14 @@
-"""Flex attention with an arbitrary score_mod, one row of tiles at a time (forward only).
+"""Flex attention with an arbitrary score_mod, by rows of tiles on the thread pool (forward only).
 
 Shape legend (torch's FlexAttention letters):
     B   batch       H   query heads     G   query heads per key/value head
     L   query rows  S   key rows        E   query/key width     Ev  value width
-    r   a row of tiles' query rows      K   the keys of the tiles it computes
+    r   a piece's query rows         K   the keys of the tiles its row computes
 
 A score_mod may be any function of the score, so it cannot ride on attention's mask protocol as
-the named ones do (``_mask.py``). Here each row of tiles gathers the keys of its computed tiles
-(skipped tiles cost nothing), scores them, calls score_mod once on the (B, H, r, K) block, calls
-mask_mod only on partial tiles, and takes the weights from ``core.softmax.logsumexp``: the same
+the named ones do (``_mask.py``). Here each row of tiles (in pieces of at most 128 rows)
+gathers the keys of its computed tiles (skipped tiles cost nothing), scores them, calls
+score_mod once on the (B, H, r, K) block, calls mask_mod only on partial tiles, and takes the weights from ``core.softmax.logsumexp``: the same
 exp(z − lse) every attnlab kernel computes, with a row that allows no key giving 0 and -inf.
 """
 
