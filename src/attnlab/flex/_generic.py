@@ -8,8 +8,9 @@ Shape legend (torch's FlexAttention letters):
 A score_mod may be any function of the score, so it cannot ride on attention's mask protocol as
 the named ones do (``_mask.py``). Here each row of tiles (in pieces of at most 128 rows)
 gathers the keys of its computed tiles (skipped tiles cost nothing), scores them, calls
-score_mod once on the (B, H, r, K) block, calls mask_mod only on partial tiles, and takes the weights from ``core.softmax.logsumexp``: the same
-exp(z − lse) every attnlab kernel computes, with a row that allows no key giving 0 and -inf.
+score_mod once on the (B, H, r, K) block, calls mask_mod only on partial tiles, and takes the
+weights from ``core.softmax.logsumexp``: the same exp(z − lse) every attnlab kernel computes,
+with a row that allows no key giving 0 and -inf.
 """
 
 from __future__ import annotations
