@@ -4,6 +4,8 @@ repr by hand; and that mask_mod is never shown a tile the block mask skips."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -11,6 +13,8 @@ from hypothesis import strategies as st
 
 import attnlab as al
 from attnlab import flex
+from attnlab.api.attention import attention as real_attention
+from attnlab.flex import attention as flex_module
 from tolerances import F64
 
 RNG = np.random.default_rng(6)
@@ -161,3 +165,28 @@ def test_any_shape_and_tiling_equals_the_definition(mod, rule, n, m, bq, bk, bat
     np.testing.assert_allclose(out, out_h, **F64)
     np.testing.assert_array_equal(np.isneginf(lse), np.isneginf(lse_h))
     np.testing.assert_allclose(lse[np.isfinite(lse)], lse_h[np.isfinite(lse_h)], **F64)
+
+
+def test_the_blockwise_kernel_never_renders_a_skipped_tile(monkeypatch):
+    from attnlab.flex._mask import FlexMask
+
+    rendered = []
+    real_block = FlexMask.block
+
+    def block(self, rows, cols, n, m, lead_ndim):
+        rendered.append((rows, cols))
+        return real_block(self, rows, cols, n, m, lead_ndim)
+
+    monkeypatch.setattr(FlexMask, "block", block)
+    q, k, v = (RNG.standard_normal((1, 2, 600, 4)) for _ in range(3))
+    bm = al.create_block_mask(flex.sliding_window(40), None, None, 600, 600, BLOCK_SIZE=64)
+    pinned = functools.partial(real_attention, method="blockwise")
+    monkeypatch.setattr(flex_module, "attention", pinned)
+    out = al.flex_attention(q, k, v, None, bm)
+    for rows, cols in rendered:
+        kinds = bm.kinds[0, 0, rows[0] // 64 : (rows[1] - 1) // 64 + 1, cols[0] // 64 : (cols[1] - 1) // 64 + 1]  # fmt: skip
+        assert (kinds != 0).any(), f"rendered {rows} x {cols}, which the block mask skips"
+    assert rendered and bm.sparsity() > 60
+    window = np.abs(np.subtract.outer(np.arange(600), np.arange(600))) <= 40
+    keep = window & (np.arange(600)[:, None] >= np.arange(600)[None, :])  # left=40, right=0
+    np.testing.assert_allclose(out, real_attention(q, k, v, keep), **F64)
