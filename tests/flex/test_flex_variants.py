@@ -9,7 +9,8 @@ import pytest
 
 import attnlab as al
 from attnlab import flex
-from attnlab.masks import ALiBi, Causal, Padding, SlidingWindow
+from attnlab.errors import AttnlabError
+from attnlab.masks import ALiBi, Causal, Dense, Padding, SlidingWindow
 from tolerances import F64
 
 RNG = np.random.default_rng(66)
@@ -75,3 +76,20 @@ def test_per_batch_documents():
     out_a, lse_a = al.attention(Q, K, V, allowed, return_lse=True)
     np.testing.assert_allclose(out, out_a, **F64)
     np.testing.assert_allclose(lse, lse_a, **F64)
+
+
+def test_causal_within_documents_and_or_masks():
+    ids = DOCS[S - L :], DOCS
+    out, lse = _flex(None, flex.and_masks(flex.causal(S - L), flex.document(*ids)))
+    same_doc = ids[0][:, None] == ids[1][None, :]  # (L, S), by hand
+    out_a, lse_a = al.attention(Q, K, V, Causal("bottom_right") + Dense(same_doc), return_lse=True)
+    np.testing.assert_allclose(out, out_a, **F64)
+    np.testing.assert_allclose(lse, lse_a, **F64)
+    # Either rule: the window, or the first key (a sink-like "global" key).
+    out, lse = _flex(None, flex.or_masks(flex.sliding_window(2), lambda b, h, q, kv: kv == 0))
+    j, i = np.meshgrid(np.arange(S), np.arange(L))
+    out_a, lse_a = al.attention(Q, K, V, ((j >= i - 2) & (j <= i)) | (j == 0), return_lse=True)
+    np.testing.assert_allclose(out, out_a, **F64)
+    np.testing.assert_allclose(lse, lse_a, **F64)
+    with pytest.raises(AttnlabError, match="expected every mask_mod given to and_masks"):
+        flex.and_masks(flex.causal(), "causal")

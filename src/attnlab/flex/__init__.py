@@ -8,7 +8,7 @@ attnlab's kernels, with the variants attnlab knows as named score_mods and mask_
                                  return_lse=True)
 
 A named mod (``softcap``, ``alibi``, ``relative_bias``; ``causal``, ``sliding_window``,
-``document``) is a frozen dataclass you can call and read; with one, the call runs through
+``document``; ``and_masks``/``or_masks`` join mask_mods) is a frozen dataclass you can call and read; with one, the call runs through
 ``attnlab.attention`` and has a backward (``flex_attention_backward``). Any callable works
 forward. docs/kernels.md ("FlexAttention") writes each attnlab variant as a mod.
 """
@@ -16,8 +16,10 @@ forward. docs/kernels.md ("FlexAttention") writes each attnlab variant as a mod.
 from attnlab.flex._block_mask import BlockMask, create_block_mask, noop_mask
 from attnlab.flex._mods import (
     alibi,
+    and_masks,
     causal,
     document,
+    or_masks,
     relative_bias,
     sliding_window,
     softcap,
@@ -27,12 +29,14 @@ from attnlab.flex.attention import flex_attention, flex_attention_backward
 __all__ = [
     "BlockMask",
     "alibi",
+    "and_masks",
     "causal",
     "create_block_mask",
     "document",
     "flex_attention",
     "flex_attention_backward",
     "noop_mask",
+    "or_masks",
     "relative_bias",
     "sliding_window",
     "softcap",

@@ -27,8 +27,10 @@ __all__ = [
     "SlidingWindow",
     "Softcap",
     "alibi",
+    "and_masks",
     "causal",
     "document",
+    "or_masks",
     "relative_bias",
     "sliding_window",
     "softcap",
@@ -214,3 +216,43 @@ def document(q_docs, kv_docs=None) -> Document:
             )
         arrays.append(arr)
     return Document(*arrays)
+
+
+@dataclass(frozen=True)
+class _Combine:
+    """mask_mods joined by & (every one allows) or | (any one allows), as torch's and_masks /
+    or_masks; ``mods`` keeps the parts readable."""
+
+    op: str
+    mods: tuple
+
+    def __call__(self, b, h, q_idx, kv_idx):
+        out = np.asarray(self.op == "and")  # the identity of the join: True for &, False for |
+        for mod in self.mods:
+            out = (
+                (out & mod(b, h, q_idx, kv_idx))
+                if self.op == "and"
+                else (out | mod(b, h, q_idx, kv_idx))
+            )
+        return out
+
+
+def _joined(op: str, mask_mods: tuple) -> _Combine:
+    for i, mod in enumerate(mask_mods):
+        if not callable(mod):
+            raise AttnlabError(
+                f"expected every mask_mod given to {op}_masks to be callable, but got {mod!r} "
+                f"at position {i} instead"
+            )
+    return _Combine(op, tuple(mask_mods))
+
+
+def and_masks(*mask_mods) -> _Combine:
+    """The mask_mod allowing a pair only where every one of ``mask_mods`` does (torch's
+    ``and_masks``): ``and_masks(causal(), document(ids))`` is causal attention within documents."""
+    return _joined("and", mask_mods)
+
+
+def or_masks(*mask_mods) -> _Combine:
+    """The mask_mod allowing a pair where any one of ``mask_mods`` does (torch's ``or_masks``)."""
+    return _joined("or", mask_mods)
