@@ -29,7 +29,11 @@ FLASH_OPTIONS = (
 _OPTIONS = ", ".join(f"{name}={default!r}" for name, default in FLASH_OPTIONS)
 _PACKED = "cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k"
 FLASH = {
-    "flash_attn_func": f"(q, k, v, {_OPTIONS}, return_attn_probs=False, *, rng=None)",
+    # FlashAttention 3's FP8 descales, keyword-only after FlashAttention 2's order.
+    "flash_attn_func": (
+        f"(q, k, v, {_OPTIONS}, return_attn_probs=False, *, rng=None, "
+        "q_descale=None, k_descale=None, v_descale=None)"
+    ),
     "flash_attn_qkvpacked_func": f"(qkv, {_OPTIONS}, return_attn_probs=False, *, rng=None)",
     "flash_attn_kvpacked_func": f"(q, kv, {_OPTIONS}, return_attn_probs=False, *, rng=None)",
     "flash_attn_backward": f"(dout, q, k, v, out=None, softmax_lse=None, {_OPTIONS})",

@@ -12,7 +12,8 @@ through its bits, so its memory stays shared (the KV cache writes into it).
 Precision, as FlashAttention has it: q, k, v (and dout) share one dtype; float16 and bfloat16
 are computed in float64 and rounded once at the end into that dtype (their log-sum-exp comes
 back in float32, as FlashAttention's); float32 and float64 stay themselves; integers compute
-and return in float64.
+and return in float64; float8 (FlashAttention 3's FP8, read with its descales) computes in
+float64 and returns bfloat16.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ __all__ = [
 
 BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 _HALF = (np.dtype(np.float16), BFLOAT16)
+# FlashAttention 3's FP8 inputs (see _fp8.py): taken only where a call reads their descales.
+_FP8 = (np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2))
 
 
 def as_numpy(name: str, x, *, shared: bool = False):
@@ -90,14 +93,23 @@ def _bfloat16_of(t) -> np.ndarray:
     return np.asarray(bits).view(BFLOAT16)
 
 
-def real_array(name: str, x, ndims: tuple[int, ...], layout: str, *, shared=False) -> np.ndarray:
-    """``x`` as an array of real numbers with one of ``ndims`` axes, or a ShapeError."""
+def real_array(
+    name: str, x, ndims: tuple[int, ...], layout: str, *, shared=False, fp8=False
+) -> np.ndarray:
+    """``x`` as an array of real numbers with one of ``ndims`` axes, or a ShapeError.
+    ``fp8``: float8 arrays are welcome (the call reads their descales)."""
     x = as_numpy(name, x, shared=shared)  # its own AttnlabError (a ValueError) goes on
     try:
         arr = np.asarray(x)
     except (ValueError, TypeError):
         raise ShapeError(f"expected {name} to be a rectangular array of numbers") from None
-    if arr.dtype.kind not in "iuf" and arr.dtype != BFLOAT16:
+    if arr.dtype in _FP8 and not fp8:
+        raise AttnlabError(
+            f"expected {name} in a dtype of 16 bits or more, but got {arr.dtype} instead: "
+            "float8 inputs need their descales, which flash_attn_func takes (q_descale, "
+            "k_descale, v_descale)"
+        )
+    if arr.dtype.kind not in "iuf" and arr.dtype not in (BFLOAT16, *_FP8):
         raise AttnlabError(f"expected {name} to hold real numbers, but got dtype {arr.dtype}")
     if arr.ndim not in ndims:
         raise ShapeError(
@@ -132,6 +144,8 @@ class Precision:
         f32, f64 = np.dtype(np.float32), np.dtype(np.float64)
         if dtype in _HALF:
             return cls(compute=f64, out=dtype, lse=f32)
+        if dtype in _FP8:  # FlashAttention 3 returns an FP8 call's output in bfloat16
+            return cls(compute=f64, out=BFLOAT16, lse=f32)
         if dtype in (f32, f64):
             return cls(compute=dtype, out=dtype, lse=dtype)
         return cls(compute=f64, out=f64, lse=f64)  # integers, longdouble
