@@ -30,6 +30,7 @@ from attnlab.verifier._baseline import baseline, score_pairs
 from attnlab.verifier._case import Case, CaseError, make_case
 from attnlab.verifier._cluster import cluster_answers
 from attnlab.verifier._dropout_stats import dropout_variance, statistical
+from attnlab.verifier._fp8 import is_fp8, verify_fp8
 from attnlab.verifier._hint import OTHER, layout_hint, reinterpreted, transposed_hint
 from attnlab.verifier._judging import (
     DEFAULT_MEMORY_BUDGET,
@@ -181,8 +182,9 @@ def _judged(entries: dict, layout: str, repeat=None, client=None, **judging) -> 
     the other layout."""
     entries = {name: value for name, value in entries.items() if value is not None}
     same = None if repeat is None else repeat_check(entries, repeat)  # refused before any work
-    if is_kvcache(entries):
-        report = verify_kvcache(entries, layout, **judging)
+    if is_kvcache(entries) or is_fp8(entries):
+        kind = verify_kvcache if is_kvcache(entries) else verify_fp8
+        report = kind(entries, layout, **judging)
         return report if same is None else dataclasses.replace(report, repeat=same)
     case = make_case(entries, layout)
     report = verify_case(case, client=client, **judging)
