@@ -44,6 +44,7 @@ from attnlab.verifier._load import read_case_file
 from attnlab.verifier._repeat import repeat_check
 from attnlab.verifier._report import VerifyReport
 from attnlab.verifier._rounding import load_ahead
+from attnlab.verifier._splits import is_split, verify_splits
 from attnlab.verifier._truth import truth
 
 __all__ = ["DEFAULT_MEMORY_BUDGET", "verify", "verify_case", "verify_file"]
@@ -182,6 +183,13 @@ def _judged(entries: dict, layout: str, repeat=None, client=None, **judging) -> 
     the other layout."""
     entries = {name: value for name, value in entries.items() if value is not None}
     same = None if repeat is None else repeat_check(entries, repeat)  # refused before any work
+    if is_split(entries):  # each partial state judged, then the rest as any case
+
+        def rest(whole, form):
+            return _judged(whole, form, None, client, **judging)
+
+        report = verify_splits(entries, layout, rest, **judging)
+        return report if same is None else dataclasses.replace(report, repeat=same)
     if is_kvcache(entries) or is_fp8(entries):
         kind = verify_kvcache if is_kvcache(entries) else verify_fp8
         report = kind(entries, layout, **judging)
