@@ -41,6 +41,7 @@ from attnlab.verifier._judging import (
 )
 from attnlab.verifier._kvcache import is_kvcache, verify_kvcache
 from attnlab.verifier._load import read_case_file
+from attnlab.verifier._mla import is_mla, verify_mla
 from attnlab.verifier._repeat import repeat_check
 from attnlab.verifier._report import VerifyReport
 from attnlab.verifier._rounding import load_ahead
@@ -190,8 +191,9 @@ def _judged(entries: dict, layout: str, repeat=None, client=None, **judging) -> 
 
         report = verify_splits(entries, layout, rest, **judging)
         return report if same is None else dataclasses.replace(report, repeat=same)
-    if is_kvcache(entries) or is_fp8(entries):
-        kind = verify_kvcache if is_kvcache(entries) else verify_fp8
+    kinds = ((is_mla, verify_mla), (is_kvcache, verify_kvcache), (is_fp8, verify_fp8))
+    kind = next((judged for test, judged in kinds if test(entries)), None)
+    if kind is not None:  # a case kind of its own: its exact answer from attnlab.flash
         report = kind(entries, layout, **judging)
         return report if same is None else dataclasses.replace(report, repeat=same)
     case = make_case(entries, layout)
