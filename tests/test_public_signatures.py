@@ -80,6 +80,26 @@ def test_flashs_options_have_one_order_and_one_set_of_defaults(name):
         assert params[start : start + len(names)] == list(names)
 
 
+# FlashMLA's functions, from its README and tests: its names, order and defaults (the
+# scheduling arguments default to None here, since attnlab's answer needs no schedule).
+FLASH_MLA = {
+    "flash_mla_with_kvcache": (
+        "(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata=None, "
+        "num_splits=None, softmax_scale=None, causal=False)"
+    ),
+    "flash_mla_backward": (
+        "(dout, q, k_cache, block_table, cache_seqlens, head_dim_v, out=None, "
+        "softmax_lse=None, softmax_scale=None, causal=False)"
+    ),
+    "flash_mla_sparse_fwd": "(q, kv, indices, sm_scale, d_v=512)",
+}
+
+
+@pytest.mark.parametrize("name", sorted(FLASH_MLA))
+def test_flash_mla_signatures_are_flashmlas(name):
+    assert str(inspect.signature(getattr(flash, name))) == FLASH_MLA[name]
+
+
 def test_plain_definitions_bind_as_python_does():
     with pytest.raises(TypeError, match=r"flash_attn_func\(\) missing 1 required .*'v'"):
         flash.flash_attn_func(1, 2)
