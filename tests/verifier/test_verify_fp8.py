@@ -124,3 +124,17 @@ def test_bad_fp8_entries_raise_one_case_error_naming_them(change, words):
     entries = {"q": q, "k": k, "v": v, **scales, "out": np.zeros((B, N, H, D), BF16)}
     with pytest.raises(CaseError, match=words):
         _judged({**entries, **change}, "bshd")
+
+
+def test_the_sdpa_layout_reads_descales_per_kv_head_too():
+    q, k, v, scales = _inputs(seed=4)
+    out = _numpy_kernel(q, k, v, scales, causal=True)
+
+    def heads_first(x):
+        return np.ascontiguousarray(np.swapaxes(x, 1, 2))  # (B, N, h, d) -> (B, h, N, d)
+
+    entries = {n: heads_first(x) for n, x in (("q", q), ("k", k), ("v", v), ("out", out))}
+    entries["causal"] = np.array(True)
+    assert _judged({**entries, **scales}, "bhsd").passed
+    swapped = {n: x[::-1].copy() for n, x in scales.items()}  # the sequences' descales swapped
+    assert not _judged({**entries, **swapped}, "bhsd").passed
