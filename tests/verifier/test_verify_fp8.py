@@ -106,6 +106,9 @@ def test_an_npz_dump_names_its_float8_bytes_by_fp8_format(tmp_path):
     np.savez(path, **raw, **scales, out=out)  # bytes with no format: uint8 is no float
     result = CliRunner().invoke(app, ["verify", str(path)])
     assert result.exit_code == 2 and "q: expected float8_e4m3fn or float8_e5m2" in result.output
+    np.savez(path, **raw, out=out)  # no descale and no format: nothing says FP8
+    result = CliRunner().invoke(app, ["verify", str(path)])
+    assert result.exit_code == 2 and "add fp8_format" in result.output
 
 
 @pytest.mark.parametrize(
