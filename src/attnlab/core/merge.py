@@ -20,6 +20,17 @@ gives out 0 and lse -inf, as FlashAttention returns such a row.
 Peers disagree on the logarithm's base: FlashAttention and PyTorch return the natural log;
 FlashInfer keeps its lse in base 2 (log2 of the sum of 2^(s·log2 e)). ``base="2"`` merges such
 states (weights 2^(l_s - lse)); the result is in the base it was given.
+
+By hand: two splits of equal mass (lse 0 each) weigh half each, and log(e^0 + e^0) = log 2;
+an empty split (lse -inf) changes nothing:
+
+>>> import attnlab as al
+>>> out, lse = al.merge_attention_states([[[2.0]], [[4.0]]], [[0.0], [0.0]])
+>>> out.tolist(), round(float(lse[0]), 6)
+([[3.0]], 0.693147)
+>>> out, lse = al.merge_attention_states([[[2.0]], [[9.0]]], [[0.5], [float("-inf")]])
+>>> out.tolist(), lse.tolist()
+([[2.0]], [0.5])
 """
 
 from __future__ import annotations
