@@ -90,6 +90,10 @@ def test_equal_to_torch_float8_dequantised(torch):
     ).transpose(1, 2)
     got = flash_attn_func(q, k, v, q_descale=scales[0], k_descale=scales[1], v_descale=scales[2])
     np.testing.assert_allclose(got.astype(np.float64), want.numpy(), rtol=2**-8, atol=1e-6)
+    # torch's own float8 tensors and descales are read through their bits, as bfloat16 is.
+    ts = [torch.from_numpy(x) for x in scales]
+    again = flash_attn_func(tq, tk, tv, q_descale=ts[0], k_descale=ts[1], v_descale=ts[2])
+    np.testing.assert_array_equal(again, got)
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,8 @@ headdim)") and the axis count it requires.
 Callers pass numpy arrays, ``ml_dtypes.bfloat16`` arrays, or torch tensors (FlashAttention's
 own tests pass those). attnlab never imports torch: a tensor is known by its ``detach`` method.
 A tensor that requires grad is read detached (nothing here is differentiated by autograd); one
-on another device is copied to the CPU; a bfloat16 tensor, which numpy cannot take, is read
-through its bits, so its memory stays shared (the KV cache writes into it).
+on another device is copied to the CPU; a bfloat16 or float8 tensor, which numpy cannot take,
+is read through its bits, so its memory stays shared (the KV cache writes into it).
 
 Precision, as FlashAttention has it: q, k, v (and dout) share one dtype; float16 and bfloat16
 are computed in float64 and rounded once at the end into that dtype (their log-sum-exp comes
@@ -65,32 +65,41 @@ def as_numpy(name: str, x, *, shared: bool = False):
     t = x.detach()
     if device != "cpu":
         t = t.cpu()
-    if str(getattr(t, "dtype", "")) == "torch.bfloat16":
-        return _bfloat16_of(t)
+    kind = _TORCH_BITS.get(str(getattr(t, "dtype", "")))
+    if kind is not None:  # a dtype numpy cannot take: read through its bits
+        return _bits_of(t, kind)
     try:
         return np.asarray(t)  # a CPU tensor: numpy shares its memory
     except (RuntimeError, TypeError, ValueError) as err:
         raise AttnlabError(f"expected {name} to convert to a numpy array, but: {err}") from None
 
 
-def _bfloat16_of(t) -> np.ndarray:
-    """A bfloat16 CPU tensor's memory as an ml_dtypes.bfloat16 array (shared, not copied)."""
+# torch dtypes numpy has no name for, read as ml_dtypes arrays over the same bytes.
+_TORCH_BITS = {
+    "torch.bfloat16": BFLOAT16,
+    "torch.float8_e4m3fn": _FP8[0],
+    "torch.float8_e5m2": _FP8[1],
+}
+
+
+def _bits_of(t, dtype: np.dtype) -> np.ndarray:
+    """A CPU tensor's memory as an ml_dtypes array of ``dtype`` (shared, not copied)."""
     shape = tuple(int(s) for s in t.shape)
     if 0 in shape:
-        return np.zeros(shape, BFLOAT16)
-
-    # numpy's array interface over the tensor's 2-byte words; the array's base keeps t alive.
+        return np.zeros(shape, dtype)
+    size = dtype.itemsize
+    # numpy's array interface over the tensor's words; the array's base keeps t alive.
     bits = SimpleNamespace(
         tensor=t,
         __array_interface__={
             "version": 3,
             "shape": shape,
-            "typestr": "=u2",
+            "typestr": f"=u{size}",
             "data": (t.data_ptr(), False),
-            "strides": tuple(2 * int(s) for s in t.stride()),
+            "strides": tuple(size * int(s) for s in t.stride()),
         },
     )
-    return np.asarray(bits).view(BFLOAT16)
+    return np.asarray(bits).view(dtype)
 
 
 def real_array(
