@@ -105,6 +105,13 @@ def test_two_equal_states_weigh_half_each():
         (np.zeros((2, 3, 4)), np.full((2, 3), np.inf), "e", NonFiniteInputError, "lses"),
         (np.full((2, 3, 4), np.nan), np.zeros((2, 3)), "e", NonFiniteInputError, "outs"),
         (np.zeros((0, 3, 4)), np.zeros((0, 3)), "e", ShapeError, "at least one state"),
+        (
+            [np.zeros((2, 3)), np.zeros((3, 3))],
+            np.zeros((2, 2)),
+            "e",
+            ShapeError,
+            r"one shape, but got \[\(2, 3\), \(3, 3\)\] instead",
+        ),
     ],
 )
 def test_bad_states_raise_one_error_naming_them(outs, lses, base, error, words):

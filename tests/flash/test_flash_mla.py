@@ -150,3 +150,7 @@ def test_sparse_refusals_name_the_argument():
         flash_mla_sparse_fwd(q, kv, idx, 0.2, d_v=DV)
     with pytest.raises(ShapeError, match="expected indices to be an integer array of shape"):
         flash_mla_sparse_fwd(q, kv, idx[:, :1], 0.2, d_v=DV)
+    with pytest.raises(ShapeError, match=r"at least one slot per query \(topk >= 1\)"):
+        flash_mla_sparse_fwd(q, kv, idx[..., :0], 0.2, d_v=DV)
+    with pytest.raises(AttnlabError, match="expected sm_scale to be None or a finite number"):
+        flash_mla_sparse_fwd(q, kv, np.zeros_like(idx), "x", d_v=DV)

@@ -49,9 +49,11 @@ def _stacked(name: str, x, ndim_min: int) -> np.ndarray:
     try:
         arr = np.stack([np.asarray(a) for a in x]) if isinstance(x, list | tuple) else x
         arr = np.asarray(arr)
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError):
+        shapes = [np.shape(a) for a in x] if isinstance(x, list | tuple) else type(x).__name__
         raise ShapeError(
-            f"expected {name} to be an array or a list of arrays of one shape, but got {exc}"
+            f"expected {name} to be an array or a list of arrays of one shape, but got "
+            f"{shapes} instead"
         ) from None
     if arr.dtype.kind not in "iuf" and arr.dtype.name != "bfloat16":
         raise AttnlabError(f"expected {name} to hold real numbers, but got dtype {arr.dtype}")

@@ -183,6 +183,11 @@ def _sparse_arrays(q, kv, indices, d_v):
             f"({s_q}, {kv.shape[1]}, topk), but got dtype {idx.dtype} and shape {idx.shape} "
             "instead"
         )
+    if idx.shape[2] == 0:
+        raise ShapeError(
+            f"expected indices with at least one slot per query (topk >= 1), but got "
+            f"indices.shape={idx.shape} instead"
+        )
     idx = idx.astype(np.int64)
     if (idx < -1).any():
         where = tuple(int(i) for i in np.argwhere(idx < -1)[0])
@@ -208,7 +213,10 @@ def flash_mla_sparse_fwd(q, kv, indices, sm_scale, d_v=512):
         over the query's keys; a row with no key: out 0, max_logits -inf, lse +inf.
     """
     q, kv, idx = _sparse_arrays(q, kv, indices, d_v)
-    scale = read_options(0.0, sm_scale, False, (-1, -1), 0.0, None, False, None).scale
+    try:  # FlashMLA's name for FlashAttention's softmax_scale, checked by the same rule
+        scale = read_options(0.0, sm_scale, False, (-1, -1), 0.0, None, False, None).scale
+    except AttnlabError as err:
+        raise AttnlabError(str(err).replace("softmax_scale", "sm_scale")) from None
     prec = Precision.of(q.dtype)
     s_q, h_q, d = q.shape
     s_kv, h_kv = kv.shape[:2]
