@@ -120,6 +120,7 @@ def test_an_npz_dump_names_its_float8_bytes_by_fp8_format(tmp_path):
         ({"out": np.zeros((B, N, H, D), ml_dtypes.float8_e4m3fn)}, "out: expected bfloat16"),
         ({"do": np.zeros((B, N, H, D), BF16)}, "do: not an entry of an FP8 case"),
         ({"fp8_format": np.array("e4m3")}, "fp8_format: expected one of"),
+        ({"cu_seqlens_q": np.array([0, N])}, "cu_seqlens_q: not an entry of an FP8 case"),
     ],
 )
 def test_bad_fp8_entries_raise_one_case_error_naming_them(change, words):

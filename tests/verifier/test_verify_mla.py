@@ -108,6 +108,7 @@ def test_sparse_rows_with_no_key_must_be_zero():
         (_dense, {"block_table": np.array([[6, 1, 4], [2, 9, 0]])}, r"block_table\[1\]"),
         (_dense, {"head_dim_v": np.array(2.5)}, "head_dim_v: expected one integer"),
         (_dense, {"cache_seqlens": np.array([0, 11])}, "cache_seqlens: expected every"),
+        (_sparse, {"sm_scale": np.array("x")}, "sm_scale: expected one number"),
         (_sparse, {"out": np.zeros((4, 4, 3), np.float32)}, r"out: expected shape \(4, 4, 8\)"),
     ],
 )

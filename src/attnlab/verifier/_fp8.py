@@ -41,7 +41,8 @@ __all__ = ["FP8_NAMES", "is_fp8", "verify_fp8"]
 FP8_NAMES = (*DESCALES, "fp8_format")
 _FORMATS = {dtype.name: dtype for dtype in FP8}
 _OUT_DTYPES = ("bfloat16", "float16", "float32")
-_ALLOWED = ("q", "k", "v", "out", "lse", *OPTION_NAMES, *FP8_NAMES)
+_VARLEN = ("cu_seqlens_q", "cu_seqlens_k")
+_ALLOWED = ("q", "k", "v", "out", "lse", *(n for n in OPTION_NAMES if n not in _VARLEN), *FP8_NAMES)
 
 
 def is_fp8(entries: dict) -> bool:

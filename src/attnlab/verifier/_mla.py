@@ -86,6 +86,9 @@ def _verify_dense(entries: dict, factor, atol, budget):
     b, s_q, h_q, _ = q.shape
     dv = _int(entries, "head_dim_v")
     opt = parse_options({n: entries.get(n) for n in ("causal", "softmax_scale")}, b, h_q)
+    for name in ("block_table", "cache_seqlens"):
+        if entries.get(name) is None:
+            raise CaseError(f"{name}: missing array; a dense FlashMLA case needs it")
     lens = np.asarray(entries.get("cache_seqlens"))
     if lens.dtype.kind in "iu" and (lens == 0).any():
         raise CaseError("cache_seqlens: expected every sequence to hold a key, but got a 0")
@@ -137,7 +140,11 @@ def _sparse_case(entries: dict):
     if kv.dtype != q.dtype:
         raise CaseError(f"kv: expected q's dtype {q.dtype}, but got {kv.dtype} instead")
     scale = entries.get("sm_scale")
-    scale = None if scale is None else float(np.asarray(scale))
+    if scale is not None:
+        arr = np.asarray(scale)
+        if arr.ndim != 0 or arr.dtype.kind not in "iuf":
+            raise CaseError(f"sm_scale: expected one number, but got {scale!r} instead")
+        scale = float(arr)
     dv = _int(entries, "d_v", 512)
     exact = flash_mla_sparse_fwd(
         q.astype(np.float64), kv.astype(np.float64), entries.get("indices"), scale, dv

@@ -58,8 +58,9 @@ def _window(opts, m: int, stop: int) -> tuple[int, int]:
     shift = m - stop
     if left != -1 and left - shift < 0:
         raise CaseError(
-            f"kv_splits: the window's left edge ({left} keys) ends before the split ending at "
-            f"key {stop} for every row's diagonal; judge windowed split cases whole"
+            f"kv_splits: expected each split to end within the window's left = {left} keys "
+            f"of M = {m} (its window then stays a window on the slice), but got a split "
+            f"ending at key {stop} instead; judge such a windowed case without kv_splits"
         )
     return (-1 if left == -1 else left - shift, -1 if right == -1 else right + shift)
 
