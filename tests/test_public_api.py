@@ -33,8 +33,9 @@ DESIGN_NAMES = {
     "NonFiniteInputError",
 }
 # Added beside them on purpose: logsumexp (docs/style.md: written once, beside softmax), the version,
-# attention_backward (added in the second round) and verify (judges a kernel's output).
-EXTRA_NAMES = {"logsumexp", "__version__", "attention_backward", "verify"}
+# attention_backward (added in the second round), verify (judges a kernel's output) and
+# merge_attention_states (joins split-K partial states).
+EXTRA_NAMES = {"logsumexp", "__version__", "attention_backward", "verify", "merge_attention_states"}
 # FlexAttention (torch's names and signatures; the named mods live in attnlab.flex).
 FLEX_NAMES = {"flex", "flex_attention", "flex_attention_backward", "create_block_mask"}
 EXTRA_NAMES |= FLEX_NAMES

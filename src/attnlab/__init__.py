@@ -24,6 +24,7 @@ from attnlab.api.attention import (
 )
 from attnlab.api.backward import attention_backward
 from attnlab.api.multihead import MultiHeadAttention, multi_head_attention
+from attnlab.core.merge import merge_attention_states
 from attnlab.core.softmax import logsumexp, softmax
 from attnlab.errors import AttnlabError, FullyMaskedRowError, NonFiniteInputError, ShapeError
 from attnlab.flex import create_block_mask, flex_attention, flex_attention_backward
@@ -54,6 +55,7 @@ __all__ = [
     "labs",
     "logsumexp",
     "masks",
+    "merge_attention_states",
     "multi_head_attention",
     "positions",
     "scaled_dot_product_attention",
