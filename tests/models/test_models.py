@@ -153,8 +153,8 @@ def test_wrong_shape_is_refused(tmp_path):
 
 
 def test_unknown_rope_type(tmp_path):
-    folder = _llama(tmp_path / "llama", rope={"rope_type": "longrope", "rope_theta": 1e4})
-    with pytest.raises(AttnlabError, match=r"config\.json's rope_parameters.*'longrope'"):
+    folder = _llama(tmp_path / "llama", rope={"rope_type": "dynamic", "rope_theta": 1e4})
+    with pytest.raises(AttnlabError, match=r"config\.json's rope_parameters.*'dynamic'"):
         load(folder)
 
 

@@ -28,6 +28,8 @@ class LayerAttention:
         q: queries after the rotary embedding (if any), (B, h, N, d).
         k, v: keys (after the rotary embedding) and values, (B, h_kv, N, d).
         window: the sliding window (keys per query, itself included), or None: causal.
+        chunk: Llama 4's chunked local attention: query i sees the keys j <= i of its own
+            chunk (j // chunk == i // chunk), or None.
         scale: the factor on q kᵀ.   softcap: Gemma 2's cap on the scaled scores, or None.
         sinks: gpt-oss's per-head sink logits, (h,), or None.
     """
@@ -39,16 +41,27 @@ class LayerAttention:
     scale: float
     softcap: float | None = None
     sinks: np.ndarray | None = None
+    chunk: int | None = None
     _weights: np.ndarray | None = None
 
     @property
     def mask(self):
+        if self.chunk is not None:
+            # No mask spec knows chunks, so the (N, N) table is built: causal and same chunk.
+            n = self.q.shape[2]
+            pos = np.arange(n)
+            allowed = (pos[None, :] <= pos[:, None]) & (
+                pos[None, :] // self.chunk == pos[:, None] // self.chunk
+            )  # (N, N)
+            return al.masks.Dense(allowed)
         return al.masks.Causal() if self.window is None else al.masks.SlidingWindow(self.window)
 
     @property
     def kind(self) -> str:
-        """'full', 'sliding 4096', with ', softcap 50' and ', sinks' as they apply."""
+        """'full', 'sliding 4096', 'chunked 8192', with ', softcap 50' and ', sinks' as they apply."""
         parts = ["full" if self.window is None else f"sliding {self.window}"]
+        if self.chunk is not None:
+            parts = [f"chunked {self.chunk}"]
         if self.softcap is not None:
             parts.append(f"softcap {self.softcap:g}")
         if self.sinks is not None:
@@ -110,8 +123,9 @@ class LayerAttention:
         )
 
 
-def attend(q, k, v, *, window=None, scale, softcap=None, sinks=None, weights=True):
-    """(output (B, h, N, d), LayerAttention) for one layer: causal (or sliding-window)
-    attention of q (B, h, N, d) over k, v (B, h_kv, N, d) through ``attnlab.attention``."""
-    layer = LayerAttention(q, k, v, window, scale, softcap, sinks)
+def attend(q, k, v, *, window=None, scale, softcap=None, sinks=None, weights=True, chunk=None):
+    """(output (B, h, N, d), LayerAttention) for one layer: causal (or sliding-window, or
+    chunked) attention of q (B, h, N, d) over k, v (B, h_kv, N, d) through
+    ``attnlab.attention``."""
+    layer = LayerAttention(q, k, v, window, scale, softcap, sinks, chunk)
     return layer.output(weights), layer

@@ -1,4 +1,5 @@
-"""The decoder every rotary family shares (Llama, Mistral, Qwen2, Gemma 2, gpt-oss).
+"""The decoder every rotary family shares (Llama, Mistral, Qwen2 and 3, Gemma 2 and 3, gpt-oss,
+GPT-NeoX, OLMo 2, Phi-3, Llama 4).
 
 Shape legend: B batch, N tokens, d_model hidden width, h query heads, h_kv key/value heads,
 d head width, V vocabulary.
@@ -8,9 +9,15 @@ Each family module reads its config.json and tensors into a ``Decoder``: the emb
 the final norm and the output head. The forward pass is written once, here:
 
     x = embed[ids] · embed_scale
-    each layer: x += [attn_out norm] attention(attn_in norm(x))
-                x += [mlp_out norm] mlp(mlp_in norm(x))
+    each layer: x += [attn_out norm] attention([attn_in norm] x)
+                x += [mlp_out norm] mlp([mlp_in norm] x)
     logits = softcap(final norm(x) · lm_headᵀ)
+
+A parallel block (GPT-NeoX) reads both branches from the same x: x += attention(..) + mlp(..).
+Inside attention, q and k may be normed before the rotary embedding (per head, or over the
+whole projection: OLMo 2) or after it (Llama 4's L2 norm); a NoPE layer skips the rotation,
+and Llama 4 scales its queries there by a temperature that grows with the position.
+A norm weight given as a (weight, bias) pair is a LayerNorm; a single weight an RMSNorm.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import numpy as np
 from attnlab.models._attend import LayerAttention, attend
 from attnlab.models._checkpoint import Checkpoint
 from attnlab.models._config import Shape
-from attnlab.models._layers import linear, rms_norm, softcap
+from attnlab.models._layers import layer_norm, linear, rms_norm, softcap
 from attnlab.models._rope import Rope
 
 __all__ = ["Block", "Decoder", "attention_weights", "output_head"]
@@ -32,14 +39,28 @@ __all__ = ["Block", "Decoder", "attention_weights", "output_head"]
 @dataclass
 class Block:
     """One layer: attention weights ``attn`` (q_proj, k_proj, v_proj, o_proj and their
-    optional *_bias), norm weights ``norms`` (attn_in, mlp_in and, for Gemma 2, attn_out,
-    mlp_out), the MLP as a function of (..., d_model), its window and sinks."""
+    optional *_bias), norm weights ``norms`` (attn_in, mlp_in, optional attn_out, mlp_out,
+    and q, k for q/k norms; a missing or None norm is no norm), the MLP as a function of
+    (..., d_model), its window and sinks.
+
+    Optional, per layer: ``rope`` (this layer's rotary, else the decoder's; ``rotary=False``:
+    no rotation, a NoPE layer), ``qk_norm`` ("head": norm each head's q and k over d; "proj":
+    over the whole projection before splitting into heads; "l2": a weightless norm after the
+    rotary), ``chunk`` (attention within chunks of this many tokens), ``temperature``
+    ((floor_scale, attn_scale): Llama 4's query scaling on NoPE layers), ``parallel``
+    (attention and MLP both read the block's input)."""
 
     attn: dict
     norms: dict
     mlp: Callable[[np.ndarray], np.ndarray]
     window: int | None = None
     sinks: np.ndarray | None = None
+    rope: Rope | None = None
+    rotary: bool = True
+    qk_norm: str | None = None
+    chunk: int | None = None
+    temperature: tuple[float, float] | None = None
+    parallel: bool = False
 
 
 def attention_weights(
@@ -87,8 +108,12 @@ class Decoder:
     attn_softcap: float | None = None
     final_softcap: float | None = None
 
-    def norm(self, x: np.ndarray, weight: np.ndarray | None) -> np.ndarray:
-        return x if weight is None else rms_norm(x, weight, self.eps, self.norm_offset)
+    def norm(self, x: np.ndarray, weight) -> np.ndarray:
+        if weight is None:
+            return x
+        if isinstance(weight, tuple):  # (weight, bias): a LayerNorm (GPT-NeoX)
+            return layer_norm(x, weight[0], weight[1], self.eps)
+        return rms_norm(x, weight, self.eps, self.norm_offset)
 
     def forward(self, ids: np.ndarray, weights: bool) -> tuple[np.ndarray, list[LayerAttention]]:
         """(logits (B, N, V), each layer's attention) for token ids (B, N)."""
@@ -97,33 +122,50 @@ class Decoder:
         x = self.embed[ids]  # (B, N, d_model)
         if self.embed_scale is not None:
             x = x * dtype.type(self.embed_scale)  # rounded to the dtype first, as Gemma does
-        cos, sin = self.rope.tables(n, dtype)  # (N, d) each
+        tables = {}  # id(rope) -> (cos, sin), each (N, r): one pair per distinct rotary
         layers = []
         for block in self.blocks:
+            rope = block.rope or self.rope
+            if id(rope) not in tables:
+                tables[id(rope)] = rope.tables(n, dtype)
             out, layer = self._attention(
-                self.norm(x, block.norms["attn_in"]), block, cos, sin, weights
+                self.norm(x, block.norms.get("attn_in")), block, rope, tables[id(rope)], weights
             )
-            x = x + self.norm(out, block.norms.get("attn_out"))
-            mlp = block.mlp(self.norm(x, block.norms["mlp_in"]))
-            x = x + self.norm(mlp, block.norms.get("mlp_out"))
+            if block.parallel:
+                mlp = block.mlp(self.norm(x, block.norms.get("mlp_in")))
+                x = x + out + mlp
+            else:
+                x = x + self.norm(out, block.norms.get("attn_out"))
+                mlp = block.mlp(self.norm(x, block.norms.get("mlp_in")))
+                x = x + self.norm(mlp, block.norms.get("mlp_out"))
             layers.append(layer)
         logits = linear(self.norm(x, self.final_norm), self.lm_head)  # (B, N, V)
         return softcap(logits, self.final_softcap), layers
 
-    def _attention(self, x, block: Block, cos, sin, weights: bool):
+    def _attention(self, x, block: Block, rope: Rope, cos_sin, weights: bool):
         b, n, _ = x.shape
-        s, w = self.shape, block.attn
+        s, w, norms = self.shape, block.attn, block.norms
 
         def heads(name: str, count: int) -> np.ndarray:
             y = linear(x, w[f"{name}_proj"], w.get(f"{name}_bias"))  # (B, N, count · d)
-            return y.reshape(b, n, count, s.head_dim).transpose(0, 2, 1, 3)  # (B, count, N, d)
+            if block.qk_norm == "proj" and name in norms:
+                y = self.norm(y, norms[name])  # over all heads at once (OLMo 2)
+            y = y.reshape(b, n, count, s.head_dim).transpose(0, 2, 1, 3)  # (B, count, N, d)
+            return self.norm(y, norms[name]) if block.qk_norm == "head" and name in norms else y
 
-        q = Rope.rotate(heads("q", s.heads), cos, sin)  # (B, h, N, d)
-        k = Rope.rotate(heads("k", s.kv_heads), cos, sin)  # (B, h_kv, N, d)
-        v = heads("v", s.kv_heads)
+        q, k, v = heads("q", s.heads), heads("k", s.kv_heads), heads("v", s.kv_heads)
+        if block.rotary:
+            q, k = rope.rotate(q, *cos_sin), rope.rotate(k, *cos_sin)  # (B, h or h_kv, N, d)
+        if block.qk_norm == "l2":
+            q, k = rms_norm(q, 1.0, self.eps), rms_norm(k, 1.0, self.eps)
+        if block.temperature is not None:
+            floor, scale = block.temperature
+            positions = np.arange(n, dtype=np.float64)
+            grow = np.log1p(np.floor((positions + 1) / floor)) * scale + 1  # (N,)
+            q = q * grow.astype(q.dtype)[:, None]  # (B, h, N, d)
         out, layer = attend(
             q, k, v, window=block.window, scale=self.scale, softcap=self.attn_softcap,
-            sinks=block.sinks, weights=weights,
+            sinks=block.sinks, weights=weights, chunk=block.chunk,
         )  # fmt: skip
         out = out.transpose(0, 2, 1, 3).reshape(b, n, s.heads * s.head_dim)  # (B, N, h · d)
         return linear(out, w["o_proj"], w.get("o_bias")), layer

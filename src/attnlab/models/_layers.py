@@ -54,12 +54,23 @@ def _gelu_tanh(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1.0 + np.tanh(c * (x + 0.044715 * (x * x * x))))
 
 
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def _gelu_exact(x: np.ndarray) -> np.ndarray:
+    # x·Φ(x) with the exact erf (GPT-NeoX's "gelu"). numpy has no erf, so math.erf runs per
+    # element in float64 (exact to the last bit, and slower than the tanh form).
+    erf = _erf(x.astype(np.float64) * math.sqrt(0.5)).astype(np.float64)
+    return (0.5 * x * (1.0 + erf)).astype(x.dtype, copy=False)
+
+
 def _silu(x: np.ndarray) -> np.ndarray:
     return x / (1.0 + np.exp(-x))
 
 
-#: config.json activation names attnlab computes (exact gelu needs erf, which numpy lacks).
+#: config.json activation names attnlab computes.
 ACTIVATIONS = {
+    "gelu": _gelu_exact,
     "gelu_new": _gelu_tanh,
     "gelu_pytorch_tanh": _gelu_tanh,
     "gelu_fast": _gelu_tanh,

@@ -31,14 +31,18 @@ def load(path, *, dtype: str = "float32") -> Model:
     Raises:
         AttnlabError naming the file and key: a folder of another model type, a missing or
         corrupt file, a missing tensor or one of the wrong shape, an option attnlab cannot run
-        (an unknown rotary schedule, say). Nothing half-loaded is returned.
+        (an unknown rotary schedule, say), a tensor the family does not read (the folder holds
+        another kind of model). Nothing half-loaded is returned.
     """
     if dtype not in COMPUTE_DTYPES:
         raise AttnlabError(
             f"expected dtype to be one of {tuple(COMPUTE_DTYPES)}, but got {dtype!r}"
         )
     folder, data, cfg, module = read_folder(path)
-    network = module.build(cfg, Checkpoint(folder, COMPUTE_DTYPES[dtype]))
+    checkpoint = Checkpoint(folder, COMPUTE_DTYPES[dtype])
+    network = module.build(cfg, checkpoint)
+    checkpoint.skip(".rotary_emb.inv_freq")  # older exports save the rotary table: not a weight
+    checkpoint.check_all_read(data["model_type"])  # a tensor nothing read: another model
     tokenizer = folder / "tokenizer.json"
     return Model(
         data["model_type"], data, folder, network, np.dtype(COMPUTE_DTYPES[dtype]),
