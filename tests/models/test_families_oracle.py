@@ -1,0 +1,187 @@
+"""The six families after the first (GPT-NeoX, Qwen3, Gemma 3, OLMo 2, Phi-3, Llama 4) against
+transformers (eager attention), each a tiny random model built with transformers' own config
+class and settings chosen to exercise what the family does differently: grouped-query ratios,
+head widths that are not hidden / heads, windows and chunks shorter than the input, partial
+and interleaved rotary, LongRoPE past its switch, NoPE layers with temperature tuning, and
+mixtures of experts with several experts active.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import require_or_skip
+
+pytestmark = pytest.mark.oracle
+
+SMALL = dict(
+    vocab_size=50, hidden_size=32, intermediate_size=40, num_hidden_layers=2,
+    num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+)  # fmt: skip
+NEOX = dict(
+    vocab_size=50, hidden_size=32, intermediate_size=40, num_hidden_layers=2,
+    num_attention_heads=4, max_position_embeddings=64,
+    rope_parameters={"rope_type": "default", "rope_theta": 100.0, "partial_rotary_factor": 0.5},
+)  # fmt: skip
+# fmt: off
+FAMILIES = {
+    "gpt_neox": ("GPTNeoXConfig", NEOX | dict(use_parallel_residual=True)),
+    "gpt_neox-serial": ("GPTNeoXConfig", NEOX | dict(use_parallel_residual=False)),
+    "qwen3": (
+        "Qwen3Config",
+        SMALL
+        | dict(
+            num_attention_heads=6,
+            head_dim=12,
+            use_sliding_window=True,
+            sliding_window=3,
+            max_window_layers=1,
+            attention_bias=True,
+        ),
+    ),
+    "gemma3_text": (
+        "Gemma3TextConfig",
+        SMALL
+        | dict(
+            num_hidden_layers=3,
+            head_dim=12,
+            sliding_window=4,
+            sliding_window_pattern=2,
+            query_pre_attn_scalar=10,
+            attn_logit_softcapping=2.0,
+            final_logit_softcapping=3.0,
+            rope_parameters={
+                "sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+                "full_attention": {"rope_type": "linear", "rope_theta": 1000.0, "factor": 2.0},
+            },
+        ),
+    ),
+    "olmo2": ("Olmo2Config", SMALL | dict(num_key_value_heads=1)),
+    "phi3": (
+        "Phi3Config",
+        SMALL
+        | dict(
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            sliding_window=5,
+            original_max_position_embeddings=8,
+            rope_parameters={
+                "rope_type": "longrope",
+                "rope_theta": 100.0,
+                "partial_rotary_factor": 0.5,
+                "short_factor": [1.0, 1.5],
+                "long_factor": [2.0, 5.0],
+            },
+        ),
+    ),
+    "llama4_text": (
+        "Llama4TextConfig",
+        SMALL
+        | dict(
+            num_hidden_layers=4,
+            head_dim=12,
+            intermediate_size_mlp=24,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            interleave_moe_layer_step=2,
+            no_rope_layers=[1, 0, 1, 0],
+            attention_chunk_size=4,
+            floor_scale=2,
+            attn_scale=0.5,
+        ),
+    ),
+}
+# fmt: on
+IDS = np.array([[3, 17, 5, 9, 3, 17, 5, 42, 0, 8, 3], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]])
+
+
+@pytest.fixture(scope="module")
+def hf():
+    torch = require_or_skip("torch", "ATTNLAB_REQUIRE_ORACLE", "the model oracle tests need it")
+    transformers = require_or_skip(
+        "transformers", "ATTNLAB_REQUIRE_ORACLE", "the model oracle tests need transformers==5.23.0"
+    )
+    torch.set_num_threads(1)
+    return torch, transformers
+
+
+@pytest.fixture(scope="module")
+def saved(hf, tmp_path_factory):
+    """(family, dtype, save options) -> (folder, the transformers model), built once."""
+    torch, transformers = hf
+    cache = {}
+
+    def make(family: str, dtype: str = "float64", **save):
+        key = (family, dtype, tuple(sorted(save.items())))
+        if key not in cache:
+            name, kwargs = FAMILIES[family]
+            config = getattr(transformers, name)(**kwargs)
+            config._attn_implementation = "eager"
+            config._experts_implementation = "eager"  # grouped_mm has no float64
+            torch.manual_seed(0)
+            model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float64)
+            with torch.no_grad():  # away from the init (norms of 1, zero biases)
+                for p in model.parameters():
+                    p.add_(0.3 * torch.randn_like(p))
+            model = model.to(getattr(torch, dtype)).eval()
+            folder = tmp_path_factory.mktemp(f"{family}-{dtype}")
+            model.save_pretrained(folder, **save)
+            cache[key] = (folder, model)
+        return cache[key]
+
+    return make
+
+
+def reference(hf, model, ids):
+    torch, _ = hf
+    with torch.no_grad():
+        out = model(torch.as_tensor(ids), output_attentions=True)
+    return out.logits.double().numpy(), [a.double().numpy() for a in out.attentions]
+
+
+def close(ours, theirs, rtol):
+    """|ours - theirs| <= rtol · max|theirs| (relative to the table's scale)."""
+    np.testing.assert_allclose(ours, theirs, rtol=0, atol=rtol * np.abs(theirs).max())
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_float64_logits_and_every_layers_weights(hf, saved, family):
+    from attnlab.models import load
+
+    folder, model = saved(family)
+    ours = load(folder, dtype="float64").run(IDS)
+    logits, attentions = reference(hf, model, IDS)
+    close(ours.logits, logits, 1e-5)
+    assert len(ours.attention) == len(attentions)
+    for mine, theirs in zip(ours.attention, attentions, strict=True):
+        np.testing.assert_allclose(mine, theirs, rtol=0, atol=2e-6)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_float32_matches(hf, saved, family):
+    from attnlab.models import load
+
+    folder, model = saved(family, "float32")
+    ours = load(folder).run(IDS[0])
+    logits, attentions = reference(hf, model, IDS[:1])
+    assert ours.logits.dtype == np.float32
+    close(ours.logits, logits, 1e-4)
+    for mine, theirs in zip(ours.attention, attentions, strict=True):
+        close(mine, theirs, 1e-4)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_sharded_bfloat16_checkpoint(hf, saved, family):
+    """Weights stored in bfloat16 over several shards, computed in float32 by both."""
+    torch, transformers = hf
+    from attnlab.models import load
+
+    folder, _ = saved(family, "bfloat16", max_shard_size="8KB")
+    assert len(list(folder.glob("*.safetensors"))) > 1
+    theirs = transformers.AutoModelForCausalLM.from_pretrained(
+        folder, dtype=torch.float32, attn_implementation="eager"
+    ).eval()
+    logits, _ = reference(hf, theirs, IDS)
+    close(load(folder).run(IDS).logits, logits, 1e-4)
