@@ -6,18 +6,28 @@ d head width, V vocabulary.
 
 Each family module reads its config.json and tensors into a ``Decoder``: the embedding, one
 ``Block`` per layer (its attention weights, norms, window, sinks, and its MLP as a function),
-the final norm and the output head. The forward pass is written once, here:
+the final norm and the output head. The forward pass is written once, here, every activation passing one named point
+(``attnlab.models.inside._points``; the names in brackets, per layer under ``blocks.{l}.``):
 
-    x = embed[ids] · embed_scale
-    each layer: x += [attn_out norm] attention([attn_in norm] x)
-                x += [mlp_out norm] mlp([mlp_in norm] x)
-    logits = softcap(final norm(x) · lm_headᵀ)
+    x = embed[ids] · embed_scale                               [hook_embed]
+    each layer: [hook_resid_pre] x
+                h = attn_in norm(x)                            [ln1.hook_normalized]
+                z = attention(h)    [attn.hook_q, _k, _v, _attn_scores, _pattern, _z]
+                x += attn_out norm(z · o_projᵀ + o_bias)       [hook_attn_out, hook_resid_mid]
+                x += mlp_out norm(mlp(mlp_in norm(x)))         [ln2.hook_normalized,
+                                                                hook_mlp_out, hook_resid_post]
+    logits = softcap(final norm(x) · lm_headᵀ)                 [ln_final.hook_normalized]
 
-A parallel block (GPT-NeoX) reads both branches from the same x: x += attention(..) + mlp(..).
+Gemma 2's post-norms (attn_out, mlp_out) sit inside hook_attn_out and hook_mlp_out: those
+points hold what is added to the residual stream. A missing pre-norm (OLMo 2 has only the
+post-norms) passes x unchanged. A parallel block (GPT-NeoX) reads both branches from the same
+x: x += attention(ln1(x)) + mlp(ln2(x)), with no hook_resid_mid (TransformerLens has none
+there either). A norm weight given as a (weight, bias) pair is a LayerNorm, else an RMSNorm.
+
 Inside attention, q and k may be normed before the rotary embedding (per head, or over the
-whole projection: OLMo 2) or after it (Llama 4's L2 norm); a NoPE layer skips the rotation,
-and Llama 4 scales its queries there by a temperature that grows with the position.
-A norm weight given as a (weight, bias) pair is a LayerNorm; a single weight an RMSNorm.
+whole projection: OLMo 2) or after it (Llama 4's weightless norm); a NoPE layer skips the
+rotation, and Llama 4 scales its queries there by a temperature that grows with the position.
+hook_q and hook_k hold q and k as attention receives them, after all of these.
 """
 
 from __future__ import annotations
@@ -27,11 +37,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnlab.models._attend import LayerAttention, attend
+from attnlab.models._attend import attend_points
 from attnlab.models._checkpoint import Checkpoint
 from attnlab.models._config import Shape
 from attnlab.models._layers import layer_norm, linear, rms_norm, softcap
 from attnlab.models._rope import Rope
+from attnlab.models.inside._points import Pass
 
 __all__ = ["Block", "Decoder", "attention_weights", "output_head"]
 
@@ -108,6 +119,8 @@ class Decoder:
     attn_softcap: float | None = None
     final_softcap: float | None = None
 
+    learned_positions = False  # rotary: no hook_pos_embed
+
     def norm(self, x: np.ndarray, weight) -> np.ndarray:
         if weight is None:
             return x
@@ -115,34 +128,55 @@ class Decoder:
             return layer_norm(x, weight[0], weight[1], self.eps)
         return rms_norm(x, weight, self.eps, self.norm_offset)
 
-    def forward(self, ids: np.ndarray, weights: bool) -> tuple[np.ndarray, list[LayerAttention]]:
-        """(logits (B, N, V), each layer's attention) for token ids (B, N)."""
-        _b, n = ids.shape
+    def forward(self, ids: np.ndarray, how: Pass | None = None):
+        """(logits (B, N, V), each run layer's attention) for token ids (B, N), every
+        activation through its named point (``how.points``)."""
+        how = how or Pass()
+        pt, n = how.points, ids.shape[1]
         dtype = self.embed.dtype
-        x = self.embed[ids]  # (B, N, d_model)
-        if self.embed_scale is not None:
-            x = x * dtype.type(self.embed_scale)  # rounded to the dtype first, as Gemma does
+        if how.start == 0:
+            x = self.embed[ids]  # (B, N, d_model)
+            if self.embed_scale is not None:
+                x = x * dtype.type(self.embed_scale)  # rounded to the dtype first, as Gemma does
+            x = pt("hook_embed", x)
+        else:
+            x = how.resid
         tables = {}  # id(rope) -> (cos, sin), each (N, r): one pair per distinct rotary
         layers = []
-        for block in self.blocks:
-            rope = block.rope or self.rope
+        for i in range(how.start, len(self.blocks)):
+            rope = self.blocks[i].rope or self.rope
             if id(rope) not in tables:
-                tables[id(rope)] = rope.tables(n, dtype)
-            out, layer = self._attention(
-                self.norm(x, block.norms.get("attn_in")), block, rope, tables[id(rope)], weights
-            )
-            if block.parallel:
-                mlp = block.mlp(self.norm(x, block.norms.get("mlp_in")))
-                x = x + out + mlp
-            else:
-                x = x + self.norm(out, block.norms.get("attn_out"))
-                mlp = block.mlp(self.norm(x, block.norms.get("mlp_in")))
-                x = x + self.norm(mlp, block.norms.get("mlp_out"))
+                cos, sin = rope.tables(how.offset + n, dtype)  # (offset + N, r) each
+                tables[id(rope)] = cos[how.offset :], sin[how.offset :]  # these tokens' rows
+            x, layer = self._block(i, x, rope, tables[id(rope)], how)
             layers.append(layer)
-        logits = linear(self.norm(x, self.final_norm), self.lm_head)  # (B, N, V)
-        return softcap(logits, self.final_softcap), layers
+        x = pt("ln_final.hook_normalized", self.normalize_final(x))
+        return self.unembed(x), layers
 
-    def _attention(self, x, block: Block, rope: Rope, cos_sin, weights: bool):
+    def normalize_final(self, x: np.ndarray) -> np.ndarray:
+        return self.norm(x, self.final_norm)
+
+    def unembed(self, normalized: np.ndarray) -> np.ndarray:
+        """The logits (..., V) of the final norm's output (..., d_model), softcapped."""
+        return softcap(linear(normalized, self.lm_head), self.final_softcap)  # (..., V)
+
+    def _block(self, i: int, x, rope: Rope, cos_sin, how: Pass):
+        """Layer ``i`` on the residual stream x (B, N, d_model): (new x, its attention)."""
+        pt, p, block = how.points, f"blocks.{i}.", self.blocks[i]
+        b, n, _ = x.shape
+        x = pt(p + "hook_resid_pre", x)
+        h = pt(p + "ln1.hook_normalized", self.norm(x, block.norms.get("attn_in")))
+        z, layer = self._attention(i, h, block, rope, cos_sin, how)  # z (B, N, h, d)
+        attn = linear(z.reshape(b, n, -1), block.attn["o_proj"], block.attn.get("o_bias"))
+        attn = pt(p + "hook_attn_out", self.norm(attn, block.norms.get("attn_out")))
+        if not block.parallel:
+            x = pt(p + "hook_resid_mid", x + attn)
+        h = pt(p + "ln2.hook_normalized", self.norm(x, block.norms.get("mlp_in")))
+        mlp = pt(p + "hook_mlp_out", self.norm(block.mlp(h), block.norms.get("mlp_out")))
+        return pt(p + "hook_resid_post", x + attn + mlp if block.parallel else x + mlp), layer
+
+    def _qkv(self, x, block: Block, rope: Rope, cos_sin, offset: int):
+        """q (B, h, N, d), k and v (B, h_kv, N, d) as attention receives them."""
         b, n, _ = x.shape
         s, w, norms = self.shape, block.attn, block.norms
 
@@ -160,12 +194,21 @@ class Decoder:
             q, k = rms_norm(q, 1.0, self.eps), rms_norm(k, 1.0, self.eps)
         if block.temperature is not None:
             floor, scale = block.temperature
-            positions = np.arange(n, dtype=np.float64)
+            positions = offset + np.arange(n, dtype=np.float64)  # (N,)
             grow = np.log1p(np.floor((positions + 1) / floor)) * scale + 1  # (N,)
             q = q * grow.astype(q.dtype)[:, None]  # (B, h, N, d)
-        out, layer = attend(
-            q, k, v, window=block.window, scale=self.scale, softcap=self.attn_softcap,
-            sinks=block.sinks, weights=weights, chunk=block.chunk,
+        return q, k, v
+
+    def _attention(self, i: int, x, block: Block, rope: Rope, cos_sin, how: Pass):
+        q, k, v = self._qkv(x, block, rope, cos_sin, how.offset)
+        options = dict(
+            window=block.window, scale=self.scale, softcap=self.attn_softcap, sinks=block.sinks
+        )
+        if block.chunk is not None:
+            options["chunk"] = block.chunk
+        if how.kv is not None:
+            return how.kv.attend(i, q, k, v, **options), None  # (B, N, h, d)
+        return attend_points(
+            q, k, v, how.points, f"blocks.{i}.attn.", weights=how.weights, keys=how.keys,
+            **options,
         )  # fmt: skip
-        out = out.transpose(0, 2, 1, 3).reshape(b, n, s.heads * s.head_dim)  # (B, N, h · d)
-        return linear(out, w["o_proj"], w.get("o_bias")), layer

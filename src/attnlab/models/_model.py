@@ -112,12 +112,48 @@ class Model:
         """The text of token ids (N,)."""
         return self._tokenizer().decode([int(i) for i in np.asarray(ids).reshape(-1)])
 
-    def run(self, ids, *, weights: bool = True) -> ModelRun:
-        """Run token ids (N,) or (B, N). With ``weights`` (default) every layer's attention
-        weights are kept as computed; without, ``run.attention`` computes them on first use."""
+    def run(
+        self, ids, *, cache: bool = False, hooks=None, attention_mask=None, weights: bool = True
+    ) -> ModelRun:
+        """Run token ids (N,) or (B, N).
+
+        Args:
+            cache: keep every named activation in ``run.cache`` (TransformerLens's names:
+                ``blocks.0.hook_resid_pre``, ``blocks.0.attn.hook_z``, ...; docs/inside.md).
+            hooks: {name: fn(value, name)}: fn returns the value to flow on (or None to keep
+                it); any cache name can be hooked.
+            attention_mask: (B, N) of 1 (real token) and 0 (padding), left or right, as
+                transformers takes it: pad keys get weight 0. Positions stay 0 .. N - 1, as in
+                transformers' plain forward.
+            weights: keep every layer's attention weights as computed (default); without,
+                ``run.attention`` computes them on first use.
+        """
+        from attnlab.models.inside._points import Pass, Points, names
+
         ids = self._check_ids(ids)
-        logits, layers = self.network.forward(ids, weights)
-        return ModelRun(ids=ids, logits=logits, layers=layers)
+        keys = self._check_mask(attention_mask, ids.shape)
+        valid = names(self.shape.layers, self.network.learned_positions) if hooks else ()
+        points = Points(valid, cache=bool(cache), hooks=hooks)
+        logits, layers = self.network.forward(ids, Pass(weights, points, keys))
+        return ModelRun(
+            ids=ids, logits=logits, layers=layers, cache=points.cache, model=self, keys=keys,
+            hooks=points.hooks or None,
+        )  # fmt: skip
+
+    def _check_mask(self, mask, shape) -> np.ndarray | None:
+        """attention_mask as (B, N) bool, or None when it is None or all ones."""
+        if mask is None:
+            return None
+        arr = np.asarray(mask)
+        if arr.ndim == 1:
+            arr = arr[None]  # (1, N)
+        if arr.shape != shape or arr.dtype.kind not in "biuf" or not np.isin(arr, (0, 1)).all():
+            raise AttnlabError(
+                f"expected attention_mask of 1 and 0 with the ids' shape {shape}, but got "
+                f"shape {arr.shape} of dtype {arr.dtype} instead"
+            )
+        keys = arr.astype(bool)
+        return None if keys.all() else keys
 
     def _check_ids(self, ids) -> np.ndarray:
         try:

@@ -24,11 +24,19 @@ class ModelRun:
         logits: the next-token logits, (B, N, V).
         layers: each layer's ``LayerAttention`` (q, k after the rotary embedding, v, mask,
             scale, softcap, sinks), for reading any row back.
+        cache: with ``run(..., cache=True)``, every named activation (docs/inside.md), else None.
+        model: the ``Model`` that ran (for the logit lens and attribution).
+        keys: the real tokens (B, N) bool of an ``attention_mask`` with padding, else None.
+        hooks: the hooks the run was made with, or None.
     """
 
     ids: np.ndarray
     logits: np.ndarray
     layers: list[LayerAttention] = field(repr=False)
+    cache: dict | None = field(default=None, repr=False)
+    model: object | None = field(default=None, repr=False)
+    keys: np.ndarray | None = field(default=None, repr=False)
+    hooks: dict | None = field(default=None, repr=False)
 
     @property
     def attention(self) -> list[np.ndarray]:
