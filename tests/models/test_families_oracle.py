@@ -8,6 +8,8 @@ mixtures of experts with several experts active.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -185,3 +187,82 @@ def test_sharded_bfloat16_checkpoint(hf, saved, family):
     ).eval()
     logits, _ = reference(hf, theirs, IDS)
     close(load(folder).run(IDS).logits, logits, 1e-4)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_cache_is_transformers_hidden_states(hf, saved, family):
+    """Every layer's residual stream, through the named points, is transformers' hidden state."""
+    torch, _ = hf
+    from attnlab.models import load
+
+    folder, model = saved(family)
+    run = load(folder, dtype="float64").run(IDS, cache=True)
+    with torch.no_grad():
+        states = model(torch.as_tensor(IDS), output_hidden_states=True).hidden_states
+    layers = len(states) - 1
+    for i in range(layers):
+        close(run.cache[f"blocks.{i}.hook_resid_pre"], states[i].double().numpy(), 1e-5)
+    close(run.cache["ln_final.hook_normalized"], states[-1].double().numpy(), 1e-5)
+    last = f"blocks.{layers - 1}."
+    pre, attn, mlp = (
+        run.cache[last + k] for k in ("hook_resid_pre", "hook_attn_out", "hook_mlp_out")
+    )
+    if family == "gpt_neox":  # a parallel block: both branches read the block's input
+        assert last + "hook_resid_mid" not in run.cache
+    else:
+        np.testing.assert_allclose(run.cache[last + "hook_resid_mid"], pre + attn, rtol=1e-12)
+    np.testing.assert_allclose(run.cache[last + "hook_resid_post"], pre + attn + mlp, atol=1e-12)
+
+
+@pytest.mark.parametrize(("family", "layer", "head", "query"), [
+    ("llama4_text", 0, 1, 9),  # chunked: the row sees keys 8 and 9 only
+    ("llama4_text", 1, 3, 10),  # NoPE with temperature tuning
+    ("gemma3_text", 1, 2, 10),  # a global layer, linear-scaled rotary
+    ("qwen3", 1, 5, 7),  # sliding window of 3, head_dim 12 with six heads on two
+])  # fmt: skip
+def test_one_rows_trace_is_transformers_row(hf, saved, family, layer, head, query):
+    from attnlab.models import load
+
+    folder, model = saved(family)
+    run = load(folder, dtype="float64").run(IDS)
+    _, attentions = reference(hf, model, IDS)
+    trace = run.trace(layer, head, query, batch=1)
+    np.testing.assert_allclose(trace.weights[0], attentions[layer][1, head, query], atol=2e-6)
+    assert np.isneginf(trace.masked[0, query + 1 :]).all()  # the causal future is blocked
+    seen = np.flatnonzero(np.isfinite(trace.masked[0]))
+    np.testing.assert_array_equal(seen, np.flatnonzero(attentions[layer][1, head, query] > 0))
+
+
+def test_phi3_short_factors_below_the_switch(hf, saved):
+    """LongRoPE uses its short factors for inputs of at most original_max_position_embeddings
+    (8 here) tokens, and the long ones past it (the other tests' 11 tokens)."""
+    from attnlab.models import load
+
+    folder, model = saved("phi3")
+    ids = IDS[:, :8]
+    logits, attentions = reference(hf, model, ids)
+    run = load(folder, dtype="float64").run(ids)
+    close(run.logits, logits, 1e-5)
+    for mine, theirs in zip(run.attention, attentions, strict=True):
+        np.testing.assert_allclose(mine, theirs, rtol=0, atol=2e-6)
+
+
+def test_a_qwen3_folder_labelled_llama_is_refused(saved, tmp_path):
+    """Llama reads every Qwen3 tensor but the q/k norms: running without them would compute
+    another model, so the loader names the first tensor it did not read."""
+    from attnlab.errors import AttnlabError
+    from attnlab.models import load
+
+    folder, _ = saved("qwen3", "float32")
+    relabelled = tmp_path / "relabelled"
+    relabelled.mkdir()
+    config = json.loads((folder / "config.json").read_text())
+    config["model_type"] = "llama"
+    (relabelled / "config.json").write_text(json.dumps(config))
+    (relabelled / "model.safetensors").write_bytes((folder / "model.safetensors").read_bytes())
+    with pytest.raises(
+        AttnlabError,
+        match=r"expected every tensor in .*relabelled to be one the 'llama' family reads, but got "
+        r"'model\.layers\.0\.self_attn\.k_norm\.weight' \(and 3 more\) instead",
+    ):
+        load(relabelled)
