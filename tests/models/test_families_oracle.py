@@ -266,3 +266,56 @@ def test_a_qwen3_folder_labelled_llama_is_refused(saved, tmp_path):
         r"'model\.layers\.0\.self_attn\.k_norm\.weight' \(and 3 more\) instead",
     ):
         load(relabelled)
+
+
+KINDS = {
+    "gpt_neox": ["full", "full"],
+    "gpt_neox-serial": ["full", "full"],
+    "qwen3": ["full", "sliding 3"],
+    "gemma3_text": ["sliding 4", "full", "sliding 4"],
+    "olmo2": ["full", "full"],
+    "phi3": ["sliding 5", "sliding 5"],
+    "llama4_text": ["chunked 4", "full", "chunked 4", "full"],
+}
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_attnlab_model_runs_each_folder(hf, saved, family):
+    """The CLI prints each layer's kind and a row that is transformers' row."""
+    from typer.testing import CliRunner
+
+    from attnlab.cli import app
+
+    folder, model = saved(family, "float32")
+    ids = ", ".join(str(int(i)) for i in IDS[0])
+    result = CliRunner().invoke(
+        app, ["model", str(folder), "--ids", ids, "--layer", "1", "--head", "0", "--query", "9",
+              "--json"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["layers"] == KINDS[family]
+    _, attentions = reference(hf, model, IDS[:1])
+    np.testing.assert_allclose(data["trace"]["weights"][0], attentions[1][0, 0, 9], atol=1e-4)
+
+
+def test_serve_lists_every_family(saved):
+    """``attnlab serve --model`` checks, loads and lists a folder of each family."""
+    import warnings
+
+    from attnlab.web import create_app
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
+        from fastapi.testclient import TestClient
+
+    folders = [saved(family, "float32")[0] for family in sorted(FAMILIES)]
+    app = create_app(models=folders)
+    app.state.models.wait()
+    with TestClient(app, base_url="http://127.0.0.1") as client:
+        listed = client.get("/api/models").json()["models"]
+        assert [m["status"] for m in listed] == ["ready"] * len(folders), listed
+        name = listed[-1]["name"]
+        r = client.get("/api/models/run", params={"model": name, "ids": "3 17 5 9 3 17 5 42"})
+        assert r.status_code == 200, r.text
+        assert r.json()["kinds"] == KINDS[sorted(FAMILIES)[-1]]
