@@ -265,3 +265,102 @@ def test_untied_gpt2_head_is_used(hf, tmp_path):
     with torch.no_grad():
         theirs = model(torch.as_tensor(IDS)).logits.numpy()
     close(load(tmp_path, dtype="float64").run(IDS).logits, theirs, 1e-10)
+
+
+def final_norm_and_head(model):
+    """transformers' final norm and output head modules."""
+    inner = model.transformer if hasattr(model, "transformer") else model.model
+    return (inner.ln_f if hasattr(inner, "ln_f") else inner.norm), model.lm_head
+
+
+@pytest.mark.parametrize("family", INSIDE)
+def test_logit_lens_is_the_final_norm_and_head_on_hidden_states(hf, saved, family):
+    torch, _ = hf
+    from attnlab.models import load
+
+    folder, model = saved(family)
+    run = load(folder, dtype="float64").run(IDS)
+    _, states = hidden(hf, model, IDS)
+    norm, head = final_norm_and_head(model)
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    layers = len(states) - 1
+    for layer in range(layers - 1):  # hidden_states[l + 1] is layer l's output
+        with torch.no_grad():
+            theirs = head(norm(torch.as_tensor(states[layer + 1]))).double().numpy()
+        if cap:
+            theirs = cap * np.tanh(theirs / cap)
+        close(run.logit_lens(layer), theirs, rtol(family))
+    np.testing.assert_array_equal(run.logit_lens(layers - 1), run.logits)
+    np.testing.assert_array_equal(run.logit_lens(-1), run.logits)
+
+
+@pytest.mark.parametrize("family", INSIDE)
+def test_attribution_adds_up_to_the_logit(hf, saved, family):
+    from attnlab.models import load
+
+    folder, model = saved(family)
+    ours = load(folder, dtype="float64")
+    run = ours.run(IDS)
+    theirs = reference_logits(hf, model, IDS)
+    cap = getattr(model.config, "final_logit_softcapping", None)
+    for batch, pos, token in ((0, 10, 3), (1, 4, 17)):
+        parts = run.logit_attribution(pos, token, batch=batch)
+        total = sum(parts.values())
+        run_with = ours.run(IDS, cache=True)
+        pre = run_with.cache["ln_final.hook_normalized"][batch, pos] @ ours.network.lm_head[token]
+        assert abs(total - pre) <= 1e-9 * abs(pre)
+        want = theirs[batch, pos, token]
+        got = cap * np.tanh(total / cap) if cap else total
+        assert abs(got - want) <= rtol(family) * np.abs(theirs).max()
+        s = ours.shape
+        heads = {f"L{i}H{h}" for i in range(s.layers) for h in range(s.heads)}
+        assert heads | {"embed", f"L{s.layers - 1}.mlp"} <= set(parts)
+        assert ("pos_embed" in parts) == (family == "gpt2")
+        diff = run.logit_difference(pos, token, 5, batch=batch)
+        direct = {k: v - run.logit_attribution(pos, 5, batch=batch)[k] for k, v in parts.items()}
+        assert diff.keys() == direct.keys()
+        np.testing.assert_allclose(list(diff.values()), list(direct.values()), atol=1e-12)
+
+
+def reference_logits(hf, model, ids):
+    torch, _ = hf
+    with torch.no_grad():
+        return model(torch.as_tensor(ids)).logits.double().numpy()
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_one_heads_share_by_hand(hf, saved, family):
+    from attnlab.models import load
+
+    folder, model = saved(family)
+    ours = load(folder, dtype="float64")
+    layer, head, batch, pos, token = 1, 3, 1, 9, 11
+    d = ours.shape.head_dim
+    seen = {}
+
+    def keep(key):
+        def fn(x):
+            seen[key] = x.clone()
+            return x
+
+        return fn
+
+    norm, lm_head = final_norm_and_head(model)
+    logits_with(hf, model, IDS, lambda: [
+        pre_hook(out_proj(model, layer), keep("z")), pre_hook(norm, keep("final")),
+    ])  # fmt: skip
+    z = seen["z"][batch, pos, head * d : (head + 1) * d].numpy()  # (d,)
+    proj = out_proj(model, layer).weight.detach().double().numpy()
+    if family == "gpt2":  # Conv1D (in, out)
+        share = z @ proj[head * d : (head + 1) * d]
+    else:  # Linear (out, in)
+        share = proj[:, head * d : (head + 1) * d] @ z
+    x = seen["final"][batch, pos].numpy()  # the final residual (d_model,)
+    w = norm.weight.detach().double().numpy()
+    if family == "gpt2":
+        scaled = (share - share.mean()) * w / np.sqrt(x.var() + norm.eps)
+    else:
+        scaled = share * w / np.sqrt(np.mean(x * x) + norm.variance_epsilon)
+    want = scaled @ lm_head.weight.detach().double().numpy()[token]
+    got = ours.run(IDS).logit_attribution(pos, token, batch=batch)[f"L{layer}H{head}"]
+    assert abs(got - want) <= rtol(family) * max(1.0, abs(want))
