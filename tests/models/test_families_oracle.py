@@ -319,3 +319,20 @@ def test_serve_lists_every_family(saved):
         r = client.get("/api/models/run", params={"model": name, "ids": "3 17 5 9 3 17 5 42"})
         assert r.status_code == 200, r.text
         assert r.json()["kinds"] == KINDS[sorted(FAMILIES)[-1]]
+
+
+@pytest.mark.parametrize("family", ["gpt_neox", "gpt_neox-serial", "olmo2", "llama4_text"])
+def test_logit_attribution_adds_up_to_transformers_logit(hf, saved, family):
+    """Heads, MLPs and embeddings split the logit (LayerNorm and parallel blocks, post-norms,
+    experts), and the shares add up to transformers' logit."""
+    from attnlab.models import load
+
+    folder, model = saved(family)
+    run = load(folder, dtype="float64").run(IDS)
+    logits, _ = reference(hf, model, IDS)
+    token = int(np.argmax(logits[1, 9]))
+    shares = run.logit_attribution(9, token, batch=1)
+    assert any(k.startswith("L1H") for k in shares)
+    assert sum(shares.values()) == pytest.approx(
+        logits[1, 9, token], abs=1e-5 * np.abs(logits).max()
+    )

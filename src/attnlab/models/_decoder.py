@@ -171,6 +171,9 @@ class Decoder:
         return None if w is None else w + self.norm_offset
 
     def final_norm_parts(self) -> dict:
+        if isinstance(self.final_norm, tuple):  # GPT-NeoX's LayerNorm
+            weight, bias = self.final_norm
+            return dict(kind="layer", weight=weight, bias=bias, eps=self.eps)
         return dict(kind="rms", weight=self.final_norm + self.norm_offset, bias=None, eps=self.eps)
 
     def unembed(self, normalized: np.ndarray) -> np.ndarray:
