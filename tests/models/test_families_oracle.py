@@ -336,3 +336,31 @@ def test_logit_attribution_adds_up_to_transformers_logit(hf, saved, family):
     assert sum(shares.values()) == pytest.approx(
         logits[1, 9, token], abs=1e-5 * np.abs(logits).max()
     )
+
+
+OLDER = {  # what config.json files written before transformers 5 hold instead
+    "gpt_neox": lambda c: c | {"rotary_pct": 0.5, "rotary_emb_base": 100.0},
+    "gemma3_text": lambda c: c | {
+        "rope_theta": 1000.0, "rope_local_base_freq": 100.0,
+        "rope_scaling": {"rope_type": "linear", "factor": 2.0},
+    },
+    "phi3": lambda c: c | {
+        "rope_theta": 100.0, "partial_rotary_factor": 0.5,
+        "rope_scaling": {"type": "su", "short_factor": [1.0, 1.5], "long_factor": [2.0, 5.0]},
+    },
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("family", sorted(OLDER))
+def test_an_older_config_json_runs_the_same_model(hf, saved, family, tmp_path):
+    from attnlab.models import load
+
+    folder, model = saved(family, "float32")
+    config = json.loads((folder / "config.json").read_text())
+    del config["rope_parameters"]
+    older = tmp_path / family
+    older.mkdir()
+    (older / "config.json").write_text(json.dumps(OLDER[family](config)))
+    (older / "model.safetensors").write_bytes((folder / "model.safetensors").read_bytes())
+    logits, _ = reference(hf, model, IDS)
+    close(load(older).run(IDS).logits, logits, 1e-4)

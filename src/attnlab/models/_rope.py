@@ -26,12 +26,12 @@ import numpy as np
 
 from attnlab.errors import AttnlabError
 
-__all__ = ["ROPE_TYPES", "Rope"]
+__all__ = ["ROPE_TYPES", "Rope", "parameters"]
 
 ROPE_TYPES = ("default", "linear", "llama3", "yarn", "longrope")
 
 
-def _parameters(cfg) -> tuple[dict, str]:
+def parameters(cfg) -> tuple[dict, str]:
     """(the rope parameters, the config key they came from): transformers 5 writes
     ``rope_parameters``; older configs ``rope_theta`` and ``rope_scaling``."""
     if isinstance(cfg.get("rope_parameters"), dict):
@@ -60,7 +60,7 @@ class Rope:
 
     def __init__(self, cfg, head_dim: int, params=None, where=None, interleaved=False):
         if params is None:
-            params, key = _parameters(cfg)
+            params, key = parameters(cfg)
             where = f"{cfg.path}'s {key}"
         kind = params.get("rope_type", params.get("type", "default"))
         if kind not in ROPE_TYPES:

@@ -2,7 +2,8 @@
 then h_kv·d of k, then h_kv·d of v) and the MLP's gate and up in one (``gate_up_proj``: gate's
 d_ff rows, then up's), a sliding window on every layer when ``sliding_window`` is set, rotary
 on the first ``partial_rotary_factor`` of each head, and the ``longrope`` schedule (docs in
-``_rope.py``). The fused weights are split into views on load, so the shared decoder runs them.
+``_rope.py``; older config.json files call it "su", or "yarn", which Phi-3 also reads as
+LongRoPE). The fused weights are split into views on load, so the shared decoder runs them.
 
 Tensor names: model.embed_tokens, model.layers.{i}.{input_layernorm, self_attn.{qkv_proj,
 o_proj}, post_attention_layernorm, mlp.{gate_up_proj, down_proj}}, model.norm, lm_head.
@@ -16,7 +17,7 @@ from attnlab.models._checkpoint import Checkpoint
 from attnlab.models._config import Config
 from attnlab.models._decoder import Block, Decoder, output_head
 from attnlab.models._layers import activation, gated_mlp
-from attnlab.models._rope import Rope
+from attnlab.models._rope import Rope, parameters
 from attnlab.models.families import llama
 
 __all__ = ["build", "shape_of"]
@@ -26,7 +27,11 @@ shape_of = llama.shape_of
 
 def build(cfg: Config, ck: Checkpoint) -> Decoder:
     shape = shape_of(cfg)
-    rope = Rope(cfg, shape.head_dim)  # an option attnlab cannot run fails before any tensor is read
+    params, key = parameters(cfg)
+    if params.get("rope_type", params.get("type")) in ("su", "yarn"):
+        params["rope_type"] = "longrope"  # Phi-3's older names for it
+    # an option attnlab cannot run fails before any tensor is read
+    rope = Rope(cfg, shape.head_dim, params=params, where=f"{cfg.path}'s {key}")
     act = activation(cfg, "hidden_act", "silu")
     window = cfg.get("sliding_window")
     window = None if window is None else cfg.int("sliding_window")
