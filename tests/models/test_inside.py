@@ -111,3 +111,59 @@ def test_patching_clean_into_itself_changes_nothing(model):
         table = patch(model, IDS, IDS, metric, over=over, activation=act)
         np.testing.assert_allclose(table, base, atol=1e-12)
     assert patch(model, IDS, IDS, metric, over="layers", activation="attn_out").shape == (2,)
+
+
+def test_generation_runs_the_prompt_once_then_one_token_at_a_time(model, monkeypatch):
+    seen = []
+    forward = model.network.forward
+
+    def spy(ids, how=None):
+        seen.append((ids.shape[1], how.offset))
+        return forward(ids, how)
+
+    monkeypatch.setattr(model.network, "forward", spy)
+    out = model.generate(IDS, 5)
+    assert seen == [(6, 0), (1, 6), (1, 7), (1, 8), (1, 9)]  # no re-run of the prefix
+    monkeypatch.undo()
+    x = IDS
+    for _ in range(5):  # greedy by hand: the argmax of a full run, token after token
+        x = np.concatenate([x, model.run(x).logits[:, -1].argmax(-1)[:, None]], 1)
+    np.testing.assert_array_equal(out, x)
+
+
+def test_sampling_is_seeded_and_its_limits_reduce_to_greedy(model):
+    greedy = model.generate(IDS, 6)
+    one = model.generate(IDS, 6, temperature=1.0, top_k=1, seed=3)
+    np.testing.assert_array_equal(one, greedy)
+    tiny_p = model.generate(IDS, 6, temperature=0.7, top_p=1e-9, seed=4)
+    np.testing.assert_array_equal(tiny_p, greedy)
+    a = model.generate(IDS, 6, temperature=2.0, seed=5)
+    np.testing.assert_array_equal(a, model.generate(IDS, 6, temperature=2.0, seed=5))
+    assert a.shape == (2, 12) and (a[:, :6] == IDS).all()
+
+
+def test_stop_ends_every_sequence(model):
+    greedy = model.generate(IDS[:1], 6)
+    stop = int(greedy[0, 8])  # the third new token
+    out = model.generate(IDS[:1], 6, stop=stop)
+    first = 6 + list(greedy[0, 6:]).index(stop)
+    np.testing.assert_array_equal(out, greedy[:, : first + 1])
+    assert model.generate(IDS, 0).shape == IDS.shape
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "words"),
+    [
+        (dict(max_new_tokens=-1), "max_new_tokens >= 0"),
+        (dict(max_new_tokens=2.5), "max_new_tokens to be an integer"),
+        (dict(max_new_tokens=2, temperature=-1.0), "temperature >= 0"),
+        (dict(max_new_tokens=2, top_k=0), "top_k to be None or an integer >= 1"),
+        (dict(max_new_tokens=2, top_p=1.5), "top_p to be None or a number in (0, 1]"),
+        (dict(max_new_tokens=2, stop=[99]), "stop to be a token id"),
+        (dict(max_new_tokens=10_000), "learned positions"),
+    ],
+)  # fmt: skip
+def test_bad_generation_arguments(model, kwargs, words):
+    with pytest.raises(AttnlabError, match=r"^expected") as err:
+        model.generate(IDS, **kwargs)
+    assert words in str(err.value)

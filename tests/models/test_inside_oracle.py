@@ -364,3 +364,26 @@ def test_one_heads_share_by_hand(hf, saved, family):
     want = scaled @ lm_head.weight.detach().double().numpy()[token]
     got = ours.run(IDS).logit_attribution(pos, token, batch=batch)[f"L{layer}H{head}"]
     assert abs(got - want) <= rtol(family) * max(1.0, abs(want))
+
+
+@pytest.mark.parametrize("family", INSIDE)
+def test_greedy_generation_is_transformers_token_for_token(hf, saved, family):
+    torch, _ = hf
+    from attnlab.models import load
+
+    folder, model = saved(family)
+    new = 14  # 11 + 14 tokens: past the sliding windows (3 and 4) many times over
+    model.generation_config.eos_token_id = None  # never stop early: compare every token
+    model.generation_config.pad_token_id = 0
+    with torch.no_grad():
+        theirs = model.generate(
+            torch.as_tensor(IDS),
+            max_new_tokens=new,
+            do_sample=False,
+            attention_mask=torch.ones(IDS.shape, dtype=torch.long),  # id 0 is no padding here
+        ).numpy()
+    ours = load(folder, dtype="float64")
+    got = ours.generate(IDS, new)
+    np.testing.assert_array_equal(got, theirs)
+    steps = list(ours.stream(IDS, 3))
+    np.testing.assert_array_equal(np.stack(steps, 1), theirs[:, IDS.shape[1] : IDS.shape[1] + 3])
