@@ -364,3 +364,23 @@ def test_an_older_config_json_runs_the_same_model(hf, saved, family, tmp_path):
     (older / "model.safetensors").write_bytes((folder / "model.safetensors").read_bytes())
     logits, _ = reference(hf, model, IDS)
     close(load(older).run(IDS).logits, logits, 1e-4)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_greedy_generation_is_transformers(hf, saved, family):
+    """Prompt and new tokens through the key/value cache, token for token transformers' greedy
+    generate: chunks and windows that the new tokens cross, NoPE temperatures at new positions,
+    LongRoPE switching to its long factors while generating."""
+    torch, _ = hf
+    from attnlab.models import load
+
+    folder, model = saved(family)
+    prompt, new = IDS[:, :6], 6
+    model.generation_config.eos_token_id = None  # never stop early: compare every token
+    model.generation_config.pad_token_id = 0
+    with torch.no_grad():
+        theirs = model.generate(
+            torch.as_tensor(prompt), max_new_tokens=new, do_sample=False,
+            attention_mask=torch.ones(prompt.shape, dtype=torch.long),
+        ).numpy()  # fmt: skip
+    np.testing.assert_array_equal(load(folder, dtype="float64").generate(prompt, new), theirs)

@@ -170,6 +170,11 @@ class Decoder:
         w = self.blocks[i].norms.get("attn_out")
         return None if w is None else w + self.norm_offset
 
+    @property
+    def rerun_past(self) -> int | None:
+        """LongRoPE's switch (tokens), past which generation runs the whole text again."""
+        return None if getattr(self.rope, "long", None) is None else int(self.rope.switch)
+
     def final_norm_parts(self) -> dict:
         if isinstance(self.final_norm, tuple):  # GPT-NeoX's LayerNorm
             weight, bias = self.final_norm
