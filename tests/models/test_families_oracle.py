@@ -384,3 +384,31 @@ def test_greedy_generation_is_transformers(hf, saved, family):
             attention_mask=torch.ones(prompt.shape, dtype=torch.long),
         ).numpy()  # fmt: skip
     np.testing.assert_array_equal(load(folder, dtype="float64").generate(prompt, new), theirs)
+
+
+def test_pythias_buffers_are_neither_read_nor_refused(hf, saved, tmp_path):
+    """Older Pythia exports carry each layer's causal mask (bool), its fill value and the
+    rotary frequencies beside the weights: the model runs the same, and a bool tensor
+    anywhere else is still refused."""
+    from safetensors.numpy import load_file, save_file
+
+    from attnlab.errors import AttnlabError
+    from attnlab.models import load
+
+    folder, model = saved("gpt_neox", "float32")
+    tensors = load_file(str(folder / "model.safetensors"))
+    for i in range(2):
+        p = f"gpt_neox.layers.{i}.attention."
+        tensors[p + "bias"] = np.tril(np.ones((1, 1, 64, 64), bool))
+        tensors[p + "masked_bias"] = np.array(-1e9, np.float32)
+        tensors[p + "rotary_emb.inv_freq"] = np.ones(1, np.float32)
+    older = tmp_path / "older"
+    older.mkdir()
+    (older / "config.json").write_bytes((folder / "config.json").read_bytes())
+    save_file(tensors, str(older / "model.safetensors"))
+    logits, _ = reference(hf, model, IDS)
+    close(load(older).run(IDS).logits, logits, 1e-4)
+    tensors["gpt_neox.layers.0.attention.mask"] = np.ones(2, bool)
+    save_file(tensors, str(older / "model.safetensors"))
+    with pytest.raises(AttnlabError, match=r"'gpt_neox\.layers\.0\.attention\.mask'.*BOOL"):
+        load(older)

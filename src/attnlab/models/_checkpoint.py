@@ -9,7 +9,7 @@ peak is the weights at that dtype plus one tensor as stored.
 Every tensor of the folder must be read by the family that builds the model: a tensor no
 family module reads (a Qwen3 folder whose config.json says "llama", say) is refused by name,
 since running without it would compute another model. Buffers a checkpoint may carry that are
-not weights (a rotary table, a causal-mask constant) are marked skipped by the family.
+not weights (``BUFFERS``: a rotary table, a causal-mask table) are neither read nor refused.
 
 Every problem is one ``AttnlabError`` naming the file and, where there is one, the key.
 """
@@ -24,12 +24,18 @@ import numpy as np
 
 from attnlab.errors import AttnlabError
 
-__all__ = ["COMPUTE_DTYPES", "Checkpoint", "read_config"]
+__all__ = ["BUFFERS", "COMPUTE_DTYPES", "Checkpoint", "read_config"]
 
 #: The dtypes a model computes in (numpy has no fast bfloat16 or float16 arithmetic).
 COMPUTE_DTYPES = {"float32": np.float32, "float64": np.float64}
 #: The dtypes a checkpoint may store its weights in.
 STORED = {"F32", "F16", "BF16", "F64"}
+#: Name endings of buffers older exports saved beside the weights: causal-mask tables (bool in
+#: Pythia's), their fill value, rotary frequencies. They are not weights: never read, any dtype.
+BUFFERS = (
+    ".attn.bias", ".attn.masked_bias", ".attention.bias", ".attention.masked_bias",
+    ".rotary_emb.inv_freq",
+)  # fmt: skip
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 
@@ -122,7 +128,7 @@ class Checkpoint:
             keys = list(f.keys())
             for key in keys:
                 stored = f.get_slice(key).get_dtype()
-                if stored not in STORED:
+                if stored not in STORED and not key.endswith(BUFFERS):
                     raise AttnlabError(
                         f"expected tensor {key!r} in {file} to be stored as one of "
                         f"{sorted(STORED)}, but it is {stored} (a quantised checkpoint?)"

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from attnlab.errors import AttnlabError
-from attnlab.models._checkpoint import COMPUTE_DTYPES, Checkpoint, read_config
+from attnlab.models._checkpoint import BUFFERS, COMPUTE_DTYPES, Checkpoint, read_config
 from attnlab.models._config import FAMILIES, Config, Shape, unsupported_family
 from attnlab.models._run import ModelRun
 
@@ -41,7 +41,7 @@ def load(path, *, dtype: str = "float32") -> Model:
     folder, data, cfg, module = read_folder(path)
     checkpoint = Checkpoint(folder, COMPUTE_DTYPES[dtype])
     network = module.build(cfg, checkpoint)
-    checkpoint.skip(".rotary_emb.inv_freq")  # older exports save the rotary table: not a weight
+    checkpoint.skip(*BUFFERS)  # older exports' masks and rotary tables: not weights
     checkpoint.check_all_read(data["model_type"])  # a tensor nothing read: another model
     tokenizer = folder / "tokenizer.json"
     return Model(

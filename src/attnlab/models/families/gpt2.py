@@ -157,7 +157,6 @@ def build(cfg: Config, ck: Checkpoint) -> GPT2:
     d_ff = cfg.int("n_inner", 4 * shape.d_model)
     prefix = "transformer." if "transformer.wte.weight" in ck else ""
     w = {name: ck.get(prefix + name, size) for name, size in _tensors(shape, d_ff).items()}
-    ck.skip(".attn.bias", ".attn.masked_bias")  # older exports' causal-mask buffers
     scale = shape.head_dim**-0.5 if cfg.get("scale_attn_weights", True) else 1.0
     by_layer = bool(cfg.get("scale_attn_by_inverse_layer_idx", False))
     head = None

@@ -103,7 +103,6 @@ def build(cfg: Config, ck: Checkpoint) -> Decoder:
                 parallel=parallel,
             )
         )
-    ck.skip(".attention.bias", ".attention.masked_bias")  # older exports' causal-mask buffers
     embed = ck.get("gpt_neox.embed_in.weight", (shape.vocab, dm))
     tied = cfg.get("tie_word_embeddings", False) and "embed_out.weight" not in ck
     return Decoder(
