@@ -29,7 +29,9 @@ NEOX = dict(
 # fmt: off
 FAMILIES = {
     "gpt_neox": ("GPTNeoXConfig", NEOX | dict(use_parallel_residual=True)),
-    "gpt_neox-serial": ("GPTNeoXConfig", NEOX | dict(use_parallel_residual=False)),
+    "gpt_neox-serial": (
+        "GPTNeoXConfig", NEOX | dict(use_parallel_residual=False, attention_bias=False)
+    ),
     "qwen3": (
         "Qwen3Config",
         SMALL
