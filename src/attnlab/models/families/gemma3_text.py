@@ -11,6 +11,8 @@ Gemma 3 replaced Gemma 2's cap on the attention scores by the q/k norms: its con
 an ``attn_logit_softcapping`` key, but the model never applies it (transformers does not
 either), so neither does attnlab.
 
+Shape legend: d_model hidden width, h query heads, h_kv key/value heads, d head width.
+
 Tensor names: Gemma 2's, with model.layers.{i}.self_attn.{q_norm, k_norm}.weight (d,).
 """
 

@@ -2,6 +2,8 @@
 or the MLP: x += norm(attention(x)), x += norm(mlp(x))), and an RMSNorm on q and on k over the
 whole projection (all heads at once, before splitting into heads and the rotary embedding).
 
+Shape legend: d_model hidden width, h query heads, h_kv key/value heads, d head width.
+
 Tensor names: model.embed_tokens, model.layers.{i}.{self_attn.{q,k,v,o}_proj,
 self_attn.q_norm (h·d,), self_attn.k_norm (h_kv·d,), post_attention_layernorm,
 mlp.{gate,up,down}_proj, post_feedforward_layernorm}, model.norm, lm_head.

@@ -5,6 +5,9 @@ on the first ``partial_rotary_factor`` of each head, and the ``longrope`` schedu
 ``_rope.py``; older config.json files call it "su", or "yarn", which Phi-3 also reads as
 LongRoPE). The fused weights are split into views on load, so the shared decoder runs them.
 
+Shape legend: d_model hidden width, h query heads, h_kv key/value heads, d head width,
+d_ff MLP width.
+
 Tensor names: model.embed_tokens, model.layers.{i}.{input_layernorm, self_attn.{qkv_proj,
 o_proj}, post_attention_layernorm, mlp.{gate_up_proj, down_proj}}, model.norm, lm_head.
 """

@@ -4,6 +4,8 @@ one weight per family of heads) before the rotary embedding, no bias by default
 need not be hidden_size / heads. Sliding windows as Qwen2's: on the layers ``layer_types``
 marks, else (with ``use_sliding_window``) from layer ``max_window_layers`` on.
 
+Shape legend: d_model hidden width, h query heads, h_kv key/value heads, d head width.
+
 Tensor names: Llama's, with model.layers.{i}.self_attn.{q_norm, k_norm}.weight (d,).
 """
 
