@@ -414,3 +414,22 @@ def test_pythias_buffers_are_neither_read_nor_refused(hf, saved, tmp_path):
     save_file(tensors, str(older / "model.safetensors"))
     with pytest.raises(AttnlabError, match=r"'gpt_neox\.layers\.0\.attention\.mask'.*BOOL"):
         load(older)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_right_padding_gives_transformers_logits_on_real_tokens(hf, saved, family):
+    """An attention_mask's pad keys are left out on top of each layer's own mask (chunks,
+    windows); a query that then sees no key is transformers' NaN and attnlab's 0, so only
+    the real tokens are compared."""
+    torch, _ = hf
+    from attnlab.models import load
+
+    folder, model = saved(family)
+    mask = np.ones_like(IDS)
+    mask[1, 8:] = 0
+    with torch.no_grad():
+        theirs = model(torch.as_tensor(IDS), attention_mask=torch.as_tensor(mask)).logits.numpy()
+    ours = load(folder, dtype="float64").run(IDS, attention_mask=mask).logits
+    real = mask.astype(bool)
+    close(ours[real], theirs[real], 1e-5)
+    assert np.isfinite(ours).all()
