@@ -54,14 +54,8 @@ class LayerAttention:
 
     @property
     def mask(self):
-        if self.chunk is not None:
-            # No mask spec knows chunks, so the (N, N) table is built: causal and same chunk.
-            n = self.q.shape[2]
-            pos = np.arange(n)
-            allowed = (pos[None, :] <= pos[:, None]) & (
-                pos[None, :] // self.chunk == pos[:, None] // self.chunk
-            )  # (N, N)
-            return al.masks.Dense(allowed)
+        if self.chunk is not None:  # Llama 4: the earlier keys of the query's own chunk
+            return al.masks.Causal() + al.masks.Chunks(self.chunk)
         return al.masks.Causal() if self.window is None else al.masks.SlidingWindow(self.window)
 
     @property

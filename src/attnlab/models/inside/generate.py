@@ -10,7 +10,7 @@ softcap), so the prefix is never run again. gpt-oss's sinks are one logit per he
 row's divisor: the call returns each row's log-sum-exp ``lse``, and the output without the
 sink is scaled by exp(lse) / (exp(lse) + exp(sink)), which is the same softmax with the sink.
 Llama 4's chunked layers (a row sees only its own chunk's earlier rows, which no window
-describes) go to ``attnlab.attention`` with that table instead. Phi-3's LongRoPE turns every
+describes) go to ``attnlab.attention`` with ``Causal() + Chunks(size)`` instead. Phi-3's LongRoPE turns every
 position by other angles once the text is longer than its switch, so the first step past it
 runs the whole text again (as transformers' generate does).
 
@@ -67,21 +67,20 @@ class KVCache:
 
     def _chunked(self, i, q, k, v, scale, chunk):
         """Llama 4's chunked layers: row r sees the cached rows j <= r of its own chunk, a
-        mask no window describes, so it goes to ``attnlab.attention`` as a table."""
+        mask no window describes, so it goes to ``attnlab.attention`` as Causal + Chunks."""
         import attnlab as al
 
         b, h, n, d = q.shape
         h_kv, start, end = k.shape[1], self.length, self.length + n
         self.k[i][:, start:end] = k.transpose(0, 2, 1, 3)  # (B, N, h_kv, d)
         self.v[i][:, start:end] = v.transpose(0, 2, 1, 3)
-        rows = np.arange(start, end)[:, None]  # (N, 1): the new rows' positions
-        keys = np.arange(end)[None, :]  # (1, S)
-        allowed = (keys <= rows) & (keys // chunk == rows // chunk)  # (N, S)
+        # the new rows sit at positions start..end-1 of the S = end keys: bottom-right aligned
+        mask = al.masks.Causal(align="bottom_right") + al.masks.Chunks(chunk, align="bottom_right")
         out = al.attention(
             q.reshape(b, h_kv, h // h_kv, n, d),  # (B, h_kv, g, N, d)
             self.k[i][:, :end].transpose(0, 2, 1, 3)[:, :, None],  # (B, h_kv, 1, S, d)
             self.v[i][:, :end].transpose(0, 2, 1, 3)[:, :, None],
-            al.masks.Dense(allowed), scale=scale,
+            mask, scale=scale,
         )  # fmt: skip
         return out.reshape(b, h, n, d).transpose(0, 2, 1, 3)  # (B, N, h, d)
 
