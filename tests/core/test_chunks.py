@@ -56,3 +56,9 @@ def test_specs_compare_by_value_and_read_back():
 def test_bad_arguments_are_one_error(args, match):
     with pytest.raises(AttnlabError, match=match):
         Chunks(*args)
+
+
+def test_explain_says_what_chunks_allow():
+    text = str(al.masks.explain(Causal() + Chunks(3), 5, 5))
+    assert "Chunks(3): query i sees the keys j with j // 3 == (i) // 3" in text
+    assert "query 3  a  a  a  ·  c   sees key 3" in text
