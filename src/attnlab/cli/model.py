@@ -110,9 +110,10 @@ def model(
     dtype: Annotated[str, typer.Option(help="float32 or float64.")] = "float32",
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
-    """Run a Hugging Face checkpoint (gpt2, llama, mistral, qwen2, gemma2, gpt_oss) through
-    attnlab's attention: its shape, each layer's attention kind and the strongest heads; with
-    --layer, --head and --query, that row's tables."""
+    """Run a Hugging Face checkpoint (gpt2, llama, mistral, qwen2, gemma2, gpt_oss, gpt_neox,
+    qwen3, gemma3_text, olmo2, phi3, llama4_text) through attnlab's attention: its shape, each
+    layer's attention kind and the strongest heads; with --layer, --head and --query, that
+    row's tables."""
     from attnlab.models import load
 
     row = (layer, head, query)
