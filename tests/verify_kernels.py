@@ -118,3 +118,49 @@ def sweep_case(torch, dtype, causal, heads, n, m, d, *, backward_pairs=2**16):
         seed=zlib.crc32(repr((dtype, causal, heads, n, m, d)).encode()), backward=n * m <= backward_pairs,
     )  # fmt: skip
     return correct(torch, x, causal=causal)
+
+
+def planted(torch, x, bug=None, *, causal=False, window=None, softcap=0.0, sinks=None):
+    """The case a kernel with one planted ``bug`` (a diagnosis cause, or None) writes: float32
+    work on (B, h, N, d) inputs, each output rounded to their dtype, lse in float32.
+    ``window``: FlashAttention's left reach (with ``causal``); ``sinks`` (h,) float32."""
+    q, k, v = x["q"].float(), x["k"].float(), x["v"].float()
+    (b, h, n, d), (h_kv, m) = q.shape, k.shape[1:3]
+    scale = {"scale": 1.0}.get(bug, 1 / math.sqrt(d))
+    kv_of = torch.arange(h) % h_kv if bug == "gqa_mapping" else torch.arange(h) // (h // h_kv)
+    raw = q @ k[:, kv_of].transpose(-1, -2)  # (B, h, N, M)
+    if softcap and bug == "softcap_order":
+        s = softcap * torch.tanh(raw / softcap) * scale  # the cap before the scale
+    elif softcap:
+        s = softcap * torch.tanh(raw * scale / softcap)
+    else:
+        s = raw * scale
+    i = torch.arange(n)[:, None] + (0 if bug == "causal_alignment" else m - n)
+    j = torch.arange(m)[None, :]
+    seen = torch.ones(n, m, dtype=torch.bool)
+    if causal:
+        seen &= j <= i + (1 if bug == "causal_offset" else 0)
+    if window is not None:
+        seen &= j >= i - window - (1 if bug == "window_offset" else 0)
+    if bug == "dropped_keys":
+        seen[:, 64:96] = False  # one key block of 32 never loaded
+    s = s.masked_fill(~seen, -math.inf)
+    if sinks is not None and bug != "missing_sink":
+        sink = sinks.float()[None, :, None, None].expand(b, h, n, 1)
+        s = torch.cat([s, sink], -1)  # the sink's logit joins the denominator
+        v_all = torch.cat([v[:, kv_of], torch.zeros(b, h, 1, v.shape[-1])], -2)
+    else:
+        v_all = v[:, kv_of]
+    out = torch.softmax(s, -1) @ v_all  # (B, h, N, d_v)
+    out = out.nan_to_num(0.0)  # a row that sees no key (and no sink) answers 0
+    lse = torch.logsumexp(s, -1)  # (B, h, N)
+    if bug == "lse_base":
+        lse = lse / math.log(2)
+    if bug == "head_permutation":
+        order = torch.tensor([1, 0, *range(2, h)])
+        out, lse = out[:, order], lse[:, order]
+    out = out.to(x["q"].dtype)
+    if bug == "transposed_output":  # (B, N, h, d) memory handed over as (B, h, N, d)
+        out = out.transpose(1, 2).contiguous().reshape(b, h, n, -1)
+    case = {"q": x["q"], "k": x["k"], "v": x["v"], "out": out, "lse": lse}
+    return {name: to_numpy(torch, t) for name, t in case.items()}
