@@ -95,7 +95,7 @@ def accumulation(probe) -> dict | None:
     kernel_err, emulated_err, plain = [], [], []
     start = 0
     for _, qs, ks, rows, spec, n in probe.parts:
-        few = rows[:: max(1, len(rows) // 16)]
+        few = rows[:: max(1, len(rows) // 8)]
         q, k, v = probe_inputs(case, qs, ks, few)
         sim = accumulated(spec, q, k, v, few, n, case.dtype)
         where = start + np.searchsorted(rows, few)
@@ -118,18 +118,21 @@ def accumulation(probe) -> dict | None:
 
 
 def dropped(probe) -> dict | None:
-    """dropped_keys: the best single aligned key block left out, from each block's share."""
+    """dropped_keys: the best single aligned key block left out, from each block's share:
+    the shares of 16-key blocks computed once, larger blocks their sums."""
+    base = []  # per part: (S, Z) of 16-key blocks, their totals, top, spec
+    for part, (q, k, v), raw in zip(probe.parts, probe.inputs, probe.raw, strict=True):
+        rows, spec, n = part[3:]
+        S, Z, top = partial_sums(spec, q, k, v, rows, n, _BLOCKS[0], raw)
+        base.append((S, Z, S.sum(0), Z.sum(0), top, spec))
     best = None
     for block in _BLOCKS:
-        sums = []
-        for _, qs, ks, rows, spec, n in probe.parts:
-            q, k, v = probe_inputs(probe.case, qs, ks, rows)
-            sums.append(partial_sums(spec, q, k, v, rows, n, block) + (spec,))
-        blocks = max(s[0].shape[0] for s in sums)
+        per = block // _BLOCKS[0]
+        blocks = max(-(-b[0].shape[0] // per) for b in base)
         if blocks < 2 and block > _BLOCKS[0]:
             continue
         for c in range(blocks):
-            answer = _without(sums, c)
+            answer = _without(base, c * per, (c + 1) * per)
             found = probe.judge("dropped_keys", _keys_said(probe, block, c), answer)
             if found is not None and (best is None or _better(found, best)):
                 best = found
@@ -145,13 +148,12 @@ def _keys_said(probe, block: int, c: int) -> str:
     return f"keys {c * block}..{min((c + 1) * block, m) - 1} of each sequence left out"
 
 
-def _without(sums, c: int) -> dict:
-    """out and lse of every probe row with key block ``c`` removed from its softmax."""
+def _without(base, c0: int, c1: int) -> dict:
+    """out and lse of every probe row with 16-key blocks c0:c1 removed from its softmax."""
     outs, lses = [], []
-    for S, Z, top, spec in sums:
-        s_all, z_all = S.sum(0), Z.sum(0)  # (h, P, d_v), (h, P, 1)
-        if c < S.shape[0]:
-            s_all, z_all = s_all - S[c], z_all - Z[c]
+    for S, Z, s_all, z_all, top, spec in base:
+        if c0 < S.shape[0]:
+            s_all, z_all = s_all - S[c0:c1].sum(0), z_all - Z[c0:c1].sum(0)
         if spec.sinks is not None:
             z_all = z_all + np.exp(spec.sinks[:, None, None] - top)
         with np.errstate(divide="ignore", invalid="ignore"):

@@ -34,7 +34,7 @@ import numpy as np
 
 from attnlab.verifier._causes import entry, forward_causes
 from attnlab.verifier._hint import OTHER, reinterpreted
-from attnlab.verifier._hypotheses import attend, exact_spec, probe_inputs
+from attnlab.verifier._hypotheses import attend, exact_spec, probe_inputs, raw_scores
 from attnlab.verifier._report import _abs_error
 
 __all__ = ["CAUSES", "diagnose"]
@@ -54,7 +54,7 @@ CAUSES = (
     "missing_sink",
 )
 _FORWARD = ("out", "lse")
-_PROBES = 128  # probe rows over all sequences
+_PROBES = 32  # probe rows over all sequences: half the worst, half spread evenly
 _SCORES = 2**22  # h x P x M scores one probe pass may hold (32 MiB of float64)
 
 
@@ -89,6 +89,11 @@ class _Probe:
             cap = max(1, min(per, _SCORES // (case.heads * m)))
             rows = _rows(heat[:, qs[0] : qs[1]].max(axis=0), cap)
             self.parts.append((b, qs, ks, rows, exact_spec(case, b), n))
+        # each part's inputs and q . k at the probe rows, shared by the hypotheses
+        self.inputs = [probe_inputs(case, p[1], p[2], p[3]) for p in self.parts]
+        self.raw = [
+            raw_scores(p[4], q, k) for p, (q, k, _) in zip(self.parts, self.inputs, strict=True)
+        ]
         self.kernel = {name: self._gather(case.arrays[name]) for name in self.names}
         self.exact = {name: self._gather(exact[name]) for name in self.names}
         self.e0 = {name: self._err(name, self.exact[name]) for name in self.names}
@@ -106,12 +111,13 @@ class _Probe:
         """out and lse at the probe rows under the exact spec with ``fields`` changed (and
         ``change(spec, part)`` when a field depends on the sequence)."""
         outs, lses = [], []
-        for part in self.parts:
-            _, qs, ks, rows, spec, n = part
+        for part, inputs, raw in zip(self.parts, self.inputs, self.raw, strict=True):
+            rows, spec, n = part[3:]
             spec = dataclasses.replace(spec, **fields)
             if change is not None:
                 spec = change(spec, part)
-            out, lse = attend(spec, *probe_inputs(self.case, qs, ks, rows), rows, n)
+            same = spec.kv_of is part[4].kv_of  # the products computed once still hold
+            out, lse = attend(spec, *inputs, rows, n, raw if same else None)
             outs.append(out)
             lses.append(lse)
         return {"out": np.concatenate(outs, axis=1), "lse": np.concatenate(lses, axis=1)}
@@ -195,11 +201,11 @@ def _rearranged(case, name: str, t, exact: np.ndarray) -> list[dict]:
 
 def _head_permutation(kernel: np.ndarray, exact: np.ndarray):
     """The permutation p with kernel[i] closest to exact[p[i]], when it is not the identity
-    and really is a permutation; else None. Compared on at most 256 rows."""
+    and really is a permutation; else None. Compared on about 64 rows."""
     h = kernel.shape[0]
     if h < 2:
         return None
-    step = max(1, kernel.shape[1] // 256)
+    step = max(1, kernel.shape[1] // 64)
     a, b = kernel[:, ::step], exact[:, ::step]
     with np.errstate(invalid="ignore"):
         cost = np.array([[np.nanmax(_abs_error(a[i], b[j])) for j in range(h)] for i in range(h)])

@@ -19,7 +19,15 @@ import math
 
 import numpy as np
 
-__all__ = ["Spec", "accumulated", "attend", "exact_spec", "partial_sums", "probe_inputs"]
+__all__ = [
+    "Spec",
+    "accumulated",
+    "attend",
+    "exact_spec",
+    "partial_sums",
+    "probe_inputs",
+    "raw_scores",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,10 +73,17 @@ def probe_inputs(case, qs, ks, rows):
     return q, k, v
 
 
-def _scores(spec: Spec, q, k, rows, n: int) -> np.ndarray:
-    """(h, P, M) scores after scale, softcap, ALiBi and the band (-inf outside it)."""
+def raw_scores(spec: Spec, q, k) -> np.ndarray:
+    """(h, P, M) q . k of each query head with the key/value head ``spec`` maps it to."""
+    return q @ k[spec.kv_of].swapaxes(-1, -2)
+
+
+def _scores(spec: Spec, q, k, rows, n: int, raw=None) -> np.ndarray:
+    """(h, P, M) scores after scale, softcap, ALiBi and the band (-inf outside it); ``raw``:
+    the q . k products when already computed (``raw_scores``), which every spec that keeps
+    the key/value mapping shares."""
     m = k.shape[1]
-    raw = q @ k[spec.kv_of].swapaxes(-1, -2)  # (h, P, M)
+    raw = raw_scores(spec, q, k) if raw is None else raw  # (h, P, M)
     if spec.softcap and spec.cap_first:
         s = spec.softcap * np.tanh(raw / spec.softcap) * spec.scale
     elif spec.softcap:
@@ -84,7 +99,8 @@ def _scores(spec: Spec, q, k, rows, n: int) -> np.ndarray:
         seen &= j <= i + spec.right
     if spec.left is not None:
         seen &= j >= i - spec.left
-    s[:, ~seen] = -np.inf
+    if not seen.all():
+        np.copyto(s, -np.inf, where=~seen)  # broadcast over heads, in place
     return s
 
 
@@ -97,12 +113,13 @@ def _top(spec: Spec, s: np.ndarray) -> np.ndarray:
     return top
 
 
-def attend(spec: Spec, q, k, v, rows, n: int) -> tuple[np.ndarray, np.ndarray]:
+def attend(spec: Spec, q, k, v, rows, n: int, raw=None) -> tuple[np.ndarray, np.ndarray]:
     """out (h, P, d_v) and natural-log lse (h, P) of the probe rows under ``spec``."""
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        s = _scores(spec, q, k, rows, n)
+        s = _scores(spec, q, k, rows, n, raw)
         top = _top(spec, s)
-        e = np.exp(s - top)  # (h, P, M)
+        s -= top
+        e = np.exp(s, out=s)  # (h, P, M)
         total = e.sum(axis=-1, keepdims=True)  # (h, P, 1)
         if spec.sinks is not None:
             total += np.exp(spec.sinks[:, None, None] - top)
@@ -111,13 +128,15 @@ def attend(spec: Spec, q, k, v, rows, n: int) -> tuple[np.ndarray, np.ndarray]:
     return out, lse
 
 
-def partial_sums(spec: Spec, q, k, v, rows, n: int, block: int):
+def partial_sums(spec: Spec, q, k, v, rows, n: int, block: int, raw=None):
     """(S, Z, top): per key block of ``block`` keys, S (nb, h, P, d_v) = sum exp(s - top) v
-    and Z (nb, h, P, 1) = sum exp(s - top); the sink's share is in neither."""
+    and Z (nb, h, P, 1) = sum exp(s - top); the sink's share is in neither. Larger aligned
+    blocks are sums of these (``block`` divides them)."""
     with np.errstate(over="ignore", invalid="ignore"):
-        s = _scores(spec, q, k, rows, n)
+        s = _scores(spec, q, k, rows, n, raw)
         top = _top(spec, s)
-        e = np.exp(s - top)  # (h, P, M)
+        s -= top
+        e = np.exp(s, out=s)  # (h, P, M)
     vv = v[spec.kv_of]  # (h, M, d_v)
     starts = range(0, k.shape[1], block)
     S = np.stack([e[..., c : c + block] @ vv[:, c : c + block] for c in starts])
