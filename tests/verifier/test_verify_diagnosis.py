@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from attnlab.cli import app
 from attnlab.verifier import verify
-from verify_kernels import bf16_pv_accumulation, inputs, planted, to_numpy
+from verify_kernels import bf16_pv_accumulation, correct, inputs, planted
 
 pytestmark = pytest.mark.oracle
 
@@ -79,7 +79,6 @@ def test_bfloat16_accumulation_is_named(torch):
 def test_a_dropped_key_block_lights_one_column_of_dk(torch, tmp_path):
     # dk's rows are keys: a kernel that zeroes keys 64..95 of dk shows in that key block alone
     x = inputs(torch, torch.float16, h=4, h_kv=2, n=64, m=512, d=32, seed=2, backward=True)
-    from verify_kernels import correct
 
     case = correct(torch, x, lse=False)
     dk = case["dk"].astype(np.float32)
@@ -101,15 +100,26 @@ def test_a_dropped_key_block_lights_one_column_of_dk(torch, tmp_path):
 def test_infinite_errors_and_an_exact_minus_inf_lse_are_strings(torch):
     x = inputs(torch, torch.float16, h=2, h_kv=2, n=8, m=4, d=16, seed=3)
     case = planted(torch, x, None, causal=True)  # rows 0..3 see no key: lse -inf
+    assert np.isneginf(case["lse"][0, 0, 0])
     case["out"] = case["out"].copy()
     case["out"][0, 0, 5, 0] = np.inf
+    case["lse"] = case["lse"].copy()
+    case["lse"][0, 1, 2] = 0.0  # finite where the exact lse is -inf: infinitely wrong
     report = json.loads(json.dumps(verify(**case, causal=True, layout="bhsd").as_dict()))
-    out = report["tensors"]["out"]
+    out, lse = report["tensors"]["out"], report["tensors"]["lse"]
     assert out["max_abs_error"] == "inf" and out["worst"]["kernel"] == "inf"
+    assert lse["max_abs_error"] == "inf" and lse["worst"]["exact"] == "-inf"
+    assert (lse["worst"]["head"], lse["worst"]["row"]) == (1, 2)
     assert report["blocks"]["out"]["error_over_tolerance"][0][0] == "inf"
-    lse = case["lse"].copy()
-    lse[0, 1, 6] += 1  # an lse wrong where a row with no key is right at -inf
-    report = verify(**{**case, "lse": lse}, causal=True, layout="bhsd").as_dict()
-    assert report["tensors"]["lse"]["worst"]["exact"] != "-inf"
-    assert np.isneginf(case["lse"][0, 0, 0])
-    assert to_numpy  # the helper the other tests share
+
+
+def test_a_gradient_off_by_a_constant_factor_is_named_scale(torch):
+    x = inputs(torch, torch.float16, h=4, h_kv=2, n=64, m=64, d=32, seed=4, backward=True)
+
+    case = correct(torch, x, lse=False)
+    case["dk"] = (case["dk"].astype(np.float32) * 32**0.5).astype(np.float16)  # scale left out
+    report = verify(**case, layout="bhsd")
+    assert [n for n, t in report.tensors.items() if not t.passed] == ["dk"]
+    first = report.diagnosis[0]
+    assert first["cause"] == "scale" and first["explained"], report.diagnosis
+    assert "5.657 x" in first["evidence"]  # sqrt(32): the factor named
