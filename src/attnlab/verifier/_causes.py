@@ -71,6 +71,8 @@ def _scale(probe, scale: float, d_k: int, d_v: int):
         f"scale x log2 e ({scale * _LOG2E:.4g})": scale * _LOG2E,
         f"scale / log2 e ({scale / _LOG2E:.4g})": scale / _LOG2E,
         f"1/sqrt(d_k) = {d_k**-0.5:.4g}": d_k**-0.5,
+        f"2 x scale ({2 * scale:.4g})": 2 * scale,
+        f"scale / 2 ({scale / 2:.4g})": scale / 2,
     }
     if d_v != d_k:
         candidates[f"1/sqrt(d_v) = {d_v**-0.5:.4g}"] = d_v**-0.5

@@ -10,7 +10,8 @@ mean error; it ``explained`` the failure when every forward tensor then lies wit
 tolerance (factor x the baseline's error + atol). The list is ordered explained first, then by
 the error left. Causes, and how each is recognised:
 
-    scale               another softmax scale (1, 1/d, scale², 1/sqrt(d_v), x or / log2 e) fits;
+    scale               another softmax scale fits (1, 1/d, scale², 1/sqrt(d_v), 2x or 1/2x,
+                        x or / log2 e);
                         or a gradient is a constant multiple of the exact one
     causal_offset       the causal diagonal one key early or late
     causal_alignment    causal aligned top-left (j <= i) where FlashAttention aligns bottom-right
