@@ -32,6 +32,7 @@ def test_a_varlen_kernel_with_twice_the_scale_is_named_scale():
     first = report.diagnosis[0]
     assert first["cause"] == "scale" and first["explained"], report.diagnosis
     assert "2 x scale (0.5)" in first["evidence"]
+    assert "<li><strong>scale</strong> (explains it)" in report._repr_html_()  # notebooks
 
 
 def test_alibi_with_the_diagonal_one_key_late_is_named_causal_offset():

@@ -347,5 +347,18 @@ class VerifyReport:
             f"{html.escape(self.summary())}</strong></p>"
             f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
             f"<p>kernel dtype {html.escape(self.dtype)}, layout {html.escape(self.layout)}, "
-            f"rule: error &le; {self.factor:g} &times; baseline error + atol</p></div>"
+            f"rule: error &le; {self.factor:g} &times; baseline error + atol, mean error &le; "
+            f"{self.factor:g} &times; the baseline's + a floor</p>{self._diagnosis_html()}</div>"
         )
+
+    def _diagnosis_html(self) -> str:
+        """A failed case's likely causes as an ordered list (nothing for a pass)."""
+        if not self.diagnosis:
+            return ""
+        items = "".join(
+            f"<li><strong>{html.escape(d['cause'])}</strong> "
+            f"({'explains it' if d['explained'] else 'explains part'}): "
+            f"{html.escape(d['evidence'])}</li>"
+            for d in self.diagnosis
+        )
+        return f"<p>diagnosis, most likely first:</p><ol>{items}</ol>"
