@@ -140,7 +140,7 @@ def verify_cost(
     (attnlab's on the Dask cluster at ``scheduler`` when given).
 
     Returns a dict: the case, ``attnlab`` and ``torch`` (seconds, runs, peak_mib, or error),
-    and ``ratio`` (attnlab's seconds over torch's)."""
+    and ``ratio`` (attnlab's seconds without the diagnosis over torch's)."""
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "case.npz"
         _case(n, heads, d, dtype, causal, backward, path)
@@ -153,5 +153,6 @@ def verify_cost(
             result["torch"] = _in_process("torch", path, repeats, timeout_s)
     mine, theirs = result["attnlab"], result.get("torch", {})
     if "seconds" in mine and "seconds" in theirs and theirs["seconds"] > 0:
-        result["ratio"] = mine["seconds"] / theirs["seconds"]
+        # the verdict's time, as before the diagnosis existed: it runs on failures alone
+        result["ratio"] = mine["verdict_seconds"] / theirs["seconds"]
     return result

@@ -243,7 +243,10 @@ def verify_command(
                 highlight=False,
             )
     if "ratio" in result:
-        console.print(f"  ratio {result['ratio']:.2f} x torch's time", highlight=False)
+        console.print(
+            f"  ratio {result['ratio']:.2f} x torch's time (the verdict, diagnosis left out)",
+            highlight=False,
+        )
 
 
 from attnlab.cli.bench_small import small_command  # noqa: E402  (its own module)
