@@ -20,6 +20,8 @@ from attnlab.verifier._report import _abs_error
 __all__ = ["entry", "forward_causes"]
 
 _BLOCKS = (16, 32, 64, 128, 256)  # key block sizes a kernel may drop
+_ACCUMULATED_KEYS = 8192  # the narrow accumulator is emulated a key at a time: up to this
+_MAX_SHARES = 128  # key blocks whose partial sums are held: (128, h, P, d_v) at most
 _LOG2E = 1.0 / math.log(2.0)
 
 
@@ -92,7 +94,8 @@ def accumulation(probe) -> dict | None:
     """dtype_accumulation: the kernel's mean error at the probe rows against that of a kernel
     summing P . V in the case's 16-bit dtype (fewer rows: a pass per key)."""
     case = probe.case
-    if case.dtype.itemsize != 2 or "out" not in probe.failing:
+    longest = max(ks[1] - ks[0] for _, _, ks, _, _, _ in probe.parts)
+    if case.dtype.itemsize != 2 or "out" not in probe.failing or longest > _ACCUMULATED_KEYS:
         return None
     kernel_err, emulated_err, plain = [], [], []
     start = 0
@@ -121,17 +124,22 @@ def accumulation(probe) -> dict | None:
 
 def dropped(probe) -> dict | None:
     """dropped_keys: the best single aligned key block left out, from each block's share:
-    the shares of 16-key blocks computed once, larger blocks their sums."""
-    base = []  # per part: (S, Z) of 16-key blocks, their totals, top, spec
+    the shares of the finest blocks (16 keys, coarser past 2,048 keys) computed once, larger
+    blocks their sums."""
+    m = max(ks[1] - ks[0] for _, _, ks, _, _, _ in probe.parts)
+    finest = _BLOCKS[0]
+    while -(-m // finest) > _MAX_SHARES:  # long sequences: coarser shares, bounded memory
+        finest *= 2
+    base = []  # per part: (S, Z) of the finest blocks, their totals, top, spec
     for part, (q, k, v), raw in zip(probe.parts, probe.inputs, probe.raw, strict=True):
         rows, spec, n = part[3:]
-        S, Z, top = partial_sums(spec, q, k, v, rows, n, _BLOCKS[0], raw)
+        S, Z, top = partial_sums(spec, q, k, v, rows, n, finest, raw)
         base.append((S, Z, S.sum(0), Z.sum(0), top, spec))
     best = None
-    for block in _BLOCKS:
-        per = block // _BLOCKS[0]
+    for block in [b for b in _BLOCKS if b >= finest] or [finest]:
+        per = block // finest
         blocks = max(-(-b[0].shape[0] // per) for b in base)
-        if blocks < 2 and block > _BLOCKS[0]:
+        if blocks < 2 and block > finest:
             continue
         for c in range(blocks):
             answer = _without(base, c * per, (c + 1) * per)
@@ -151,7 +159,7 @@ def _keys_said(probe, block: int, c: int) -> str:
 
 
 def _without(base, c0: int, c1: int) -> dict:
-    """out and lse of every probe row with 16-key blocks c0:c1 removed from its softmax."""
+    """out and lse of every probe row with the finest blocks c0:c1 removed from its softmax."""
     outs, lses = [], []
     for S, Z, s_all, z_all, top, spec in base:
         if c0 < S.shape[0]:

@@ -20,7 +20,8 @@ the error left. Causes, and how each is recognised:
     softcap_order       the cap applied before the scale, or not at all
     lse_base            lse in base 2 (the exact lse x log2 e)
     dtype_accumulation  P . V summed in the kernel's 16-bit dtype: no single entry fits, so its
-                        mean error is compared with such a kernel's (within 2x)
+                        mean error is compared with such a kernel's (within 2x); up to 8,192
+                        keys (the emulation takes a pass per key)
     head_permutation    each head's answer sits at another head (checked on the whole tensor)
     transposed_output   the tensor is right read in the other layout (bshd / bhsd)
     window_offset       a window edge one key too near or too far
@@ -33,6 +34,7 @@ import dataclasses
 
 import numpy as np
 
+from attnlab.kernels._threads import one_blas_thread
 from attnlab.verifier._causes import entry, forward_causes
 from attnlab.verifier._hint import OTHER, reinterpreted
 from attnlab.verifier._hypotheses import attend, exact_spec, probe_inputs, raw_scores
@@ -55,12 +57,20 @@ CAUSES = (
     "missing_sink",
 )
 _FORWARD = ("out", "lse")
-_PROBES = 32  # probe rows over all sequences: half the worst, half spread evenly
+_PROBES = 64  # probe rows over all sequences: half the worst, half spread evenly
 _SCORES = 2**22  # h x P x M scores one probe pass may hold (32 MiB of float64)
 
 
 def diagnose(case, report, exact: dict) -> list[dict]:
     """The failed ``report``'s likely causes, most likely first, as JSON-ready dicts."""
+    # Its products are thin (a few probe rows against every key), where OpenBLAS's threads
+    # spend more time waking each other than multiplying: 1-5 s against 0.014 s on one thread
+    # for 6 x 32,768 times 32,768 x 64 on the shared 2-core machine.
+    with one_blas_thread():
+        return _diagnose(case, report, exact)
+
+
+def _diagnose(case, report, exact: dict) -> list[dict]:
     found = []
     failing = [n for n in _FORWARD if n in report.tensors and not report.tensors[n].passed]
     if failing:
@@ -82,7 +92,10 @@ class _Probe:
         self.case, self.report, self.failing = case, report, failing
         self.names = [n for n in _FORWARD if n in report.tensors]
         seqs = list(case.sequences())
-        per = max(2, _PROBES // len(seqs))
+        # at most _PROBES rows, and an eighth of the rows: a short case's probes (few queries
+        # over many keys, as in decoding) stay a small share of its verdict
+        rows_all = sum(qs[1] - qs[0] for _, qs, _ in seqs)
+        per = max(2, min(_PROBES, max(4, rows_all // 8)) // len(seqs))
         heat = sum(report.tensors[n].heat for n in failing)  # (h, T_q) worst per row
         self.parts = []  # (b, qs, ks, rows, spec, inputs)
         for b, qs, ks in seqs:

@@ -75,7 +75,24 @@ def probe_inputs(case, qs, ks, rows):
 
 def raw_scores(spec: Spec, q, k) -> np.ndarray:
     """(h, P, M) q . k of each query head with the key/value head ``spec`` maps it to."""
-    return q @ k[spec.kv_of].swapaxes(-1, -2)
+    return _per_kv(spec.kv_of, q, k.swapaxes(-1, -2))
+
+
+def _per_kv(kv_of: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(h, P, Y): a (h, P, X) of each query head times b (h_kv, X, Y) of its key/value head.
+    The heads are grouped by key/value head (g each, in either mapping), so b is never copied
+    per query head: one product per key/value head, over its g x P rows."""
+    h, p = a.shape[:2]
+    h_kv = b.shape[0]
+    order = np.argsort(kv_of, kind="stable")
+    identity = bool((order == np.arange(h)).all())
+    grouped = (a if identity else a[order]).reshape(h_kv, (h // h_kv) * p, a.shape[2])
+    out = (grouped @ b).reshape(h, p, b.shape[2])  # (h, P, Y), heads in ``order``
+    if identity:
+        return out
+    back = np.empty_like(out)
+    back[order] = out
+    return back
 
 
 def _scores(spec: Spec, q, k, rows, n: int, raw=None) -> np.ndarray:
@@ -123,7 +140,7 @@ def attend(spec: Spec, q, k, v, rows, n: int, raw=None) -> tuple[np.ndarray, np.
         total = e.sum(axis=-1, keepdims=True)  # (h, P, 1)
         if spec.sinks is not None:
             total += np.exp(spec.sinks[:, None, None] - top)
-        out = (e @ v[spec.kv_of]) / np.where(total > 0, total, 1.0)  # (h, P, d_v)
+        out = _per_kv(spec.kv_of, e, v) / np.where(total > 0, total, 1.0)  # (h, P, d_v)
         lse = (np.log(total) + top)[..., 0]  # (h, P): -inf for a row with no key and sink
     return out, lse
 
@@ -137,9 +154,8 @@ def partial_sums(spec: Spec, q, k, v, rows, n: int, block: int, raw=None):
         top = _top(spec, s)
         s -= top
         e = np.exp(s, out=s)  # (h, P, M)
-    vv = v[spec.kv_of]  # (h, M, d_v)
     starts = range(0, k.shape[1], block)
-    S = np.stack([e[..., c : c + block] @ vv[:, c : c + block] for c in starts])
+    S = np.stack([_per_kv(spec.kv_of, e[..., c : c + block], v[:, c : c + block]) for c in starts])
     Z = np.stack([e[..., c : c + block].sum(-1, keepdims=True) for c in starts])
     return S, Z, top
 
