@@ -97,7 +97,7 @@ class _Probe:
         rows_all = sum(qs[1] - qs[0] for _, qs, _ in seqs)
         per = max(2, min(_PROBES, max(4, rows_all // 8)) // len(seqs))
         heat = sum(report.tensors[n].heat for n in failing)  # (h, T_q) worst per row
-        self.parts = []  # (b, qs, ks, rows, spec, inputs)
+        self.parts = []  # (b, (q0, q1), (k0, k1), rows (P,), exact spec, N) per sequence
         for b, qs, ks in seqs:
             n, m = qs[1] - qs[0], ks[1] - ks[0]
             cap = max(1, min(per, _SCORES // (case.heads * m)))
@@ -121,15 +121,13 @@ class _Probe:
         with np.errstate(invalid="ignore"):
             return _abs_error(self.kernel[name], answer)
 
-    def run(self, change=None, **fields) -> dict:
-        """out and lse at the probe rows under the exact spec with ``fields`` changed (and
-        ``change(spec, part)`` when a field depends on the sequence)."""
+    def run(self, **fields) -> dict:
+        """out (h, P_all, d_v) and lse (h, P_all) at the probe rows under the exact spec with
+        ``fields`` changed."""
         outs, lses = [], []
         for part, inputs, raw in zip(self.parts, self.inputs, self.raw, strict=True):
             rows, spec, n = part[3:]
             spec = dataclasses.replace(spec, **fields)
-            if change is not None:
-                spec = change(spec, part)
             same = spec.kv_of is part[4].kv_of  # the products computed once still hold
             out, lse = attend(spec, *inputs, rows, n, raw if same else None)
             outs.append(out)
