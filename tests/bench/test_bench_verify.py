@@ -18,6 +18,14 @@ def test_bench_verify_reports_attnlabs_side():
     got = json.loads(result.stdout)
     assert got["case"]["N"] == 32 and got["attnlab"]["seconds"] > 0, got
     assert got["attnlab"]["peak_mib"] > 0 and "torch" not in got
+    # the random case fails, so its diagnosis runs, timed on its own within the call
+    mine = got["attnlab"]
+    assert 0 < mine["diagnosis_seconds"] < mine["seconds"]
+    assert mine["verdict_seconds"] + mine["diagnosis_seconds"] == pytest.approx(mine["seconds"])
+    text = CliRunner().invoke(
+        app, ["bench", "verify", "--n", "32", "--heads", "1", "--d", "8", "--no-torch"]
+    )
+    assert "of which diagnosis" in text.stdout
 
 
 def test_bench_verify_refuses_an_unknown_dtype():

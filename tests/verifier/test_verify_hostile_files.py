@@ -11,7 +11,10 @@ from __future__ import annotations
 import io
 import json
 import struct
+import time
+import tracemalloc
 import zipfile
+import zlib
 
 import numpy as np
 import pytest
@@ -126,3 +129,54 @@ def test_safetensors_past_the_budget_is_one_line(tmp_path):
     header = {"q": {"dtype": "F32", "shape": [n], "data_offsets": [0, 4 * n]}}
     _safetensors(path, header, bytes(4 * n))
     one_error_line(run(path, "--max-bytes", 2**10), "--max-bytes")
+
+
+def _deflated_zeros(path, data_bytes: int, chunk: int = 2**24) -> None:
+    """A valid .npz of one float64 array of zeros, ``data_bytes`` long, written without
+    compressing it all: one deflated chunk of zeros (full flush: each copy decodes alone)
+    repeated, the CRC computed over the zeros. 2 GiB comes to a 2 MB file in about 2 s."""
+    header = _npy_header((data_bytes // 8,))
+    c = zlib.compressobj(9, zlib.DEFLATED, -15)
+    head = c.compress(header) + c.flush(zlib.Z_FULL_FLUSH)
+    zeros = bytes(chunk)
+    body = c.compress(zeros) + c.flush(zlib.Z_FULL_FLUSH)
+    data = head + body * (data_bytes // chunk) + c.flush(zlib.Z_FINISH)
+    crc = zlib.crc32(header)
+    for _ in range(data_bytes // chunk):
+        crc = zlib.crc32(zeros, crc)
+    size, name = len(header) + data_bytes, b"q.npy"
+    sizes = (0x21, crc, len(data), size, len(name))  # date, CRC, compressed, inflated, name
+    local = struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0, 8, 0, *sizes, 0) + name
+    central = struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 20, 20, 0, 8, 0, *sizes, 0, 0, 0,
+                          0, 0, 0) + name  # fmt: skip
+    end = struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, 1, 1, len(central), len(local) + len(data), 0)
+    path.write_bytes(local + data + central + end)
+
+
+def test_two_gib_of_deflated_zeros_is_refused_in_seconds_and_little_memory(tmp_path):
+    path = tmp_path / "bomb.npz"
+    _deflated_zeros(path, 2 * 2**30)
+    assert path.stat().st_size < 3 * 2**20
+    with zipfile.ZipFile(path) as zf:  # a real zip: the directory reads, the member is there
+        assert zf.infolist()[0].file_size > 2 * 2**30
+    for args in ((), ("--max-bytes", 4 * 2**30)):  # past the budget; inside it, a bomb still
+        tracemalloc.start()
+        start = time.perf_counter()
+        line = one_error_line(run(path, *args), "bomb.npz")
+        took = time.perf_counter() - start
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert took < 10 and peak < 600 * 2**20, (took, peak, line)
+    assert "times smaller" in line and "np.savez" in line
+
+
+def test_a_directory_that_understates_a_member_is_refused(tmp_path):
+    path = tmp_path / "liar.npz"
+    zeros = _npy_header((2**20,)) + bytes(8 * 2**20)  # 8 MiB of zeros, deflated to ~8 KiB
+    _zip(path, {"q.npy": zeros}, zipfile.ZIP_DEFLATED)
+    blob = bytearray(path.read_bytes())
+    real = struct.pack("<I", len(zeros))
+    small = struct.pack("<I", 200)  # the directory now says the member inflates to 200 bytes
+    assert blob.count(real) == 2  # the local header's and the central directory's
+    path.write_bytes(bytes(blob).replace(real, small))
+    one_error_line(run(path), "q.npy", "understates")

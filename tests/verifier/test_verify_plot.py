@@ -22,7 +22,7 @@ def _report(change=None, seed=0):
 def test_the_wrong_tile_is_the_only_red_bar():
     report = _report({(1, 10, 3): 1e-2})  # sequence 1, row 10: packed row 34
     fig = figure(report, tile=8)
-    heat, bars = fig["data"]
+    heat, bars, _ = fig["data"]  # a failed case: its block summary last
     assert len(heat["y"]) == 4 and len(heat["x"]) == 48  # heads x packed rows
     assert int(np.argmax(np.array(heat["customdata"])[3])) == 34
     # Tiles restart at each sequence: rows 0-7, 8-15, 16-23 | 24-31, 32-39, 40-47.
@@ -34,6 +34,17 @@ def test_the_wrong_tile_is_the_only_red_bar():
 def test_a_correct_kernel_has_no_red_bar():
     fig = figure(_report(), tile=8)
     assert "#cf222e" not in fig["data"][1]["marker"]["color"]
+    assert len(fig["data"]) == 2  # no block summary for a passing case
+
+
+def test_the_block_summary_marks_the_wrong_head_and_block():
+    report = _report({(1, 10, 3): 1e-2})  # packed row 34 of 48: the one 128-row block
+    blocks = figure(report)["data"][2]
+    ratio = 10.0 ** np.array(blocks["z"])  # (heads, blocks)
+    assert ratio.shape == (4, 1) and blocks["x"] == [0]
+    assert ratio[3, 0] > 1 and (ratio[:3, 0] <= 1).all()  # head 3 alone fails
+    t = report.tensors["out"]
+    assert np.isclose(ratio[3, 0], t.max_abs_error / t.tolerance)
 
 
 def test_tiles_follow_uneven_sequences():

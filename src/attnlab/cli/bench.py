@@ -235,8 +235,18 @@ def verify_command(
         said = r.get("error") or f"{r['seconds']:.2f} s, peak resident {r['peak_mib']:.0f} MiB"
         label = "attnlab verify" if side == "attnlab" else "torch float64 SDPA"
         console.print(f"  {label:<20} {said}", highlight=False)
+        if r.get("diagnosis_seconds"):  # the random case fails: its diagnosis, on its own
+            part, rest = r["diagnosis_seconds"], r["verdict_seconds"]
+            console.print(
+                f"  {'of which diagnosis':<20} {part:.2f} s ({part / max(rest, 1e-9):.2f} x the "
+                "rest of the call)",
+                highlight=False,
+            )
     if "ratio" in result:
-        console.print(f"  ratio {result['ratio']:.2f} x torch's time", highlight=False)
+        console.print(
+            f"  ratio {result['ratio']:.2f} x torch's time (the verdict, diagnosis left out)",
+            highlight=False,
+        )
 
 
 from attnlab.cli.bench_small import small_command  # noqa: E402  (its own module)

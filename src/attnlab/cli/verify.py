@@ -53,10 +53,28 @@ def _show(report) -> None:
     style = "green" if report.passed else "bold red"
     console.print(f"[{style}]{escape(report.summary())}[/]", highlight=False)
     console.print(
-        f"[dim]rule: error <= {report.factor:g} x baseline error + atol; baseline: a plain "
-        f"attention in each tensor's baseline dtype; exact: attnlab in float64[/]",
+        f"[dim]rule: error <= {report.factor:g} x baseline error + atol, mean error <= "
+        f"{report.factor:g} x the baseline's + a floor; baseline: a plain attention in each "
+        f"tensor's baseline dtype; exact: attnlab in float64[/]",
         highlight=False,
     )
+    _show_diagnosis(report)
+
+
+def _show_diagnosis(report) -> None:
+    """A failed case's likely causes, then where each failing tensor errs per head x block."""
+    from attnlab.verifier._blocks import block_table
+
+    if report.blocks is None:
+        return
+    if report.diagnosis:
+        console.print("diagnosis, most likely first:", highlight=False)
+    for i, d in enumerate(report.diagnosis, 1):
+        how = "explains it" if d["explained"] else "explains part"
+        console.print(f"  {i}. {d['cause']} ({how}): {d['evidence']}", markup=False)
+    for name, summary in report.blocks.items():
+        for line in block_table(name, summary):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command("verify")

@@ -11,7 +11,10 @@ Modules, one concept each: ``_options`` (FlashAttention's options as attnlab mas
 baseline dtype), ``_rounding`` (float16 / bfloat16 on the bits; ``_rounding_numba`` the same compiled), ``_judging`` (baselines and
 verdicts), ``_kvcache`` (``flash_attn_with_kvcache`` cases), ``_dropout_stats`` (dropout
 without a mask), ``_hint`` (layout hints), ``_repeat`` (bitwise repeats), ``_cluster`` (Dask
-tasks), ``_report`` (the verdict), ``_plot`` (where it errs), ``_api`` (the entry points).
+tasks), ``_report`` (the verdict: the max and the mean rules), ``_hypotheses`` (attention with
+one bug planted, on probe rows), ``_causes`` (each hypothesis), ``_diagnosis`` (why a case
+fails), ``_blocks`` (its error per head x block), ``_plot`` (where it errs), ``_api`` (the
+entry points).
 """
 
 from __future__ import annotations

@@ -27,8 +27,11 @@ import numpy as np
 from attnlab.errors import AttnlabError
 from attnlab.kernels._threads import pool_map
 from attnlab.verifier._baseline import baseline, score_pairs
-from attnlab.verifier._case import Case, CaseError, make_case
+from attnlab.verifier._blocks import block_summary
+from attnlab.verifier._case import ARRAY_NAMES, Case, CaseError, make_case
 from attnlab.verifier._cluster import cluster_answers
+from attnlab.verifier._diagnosis import diagnose
+from attnlab.verifier._dropout import DROPOUT_NAMES
 from attnlab.verifier._dropout_stats import dropout_variance, statistical
 from attnlab.verifier._fp8 import is_fp8, verify_fp8
 from attnlab.verifier._hint import OTHER, layout_hint, reinterpreted, transposed_hint
@@ -39,9 +42,10 @@ from attnlab.verifier._judging import (
     make_report,
     verdicts,
 )
-from attnlab.verifier._kvcache import is_kvcache, verify_kvcache
+from attnlab.verifier._kvcache import KV_NAMES, is_kvcache, verify_kvcache
 from attnlab.verifier._load import read_case_file
 from attnlab.verifier._mla import is_mla, verify_mla
+from attnlab.verifier._options import OPTION_NAMES
 from attnlab.verifier._repeat import repeat_check
 from attnlab.verifier._report import VerifyReport
 from attnlab.verifier._rounding import load_ahead
@@ -50,47 +54,25 @@ from attnlab.verifier._truth import truth
 
 __all__ = ["DEFAULT_MEMORY_BUDGET", "verify", "verify_case", "verify_file"]
 
+# verify's parameters that are entries of the case (arrays and options), not judging's
+_ENTRY_NAMES = frozenset(ARRAY_NAMES + OPTION_NAMES + DROPOUT_NAMES + KV_NAMES)
 
+
+# The parameters are written several to a line: the case's entries, in the case's order
+# (ARRAY_NAMES, OPTION_NAMES, DROPOUT_NAMES, KV_NAMES; tests/test_public_signatures.py holds
+# them equal), then the judging's.
+# fmt: off
 def verify(
-    q=None,
-    k=None,
-    v=None,
-    out=None,
-    lse=None,
-    do=None,
-    dq=None,
-    dk=None,
-    dv=None,
-    *,
-    layout="bshd",
-    causal=False,
-    window_size=(-1, -1),
-    softcap=0.0,
-    softmax_scale=None,
-    alibi_slopes=None,
-    sinks=None,
-    cu_seqlens_q=None,
-    cu_seqlens_k=None,
-    dropout_p=None,
-    dropout_mask=None,
-    S_dmask=None,
-    k_cache=None,
-    v_cache=None,
-    cache_seqlens=None,
-    block_table=None,
-    rotary_cos=None,
-    rotary_sin=None,
-    rotary_interleaved=None,
-    cache_batch_idx=None,
-    cache_leftpad=None,
-    k_cache_out=None,
-    v_cache_out=None,
-    factor=2.0,
-    atol=None,
-    memory_budget=None,
-    repeat=None,
-    client=None,
+    q=None, k=None, v=None, out=None, lse=None, do=None, dq=None, dk=None, dv=None, *,
+    layout="bshd", causal=False, window_size=(-1, -1), softcap=0.0, softmax_scale=None,
+    alibi_slopes=None, sinks=None, cu_seqlens_q=None, cu_seqlens_k=None,
+    dropout_p=None, dropout_mask=None, S_dmask=None,
+    k_cache=None, v_cache=None, cache_seqlens=None, block_table=None, rotary_cos=None,
+    rotary_sin=None, rotary_interleaved=None, cache_batch_idx=None, cache_leftpad=None,
+    k_cache_out=None, v_cache_out=None,
+    factor=2.0, atol=None, memory_budget=None, repeat=None, client=None,
 ) -> VerifyReport:
+    # fmt: on
     """Judge a kernel's output (and gradients) against attnlab's exact answer.
 
     Args:
@@ -127,19 +109,7 @@ def verify(
     Raises:
         CaseError (an AttnlabError) naming the array or option when the case is malformed.
     """
-    # One entry per array and option a case holds, in the case's order (ARRAY_NAMES,
-    # OPTION_NAMES, DROPOUT_NAMES, KV_NAMES): tests/test_public_signatures.py holds them equal.
-    entries = {
-        "q": q, "k": k, "v": v, "out": out, "lse": lse, "do": do, "dq": dq, "dk": dk, "dv": dv,
-        "causal": causal, "window_size": window_size, "softcap": softcap,
-        "softmax_scale": softmax_scale, "alibi_slopes": alibi_slopes, "sinks": sinks,
-        "cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k,
-        "dropout_p": dropout_p, "dropout_mask": dropout_mask, "S_dmask": S_dmask,
-        "k_cache": k_cache, "v_cache": v_cache, "cache_seqlens": cache_seqlens,
-        "block_table": block_table, "rotary_cos": rotary_cos, "rotary_sin": rotary_sin,
-        "rotary_interleaved": rotary_interleaved, "cache_batch_idx": cache_batch_idx,
-        "cache_leftpad": cache_leftpad, "k_cache_out": k_cache_out, "v_cache_out": v_cache_out,
-    }  # fmt: skip
+    entries = {name: value for name, value in locals().items() if name in _ENTRY_NAMES}
     judging = {"factor": factor, "atol": atol, "memory_budget": memory_budget}
     return _judged(entries, layout, repeat, client=_checked_client(client), **judging)
 
@@ -197,10 +167,13 @@ def _judged(entries: dict, layout: str, repeat=None, client=None, **judging) -> 
         report = kind(entries, layout, **judging)
         return report if same is None else dataclasses.replace(report, repeat=same)
     case = make_case(entries, layout)
-    report = verify_case(case, client=client, **judging)
+    report, exact = _verdict(case, client=client, **judging)
     if same is not None:
         report = dataclasses.replace(report, repeat=same)
-    if all(t.passed for t in report.tensors.values()) or case.layout not in OTHER:
+    if all(t.passed for t in report.tensors.values()):
+        return report
+    report = _diagnosed(case, report, exact)
+    if case.layout not in OTHER:
         return report
     try:
         other_case = make_case(entries, OTHER[layout])
@@ -211,6 +184,15 @@ def _judged(entries: dict, layout: str, repeat=None, client=None, **judging) -> 
         return report
     hint = layout_hint(layout, report, other)
     return report if hint is None else dataclasses.replace(report, hints=(hint, *report.hints))
+
+
+def _diagnosed(case: Case, report: VerifyReport, exact: dict) -> VerifyReport:
+    """The failed report with its likely causes and its per-head x block summary. A dropout
+    case has neither: its output is a random draw, which no re-run reproduces."""
+    if case.dropout is not None:
+        return report
+    found = diagnose(case, report, exact)
+    return dataclasses.replace(report, diagnosis=tuple(found), blocks=block_summary(report))
 
 
 def _forward_fails(case: Case, client, *, factor, atol, memory_budget) -> bool:
@@ -232,6 +214,11 @@ def verify_case(
 ) -> VerifyReport:
     """The verdict on a checked case (``make_case``); with a Dask ``client``, its sequences
     and key/value heads computed as tasks on the cluster (``_cluster.py``)."""
+    return _verdict(case, factor=factor, atol=atol, memory_budget=memory_budget, client=client)[0]
+
+
+def _verdict(case: Case, *, factor, atol, memory_budget, client) -> tuple[VerifyReport, dict]:
+    """The report on ``case`` and the exact answers it was judged against."""
     factor, atol, budget = checked_judging(factor, atol, memory_budget)
     masked = case.dropout is not None and case.dropout.keep is not None
     plain = None
@@ -262,4 +249,4 @@ def verify_case(
 
     with pool_map(min(len(failed), os.cpu_count() or 1), len(failed)) as each:
         hints = each(hint, failed)  # a tensor a thread: numpy's passes release the GIL
-    return make_report(case, tensors, factor, hints=tuple(h for h in hints if h))
+    return make_report(case, tensors, factor, hints=tuple(h for h in hints if h)), exact

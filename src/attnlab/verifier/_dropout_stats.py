@@ -54,7 +54,7 @@ class StatisticalVerdict(TensorVerdict):
 
     def as_dict(self) -> dict:
         out = super().as_dict()
-        out.update(tolerance=None, ratio=None, baseline_error=None)
+        out.update(tolerance=None, ratio=None, baseline_error=None, mean_tolerance=None)
         out["pass"] = self.passed
         out["statistical"] = {
             "scaling": self.scaling,

@@ -6,10 +6,18 @@ as small arrays under FlashAttention's names (``causal`` a bool, ``window_size``
 A case file comes from elsewhere, so nothing in it is believed before it is checked, and every
 size is checked before a byte of data is read:
 
-- ``.npz``: each member must be a ``.npy`` array; its header (``numpy.lib.format``) declares a
-  dtype and shape, whose bytes must be what the zip directory says the member inflates to, and
-  all members together must fit ``max_bytes``. Data is then read into an array of exactly the
-  declared size: a member that inflates past it, or stops short, is refused. No pickles.
+- ``.npz``: first the zip directory alone, before any member is opened: the sizes the members
+  declare they inflate to must together fit ``max_bytes`` (a 2 MB file of deflated zeros that
+  declares 2 GiB is refused in milliseconds), and no member's compressed data may be larger
+  than deflate could make of its declared size (a directory that understates a member lies),
+  and past 256 MiB the members may not inflate more than 100 times their compressed size: real
+  kernel outputs barely compress, zeros a thousandfold, so a bomb just under the budget, which
+  would take 2 GB and many seconds to inflate, is refused as quickly.
+  Then each member must be a ``.npy`` array; its header (``numpy.lib.format``) declares a dtype
+  and shape, whose bytes must be what the directory says the member inflates to, and data is
+  read into an array of exactly the declared size through zipfile's stream, which inflates no
+  more than the declared size (and checks the CRC): a member that stops short is refused.
+  No pickles.
 - ``.safetensors``: the JSON header's declared dtypes, shapes and byte spans must agree with
   each other and lie inside the file, and fit ``max_bytes``, before the ``safetensors``
   package reads the data (its numpy API returns bfloat16 as ``ml_dtypes.bfloat16``).
@@ -43,6 +51,7 @@ SUFFIXES = (".npz", ".safetensors")
 DEFAULT_MAX_BYTES = 2 * 2**30
 
 _CHUNK = 1 << 24  # bytes inflated at a time
+_RATIO, _RATIO_FROM = 100, 256 * 2**20  # past 256 MiB, at most 100 x the compressed bytes
 
 
 def read_case_file(path, max_bytes=None) -> dict[str, np.ndarray]:
@@ -127,10 +136,36 @@ def _npz_data(zf, info, shape, fortran, dtype, start) -> np.ndarray:
     return arr
 
 
+def _directory(path: Path, infos: list, budget: int) -> None:
+    """Check the zip directory's declared sizes against the budget and against each other,
+    before any member is inflated."""
+    total = sum(info.file_size for info in infos)
+    if total > budget:
+        raise _over_budget(path, total, budget)
+    packed = sum(info.compress_size for info in infos)
+    if total > _RATIO_FROM and total > _RATIO * packed:
+        raise CaseError(
+            f"case: {str(path)!r} declares {_size(total)} of arrays deflated into "
+            f"{_size(packed)}, {total / max(packed, 1):.0f} times smaller: expected at most "
+            f"{_RATIO} times, as real arrays compress, but got what a zip bomb (or arrays of "
+            "mostly zeros) compresses to instead; save the case uncompressed (np.savez)"
+        )
+    for info in infos:
+        # deflate's worst case: 5 bytes per 16 KiB block it stores, and a little framing
+        most = info.file_size + 5 * (info.file_size // 16384 + 1) + 64
+        if info.compress_size > most:
+            raise CaseError(
+                f"{info.filename}: the zip directory declares it inflates to "
+                f"{_size(info.file_size)}, but its compressed data is {_size(info.compress_size)}, "
+                "more than that could need: the directory understates it"
+            )
+
+
 def _read_npz(path: Path, budget: int) -> dict[str, np.ndarray]:
     try:
         with zipfile.ZipFile(path) as zf:
             infos = [info for info in zf.infolist() if not info.is_dir()]
+            _directory(path, infos, budget)
             members = [_npz_header(zf, info) for info in infos]
             total = sum(math.prod(m[1]) * m[3].itemsize for m in members)
             if total > budget:

@@ -12,6 +12,9 @@ embedded from the installed package, as the labs' ``--plot`` does (``cli/labs.py
 - The tiles are ``tile`` rows from each sequence's start (128, FlashAttention's usual query
   tile), each bar the largest error of its tile over every head, with the tolerance drawn
   across: one tall bar is a wrong tile, bars that rise at every tile edge a wrong edge.
+- A failed case adds, per failing tensor, its per-head x block summary (``_blocks.py``): log10
+  of each block's largest error over the tolerance, red above 0 (failing), blue below; for dk
+  and dv the blocks are key blocks.
 """
 
 from __future__ import annotations
@@ -112,7 +115,8 @@ def _line(xref: str, yref: str, x: tuple, y: tuple, colour: str, dash: str) -> d
 def figure(report, tile: int = DEFAULT_TILE) -> dict:
     """The report's figure as Plotly JSON: for each tensor a heat map and a bar chart of tiles."""
     names = list(report.tensors)
-    panels = 2 * len(names)
+    blocks = report.blocks or {}
+    panels = 2 * len(names) + len(blocks)
     gap = 0.08 / max(panels - 1, 1)
     height = (1.0 - gap * (panels - 1)) / panels
     title = {"text": f"attnlab verify: {report.summary()}"}
@@ -145,7 +149,40 @@ def figure(report, tile: int = DEFAULT_TILE) -> dict:
             for axis in (heat, bars):
                 x = (int(edge), int(edge))
                 shapes.append(_line(f"x{axis}", f"y{axis} domain", x, (0, 1), "#57606a", "dot"))
+    for i, name in enumerate(blocks):  # below the tensors: a failed case's block summary
+        panel = 2 * len(names) + i
+        top = 1.0 - panel * (height + gap)
+        axis = _axis(panel + 1)
+        data.append(_block_trace(name, blocks[name], axis, {"len": height, "y": top - height / 2}))
+        layout[f"xaxis{axis}"] = {"domain": [0, 0.92], "anchor": f"y{axis}",
+                                  "title": {"text": f"first {blocks[name]['rows']} row of the block"}}  # fmt: skip
+        layout[f"yaxis{axis}"] = {"domain": [max(top - height, 0), max(top, 0)],
+                                  "anchor": f"x{axis}", "title": {"text": f"{name}: head"}}  # fmt: skip
     return {"data": data, "layout": layout}
+
+
+def _block_trace(name: str, summary: dict, axis: str, colorbar: dict) -> dict:
+    """The per-head x block summary: log10 of error / tolerance, above 0 failing."""
+    ratio = summary["ratio"]  # (heads, blocks)
+    starts = (np.arange(ratio.shape[1]) * summary["block"]).tolist()
+    z = np.log10(np.clip(ratio, _FLOOR, _CEIL))
+    return {
+        "type": "heatmap",
+        "x": starts,
+        "y": list(range(ratio.shape[0])),
+        "z": z.tolist(),
+        "customdata": np.where(np.isfinite(ratio), ratio, _CEIL).tolist(),
+        "colorscale": "RdBu",
+        "reversescale": True,
+        "zmid": 0.0,
+        "colorbar": {"title": {"text": f"{name}: log10 error / tolerance"}, **colorbar},
+        "hovertemplate": (
+            f"head %{{y}}, {summary['rows']} rows from %{{x}}: error / tolerance "
+            "%{customdata:.3g}<extra></extra>"
+        ),
+        "xaxis": f"x{axis}",
+        "yaxis": f"y{axis}",
+    }
 
 
 def write_plot(report, path, *, force: bool = False, tile: int = DEFAULT_TILE) -> Path:

@@ -7,13 +7,25 @@ For each tensor the kernel returned (out, lse, dq, dk, dv):
     error           |kernel - exact|, elementwise in float64; NaN counts as inf
     baseline error  max |plain - exact|, the plain same-dtype answer of ``_baseline.py``,
                     over the entries where the plain answer is finite
-    pass            max error <= factor * baseline error + atol
+    pass            max error <= factor * baseline error + atol, and
+                    mean error <= factor * baseline mean error + floor,
+                    floor = atol * min(1, 4 / sqrt(entries))
 
 ``factor`` is 2, as in FlashAttention's tests. ``atol`` defaults to two units in the last place
 of the tensor's stored dtype at the tensor's scale: 2 * ulp(0.3 + max |exact|), the allowance
 FlashAttention's tests take as ``2 * max |out_ref + 0.3 - 0.3 - out_ref|``, the error of doing
 any arithmetic at all on the reference in that dtype. For a float16 output of values up to 1
 that is 2 * 2^-10 ≈ 2.0e-3; for float32, 2.4e-7; for float64, 4.4e-16.
+
+The mean rule catches what the maximum cannot see: a kernel that accumulates in too narrow a
+dtype errs a little everywhere, its worst entry still under atol, its mean several times the
+plain answer's. Correct kernels' mean errors sit at 0.3-1.2 times the baseline's (a sweep of
+torch kernels with float32 accumulation, benchmarks/verify_mean_sweep.py), so the max rule's
+factor, 2, bounds the mean too (a --factor given loosens or tightens both). The floor is for
+few entries: one query and one key leave the baseline's mean at 0 by luck, or at an eighth of a
+float32 lse's error. A mean of n errors of about an ulp each strays by about atol / sqrt(n);
+correct kernels needed up to 1.4 atol / sqrt(n) over the plain mean, so the floor allows 4,
+and never more than atol (one entry: its mean is its maximum).
 
 A log-sum-exp row the exact answer leaves at -inf (a row with no key) is right when the kernel
 gives -inf or +inf there (FlashAttention writes +inf), and infinitely wrong otherwise.
@@ -27,6 +39,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from attnlab.verifier._blocks import blocks_json
 from attnlab.verifier._case import Case
 
 __all__ = ["TensorVerdict", "VerifyReport", "default_atol", "judge"]
@@ -66,6 +79,7 @@ class TensorVerdict:
     nonfinite: int  # kernel entries that are NaN or inf where the exact answer is finite
     heat: np.ndarray = field(repr=False, compare=False)  # (heads, rows): max error per row
     rows_cu: np.ndarray | None = field(default=None, repr=False, compare=False)  # (B + 1,)
+    mean_floor: float = 0.0  # atol * min(1, 4 / sqrt(entries)): the mean rule's allowance
 
     @property
     def tolerance(self) -> float:
@@ -79,8 +93,17 @@ class TensorVerdict:
         return 0.0 if self.max_abs_error == 0 else math.inf
 
     @property
+    def mean_tolerance(self) -> float:
+        return self.factor * self.baseline_mean_error + self.mean_floor
+
+    @property
     def passed(self) -> bool:
-        return self.max_abs_error <= self.tolerance
+        return self.max_abs_error <= self.tolerance and self.mean_passed
+
+    @property
+    def mean_passed(self) -> bool:
+        """The mean rule alone: the kernel's mean error within factor x the baseline's."""
+        return self.mean_abs_error <= self.mean_tolerance
 
     @property
     def mean_ratio(self) -> float:
@@ -97,6 +120,7 @@ class TensorVerdict:
             "baseline_error": _num(self.baseline_error),
             "baseline_mean_error": _num(self.baseline_mean_error),
             "mean_ratio": _num(self.mean_ratio),
+            "mean_tolerance": _num(self.mean_tolerance),
             "baseline_dtype": self.baseline_dtype,
             "ratio": _num(self.ratio),
             "atol": self.atol,
@@ -108,6 +132,12 @@ class TensorVerdict:
 
     def failure(self) -> str:
         """What is wrong, in words, for the summary line."""
+        if self.max_abs_error <= self.tolerance:  # only the mean rule failed
+            return (
+                f"{self.name}'s mean error {self.mean_abs_error:.3g} is {self.mean_ratio:.3g} x "
+                f"the baseline's (mean tolerance {self.mean_tolerance:.3g}): it errs a little "
+                "everywhere, as a too narrow accumulator does"
+            )
         return (
             f"{self.name} off by {self.max_abs_error:.3g} at {self.where()} "
             f"(tolerance {self.tolerance:.3g})"
@@ -128,8 +158,12 @@ def _position(worst: dict) -> str:
     return "(" + ", ".join(str(worst[k]) for k in keys if k in worst) + ")"
 
 
-def _num(x: float) -> float | None:
-    return x if math.isfinite(x) else None  # JSON has no inf: null, with nonfinite counted
+def _num(x: float) -> float | str:
+    """A number for JSON, which has no inf or NaN: those as the strings "inf", "-inf", "nan"
+    (null would hide which; a kernel's NaN is counted in ``nonfinite`` too)."""
+    if math.isfinite(x):
+        return x
+    return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
 
 
 def _abs_error(kernel: np.ndarray, exact: np.ndarray) -> np.ndarray:
@@ -195,6 +229,7 @@ def judge(
         ),
         heat=heat,
         rows_cu=case.cu_k if name in _KEY_ROWS else case.cu_q,  # its rows' sequences
+        mean_floor=float(atol) * min(1.0, 4.0 / math.sqrt(err.size)),
     )
 
 
@@ -212,6 +247,8 @@ class VerifyReport:
     cu_k: np.ndarray = field(repr=False, compare=False)
     hints: tuple = ()  # sentences on a failure's likely cause (a layout mix-up)
     repeat: dict | None = None  # a second run's bitwise comparison (``_repeat.py``)
+    diagnosis: tuple = ()  # on a failure: likely causes, most likely first (``_diagnosis.py``)
+    blocks: dict | None = field(default=None, repr=False, compare=False)  # (``_blocks.py``)
 
     @property
     def passed(self) -> bool:
@@ -226,6 +263,13 @@ class VerifyReport:
         return self.passed
 
     def as_dict(self) -> dict:
+        out = self._fields()
+        if self.blocks is not None:  # a failed case's diagnosis and where it errs
+            out["diagnosis"] = [dict(d) for d in self.diagnosis]
+            out["blocks"] = blocks_json(self.blocks)
+        return out
+
+    def _fields(self) -> dict:
         return {
             "verdict": self.verdict,
             "dtype": self.dtype,
@@ -283,7 +327,10 @@ class VerifyReport:
                 for name, d in self.repeat["differs"].items()
             )
         if not bad and self.passed:
-            return f"pass: every tensor within {self.factor:g} x its baseline's error + atol{again}"
+            return (
+                f"pass: every tensor within {self.factor:g} x its baseline's error + atol, its "
+                f"mean within {self.factor:g} x the baseline's{again}"
+            )
         said = "; ".join(t.failure() for t in bad) or "every tensor within its tolerance"
         hints = "".join(f"; hint: {h}" for h in self.hints)
         return f"fail: {said}{again}{hints}"
@@ -300,5 +347,18 @@ class VerifyReport:
             f"{html.escape(self.summary())}</strong></p>"
             f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
             f"<p>kernel dtype {html.escape(self.dtype)}, layout {html.escape(self.layout)}, "
-            f"rule: error &le; {self.factor:g} &times; baseline error + atol</p></div>"
+            f"rule: error &le; {self.factor:g} &times; baseline error + atol, mean error &le; "
+            f"{self.factor:g} &times; the baseline's + a floor</p>{self._diagnosis_html()}</div>"
         )
+
+    def _diagnosis_html(self) -> str:
+        """A failed case's likely causes as an ordered list (nothing for a pass)."""
+        if not self.diagnosis:
+            return ""
+        items = "".join(
+            f"<li><strong>{html.escape(d['cause'])}</strong> "
+            f"({'explains it' if d['explained'] else 'explains part'}): "
+            f"{html.escape(d['evidence'])}</li>"
+            for d in self.diagnosis
+        )
+        return f"<p>diagnosis, most likely first:</p><ol>{items}</ol>"
