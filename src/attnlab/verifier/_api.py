@@ -149,9 +149,13 @@ def verify_file(
     return _judged(entries, layout, again, client=_checked_client(client), **judging)
 
 
-def _judged(entries: dict, layout: str, repeat=None, client=None, **judging) -> VerifyReport:
+def _judged(
+    entries: dict, layout: str, repeat=None, client=None, *, factor=2.0, atol=None,
+    memory_budget=None,
+) -> VerifyReport:  # fmt: skip
     """The verdict, the repeat's comparison, and on a failure whether the case passes read in
     the other layout."""
+    judging = {"factor": factor, "atol": atol, "memory_budget": memory_budget}
     entries = {name: value for name, value in entries.items() if value is not None}
     same = None if repeat is None else repeat_check(entries, repeat)  # refused before any work
     if is_split(entries):  # each partial state judged, then the rest as any case
