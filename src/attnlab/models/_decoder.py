@@ -1,4 +1,5 @@
-"""The decoder every rotary family shares (Llama, Mistral, Qwen2, Gemma 2, gpt-oss).
+"""The decoder every rotary family shares (Llama, Mistral, Qwen2, Gemma 2, gpt-oss,
+DeepSeek-V3).
 
 Shape legend: B batch, N tokens, d_model hidden width, h query heads, h_kv key/value heads,
 d head width, V vocabulary.
@@ -33,13 +34,16 @@ __all__ = ["Block", "Decoder", "attention_weights", "output_head"]
 class Block:
     """One layer: attention weights ``attn`` (q_proj, k_proj, v_proj, o_proj and their
     optional *_bias), norm weights ``norms`` (attn_in, mlp_in and, for Gemma 2, attn_out,
-    mlp_out), the MLP as a function of (..., d_model), its window and sinks."""
+    mlp_out), the MLP as a function of (..., d_model), its window and sinks. A family whose
+    attention is not q/k/v projections (DeepSeek's latent attention) sets ``attention``:
+    (x, cos, sin, weights, **options) -> (output (B, N, d_model), LayerAttention)."""
 
     attn: dict
     norms: dict
     mlp: Callable[[np.ndarray], np.ndarray]
     window: int | None = None
     sinks: np.ndarray | None = None
+    attention: Callable | None = None
 
 
 def attention_weights(
@@ -86,12 +90,16 @@ class Decoder:
     embed_scale: float | None = None  # Gemma's sqrt(d_model)
     attn_softcap: float | None = None
     final_softcap: float | None = None
+    options: tuple[str, ...] = ()  # the run options its blocks' ``attention`` takes ("mla")
 
     def norm(self, x: np.ndarray, weight: np.ndarray | None) -> np.ndarray:
         return x if weight is None else rms_norm(x, weight, self.eps, self.norm_offset)
 
-    def forward(self, ids: np.ndarray, weights: bool) -> tuple[np.ndarray, list[LayerAttention]]:
-        """(logits (B, N, V), each layer's attention) for token ids (B, N)."""
+    def forward(
+        self, ids: np.ndarray, weights: bool, **options
+    ) -> tuple[np.ndarray, list[LayerAttention]]:
+        """(logits (B, N, V), each layer's attention) for token ids (B, N); ``options`` (those
+        named in ``self.options``) go to each block's own ``attention``."""
         _b, n = ids.shape
         dtype = self.embed.dtype
         x = self.embed[ids]  # (B, N, d_model)
@@ -100,9 +108,11 @@ class Decoder:
         cos, sin = self.rope.tables(n, dtype)  # (N, d) each
         layers = []
         for block in self.blocks:
-            out, layer = self._attention(
-                self.norm(x, block.norms["attn_in"]), block, cos, sin, weights
-            )
+            h = self.norm(x, block.norms["attn_in"])
+            if block.attention is not None:
+                out, layer = block.attention(h, cos, sin, weights, **options)
+            else:
+                out, layer = self._attention(h, block, cos, sin, weights)
             x = x + self.norm(out, block.norms.get("attn_out"))
             mlp = block.mlp(self.norm(x, block.norms["mlp_in"]))
             x = x + self.norm(mlp, block.norms.get("mlp_out"))

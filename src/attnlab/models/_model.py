@@ -108,12 +108,31 @@ class Model:
         """The text of token ids (N,)."""
         return self._tokenizer().decode([int(i) for i in np.asarray(ids).reshape(-1)])
 
-    def run(self, ids, *, weights: bool = True) -> ModelRun:
+    def run(
+        self, ids, *, weights: bool = True, attention_mask=None, token_type_ids=None, mla=None
+    ) -> ModelRun:
         """Run token ids (N,) or (B, N). With ``weights`` (default) every layer's attention
-        weights are kept as computed; without, ``run.attention`` computes them on first use."""
+        weights are kept as computed; without, ``run.attention`` computes them on first use.
+
+        An encoder (BERT) also takes ``attention_mask`` (B, N) of 1 (a token) and 0 (padding)
+        and ``token_type_ids`` (B, N); a model with latent attention (DeepSeek-V3) takes
+        ``mla="naive"`` (the default: each head's keys and values decompressed) or
+        ``"absorbed"`` (every head attends to the latent cache). Another family refuses them.
+        """
         ids = self._check_ids(ids)
-        logits, layers = self.network.forward(ids, weights)
-        return ModelRun(ids=ids, logits=logits, layers=layers)
+        given = {"attention_mask": attention_mask, "token_type_ids": token_type_ids, "mla": mla}
+        options = {k: v for k, v in given.items() if v is not None}
+        for name in options:
+            if name not in getattr(self.network, "options", ()):
+                raise AttnlabError(
+                    f"expected no {name} for a {self.architecture} model (it takes "
+                    f"{', '.join(getattr(self.network, 'options', ())) or 'none'}), but got one"
+                )
+        logits, layers = self.network.forward(ids, weights, **options)
+        return ModelRun(
+            ids=ids, logits=logits, layers=layers,
+            output=getattr(self.network, "output", "next-token logits"),
+        )  # fmt: skip
 
     def _check_ids(self, ids) -> np.ndarray:
         try:

@@ -24,11 +24,15 @@ class ModelRun:
         logits: the next-token logits, (B, N, V).
         layers: each layer's ``LayerAttention`` (q, k after the rotary embedding, v, mask,
             scale, softcap, sinks), for reading any row back.
+        output: what ``logits`` holds: "next-token logits" (a decoder), "masked-LM logits"
+            (an encoder with its prediction head) or "last hidden state" (an encoder without
+            one: (B, N, d_model), not vocabulary scores).
     """
 
     ids: np.ndarray
     logits: np.ndarray
     layers: list[LayerAttention] = field(repr=False)
+    output: str = "next-token logits"
 
     @property
     def attention(self) -> list[np.ndarray]:
@@ -61,24 +65,27 @@ class ModelRun:
         return head_scores(self, batch)
 
     def as_dict(self, *, weights: bool = False, top: int = 5) -> dict:
-        """JSON-ready: ids, the shape, each layer's kind, the top-``top`` next tokens of each
-        position (batch 0), and with ``weights`` every layer's attention as nested lists."""
+        """JSON-ready: ids, the shape, what the logits are, each layer's kind, the top-``top``
+        tokens of each position (batch 0; none when the run's output is a hidden state), and
+        with ``weights`` every layer's attention as nested lists."""
         b, n, v = self.logits.shape
-        order = np.argsort(-self.logits[0], axis=-1)[:, :top]  # (N, top)
         out = {
             "ids": self.ids.tolist(),
             "batch": b,
             "tokens": n,
             "vocab": v,
+            "output": self.output,
             "layers": [
                 {"kind": layer.kind, "heads": layer.q.shape[1], "kv_heads": layer.k.shape[1]}
                 for layer in self.layers
             ],
-            "next_tokens": [
+        }
+        if self.output != "last hidden state":
+            order = np.argsort(-self.logits[0], axis=-1)[:, :top]  # (N, top)
+            out["next_tokens"] = [
                 [{"id": int(t), "logit": float(self.logits[0, i, t])} for t in row]
                 for i, row in enumerate(order)
-            ],
-        }
+            ]
         if weights:
             out["attention"] = [w.tolist() for w in self.attention]
         return out

@@ -1,0 +1,119 @@
+"""Multi-head latent attention (MLA, DeepSeek-V2/V3), computed two ways through
+``attnlab.attention``.
+
+Shape legend: B batch, N tokens, d_model hidden width, h heads, r = kv_lora_rank (the latent
+width), r_q = q_lora_rank, d_n = qk_nope_head_dim, d_r = qk_rope_head_dim,
+d_qk = d_n + d_r, d_v = v_head_dim.
+
+Each token's keys and values are stored as one latent c (r numbers, RMS-normed) plus one
+rotary key k_r (d_r numbers) shared by every head:
+
+    q     = [x W_DQ → RMSNorm →] W_UQ           (B, h, N, d_qk) = [q_n (d_n) | q_r (d_r)]
+    c|k_r = x W_DKV, c = RMSNorm(c)             (B, N, r) and (B, N, d_r)
+    q_r, k_r turned by the rotary embedding (only these d_r columns carry position)
+    W_UKV = kv_b_proj, per head [W_UK (d_n x r) ; W_UV (d_v x r)]
+
+The **naive** form (what transformers computes) decompresses each head's key and value,
+k_h = [c W_UKᵀ | k_r], v_h = c W_UVᵀ, and attends with h key/value heads of width d_qk.
+The **absorbed** form (what FlashMLA computes) never decompresses: since
+q_n · (c W_UKᵀ) = (q_n W_UK) · c, each head's query becomes [q_n W_UK | q_r] (width r + d_r)
+and every head attends to ONE key/value head, the cache itself [c | k_r]; the values are its
+first r columns (c), and each head's output is mapped by its W_UV afterwards. Both give the
+same weights and output (to rounding); the softmax scale is d_qk^-1/2 in both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from attnlab.errors import AttnlabError
+from attnlab.models._attend import attend
+from attnlab.models._layers import linear, rms_norm
+from attnlab.models._rope import Rope
+
+__all__ = ["MLA", "MLA_FORMS"]
+
+#: The two ways ``MLA`` computes the same attention.
+MLA_FORMS = ("naive", "absorbed")
+
+#: transformers builds q_a_layernorm and kv_a_layernorm with their default epsilon, not the
+#: config's rms_norm_eps.
+LATENT_EPS = 1e-6
+
+
+def check_form(form) -> str:
+    if form not in MLA_FORMS:
+        raise AttnlabError(f"expected mla to be one of {MLA_FORMS}, but got {form!r} instead")
+    return form
+
+
+@dataclass
+class MLA:
+    """One layer's latent attention: its weights ``w`` (q_proj, or q_a_proj, q_a_norm and
+    q_b_proj; kv_a_proj, kv_a_norm, kv_b_proj, o_proj; *_bias where the config has
+    attention_bias), its sizes, softmax scale and rotary layout."""
+
+    w: dict
+    heads: int
+    nope: int  # d_n
+    rope: int  # d_r
+    v_dim: int  # d_v
+    rank: int  # r
+    scale: float
+    interleave: bool  # DeepSeek's rotary pairs are (x0, x1), (x2, x3), ... in the weights
+
+    def _rotated(self, x: np.ndarray, cos, sin) -> np.ndarray:
+        if self.interleave:
+            # Pairs stored side by side are regrouped as (evens | odds), the rotate-half layout,
+            # and stay in that order after the turn (as transformers leaves them).
+            x = np.concatenate([x[..., 0::2], x[..., 1::2]], -1)  # (..., N, d_r)
+        return Rope.rotate(x, cos, sin)
+
+    def _inputs(self, x: np.ndarray, cos, sin):
+        """(q_n (B, h, N, d_n), q_r (B, h, N, d_r), c (B, N, r), k_r (B, 1, N, d_r))."""
+        b, n, _ = x.shape
+        w = self.w
+        if "q_proj" in w:
+            q = linear(x, w["q_proj"])  # (B, N, h · d_qk)
+        else:
+            q = rms_norm(linear(x, w["q_a_proj"], w.get("q_a_bias")), w["q_a_norm"], LATENT_EPS)
+            q = linear(q, w["q_b_proj"])  # (B, N, r_q) -> (B, N, h · d_qk)
+        q = q.reshape(b, n, self.heads, -1).transpose(0, 2, 1, 3)  # (B, h, N, d_qk)
+        ckv = linear(x, w["kv_a_proj"], w.get("kv_a_bias"))  # (B, N, r + d_r)
+        c = rms_norm(ckv[..., : self.rank], w["kv_a_norm"], LATENT_EPS)  # (B, N, r)
+        k_r = ckv[:, None, :, self.rank :]  # (B, 1, N, d_r): one rotary key for all heads
+        q_r = self._rotated(q[..., self.nope :], cos, sin)
+        return q[..., : self.nope], q_r, c, self._rotated(k_r, cos, sin)
+
+    def __call__(self, x, cos, sin, weights: bool, mla: str = "naive"):
+        """(output (B, N, d_model), LayerAttention) of x (B, N, d_model); ``mla`` picks the
+        form ("naive" or "absorbed")."""
+        b, n, _ = x.shape
+        h = self.heads
+        q_n, q_r, c, k_r = self._inputs(x, cos, sin)
+        w_ukv = self.w["kv_b_proj"].reshape(h, self.nope + self.v_dim, self.rank)  # per head
+        if check_form(mla) == "naive":
+            kv = linear(c, self.w["kv_b_proj"])  # (B, N, h · (d_n + d_v))
+            kv = kv.reshape(b, n, h, -1).transpose(0, 2, 1, 3)  # (B, h, N, d_n + d_v)
+            k = np.concatenate(
+                [kv[..., : self.nope], np.broadcast_to(k_r, (b, h, n, self.rope))], -1
+            )
+            q = np.concatenate([q_n, q_r], -1)  # (B, h, N, d_qk)
+            out, layer = attend(
+                q, k, kv[..., self.nope :], scale=self.scale, weights=weights,
+                label="latent, naive",
+            )  # fmt: skip
+        else:
+            q_lat = q_n @ w_ukv[:, : self.nope]  # (B, h, N, d_n) @ (h, d_n, r) -> (B, h, N, r)
+            q = np.concatenate([q_lat, q_r], -1)  # (B, h, N, r + d_r)
+            cache = np.concatenate([c[:, None], k_r], -1)  # (B, 1, N, r + d_r): one kv head
+            out, layer = attend(
+                q, cache, cache[..., : self.rank], scale=self.scale, weights=weights,
+                label="latent, absorbed",
+            )  # fmt: skip
+            w_uv = w_ukv[:, self.nope :].transpose(0, 2, 1)  # (h, r, d_v)
+            out = out @ w_uv  # (B, h, N, r) -> (B, h, N, d_v)
+        out = out.transpose(0, 2, 1, 3).reshape(b, n, h * self.v_dim)  # (B, N, h · d_v)
+        return linear(out, self.w["o_proj"], self.w.get("o_bias")), layer
