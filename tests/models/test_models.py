@@ -112,12 +112,14 @@ def test_llama_by_hand_runs_and_groups_heads(tmp_path):
 
 
 def test_other_model_type_names_the_file_and_families(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5"}))
     with pytest.raises(
-        AttnlabError, match=r"config\.json.*gpt2, llama, mistral, qwen2, gemma2, gpt_oss.*'bert'"
+        AttnlabError, match=r"config\.json.*gpt2, llama, mistral, qwen2, gemma2, gpt_oss.*'t5'"
     ):
         load(tmp_path)
-    assert FAMILIES == ("gpt2", "llama", "mistral", "qwen2", "gemma2", "gpt_oss")
+    assert FAMILIES == (
+        "gpt2", "llama", "mistral", "qwen2", "gemma2", "gpt_oss", "deepseek_v3", "bert"
+    )  # fmt: skip
 
 
 def test_truncated_shard(tmp_path, tiny):

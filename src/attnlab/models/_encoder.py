@@ -11,6 +11,12 @@ d_ff MLP width, V vocabulary, T token types.
 
 Padding (``attention_mask`` 0) hides a key from every query; the padded positions still get
 a row of their own, as in transformers (their outputs are not meant to be read).
+
+The named points are the decoders' (``inside._points``), placed for post-LN: hook_resid_pre
+is the layer's input, hook_resid_mid = x + attention, ln1.hook_normalized its norm (the MLP's
+input), hook_resid_post = that + MLP, and ln2.hook_normalized its norm (the layer's output);
+hook_embed is the word embedding (token types are added to it unhooked), and
+ln_final.hook_normalized the last layer's output, which the masked-LM head reads.
 """
 
 from __future__ import annotations
@@ -20,9 +26,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnlab.errors import AttnlabError
-from attnlab.models._attend import LayerAttention, attend
+from attnlab.models._attend import attend_points
 from attnlab.models._config import Shape
 from attnlab.models._layers import layer_norm, linear
+from attnlab.models.inside._points import Pass
 
 __all__ = ["Encoder"]
 
@@ -65,17 +72,15 @@ class Encoder:
     def output(self) -> str:
         return "last hidden state" if self.head is None else "masked-LM logits"
 
-    def _keys(self, attention_mask, ids: np.ndarray) -> np.ndarray | None:
-        if attention_mask is None:
-            return None
-        keys = _table("attention_mask", attention_mask, ids, 2).astype(bool)  # (B, N)
-        empty = np.flatnonzero(~keys.any(-1))
-        if empty.size:
+    learned_positions = True  # hook_pos_embed exists
+
+    def _check_keys(self, keys: np.ndarray | None) -> None:
+        empty = [] if keys is None else np.flatnonzero(~keys.any(-1))
+        if len(empty):
             raise AttnlabError(
                 "expected at least one real token (a 1) in each row of attention_mask, but "
                 f"row {int(empty[0])} is all padding"
             )
-        return None if keys.all() else keys
 
     def _ln(self, x: np.ndarray, name: str) -> np.ndarray:
         return layer_norm(x, self.w[f"{name}.weight"], self.w[f"{name}.bias"], self.eps)
@@ -83,46 +88,72 @@ class Encoder:
     def _dense(self, x: np.ndarray, name: str) -> np.ndarray:
         return linear(x, self.w[f"{name}.weight"], self.w[f"{name}.bias"])
 
-    def forward(
-        self, ids: np.ndarray, weights: bool, attention_mask=None, token_type_ids=None
-    ) -> tuple[np.ndarray, list[LayerAttention]]:
+    def forward(self, ids: np.ndarray, how: Pass | None = None):
         """(logits (B, N, V), or the last hidden state (B, N, d_model) without a head; each
-        layer's attention) for token ids (B, N)."""
-        b, n = ids.shape
-        s, w = self.shape, self.w
-        keys = self._keys(attention_mask, ids)
-        types = (
-            np.zeros_like(ids)
-            if token_type_ids is None
-            else _table("token_type_ids", token_type_ids, ids, self.types)
-        )
-        e = "embeddings."
-        x = w[e + "word_embeddings.weight"][ids] + w[e + "token_type_embeddings.weight"][types]
-        x = self._ln(
-            x + w[e + "position_embeddings.weight"][:n], e + "LayerNorm"
-        )  # (B, N, d_model)
+        run layer's attention) for token ids (B, N), every activation through its named point.
+        ``how.keys``: the real tokens (attention_mask); ``how.options``: token_type_ids."""
+        how = how or Pass()
+        if how.kv is not None:
+            raise AttnlabError("expected no key/value cache for an encoder, but got one")
+        self._check_keys(how.keys)
+        pt, w, n = how.points, self.w, ids.shape[1]
+        if how.start == 0:
+            types = how.options.get("token_type_ids")
+            types = (
+                np.zeros_like(ids)
+                if types is None
+                else _table("token_type_ids", types, ids, self.types)
+            )
+            e = "embeddings."
+            x = pt("hook_embed", w[e + "word_embeddings.weight"][ids])  # (B, N, d_model)
+            x = x + w[e + "token_type_embeddings.weight"][types]
+            pos = pt(
+                "hook_pos_embed", w[e + "position_embeddings.weight"][:n][None]
+            )  # (1, N, d_model)
+            x = self._ln(x + pos, e + "LayerNorm")
+        else:
+            x = how.resid
         layers = []
-        for i in range(s.layers):
-            p = f"encoder.layer.{i}."
-            q, k, v = (
-                self._dense(x, p + "attention.self." + name)  # (B, N, d_model)
-                .reshape(b, n, s.heads, s.head_dim)
-                .transpose(0, 2, 1, 3)  # (B, h, N, d)
-                for name in ("query", "key", "value")
-            )
-            out, layer = attend(
-                q, k, v, scale=s.head_dim**-0.5, weights=weights, causal=False, keys=keys
-            )
-            out = out.transpose(0, 2, 1, 3).reshape(b, n, s.d_model)  # (B, N, d_model)
-            a = self._ln(
-                x + self._dense(out, p + "attention.output.dense"), p + "attention.output.LayerNorm"
-            )
-            mid = self.act(self._dense(a, p + "intermediate.dense"))  # (B, N, d_ff)
-            x = self._ln(a + self._dense(mid, p + "output.dense"), p + "output.LayerNorm")
+        for i in range(how.start, self.shape.layers):
+            x, layer = self._block(i, x, how)
             layers.append(layer)
-        if self.head is None:
-            return x, layers
+        x = pt("ln_final.hook_normalized", self.normalize_final(x))
+        return self.unembed(x), layers
+
+    def normalize_final(self, x: np.ndarray) -> np.ndarray:
+        return x  # post-LN: the last layer's output is already normalized
+
+    def unembed(self, normalized: np.ndarray) -> np.ndarray:
+        """The masked-LM logits (..., V) of the last hidden state, or that state itself."""
         hd = self.head
-        x = layer_norm(self.act(linear(x, hd["transform"], hd["transform_bias"])), hd["norm"],
-                       hd["norm_bias"], self.eps)  # fmt: skip
-        return linear(x, hd["decoder"], hd["bias"]), layers  # (B, N, V)
+        if hd is None:
+            return normalized
+        x = self.act(linear(normalized, hd["transform"], hd["transform_bias"]))  # (..., d_model)
+        x = layer_norm(x, hd["norm"], hd["norm_bias"], self.eps)
+        return linear(x, hd["decoder"], hd["bias"])  # (..., V)
+
+    def _block(self, i: int, x: np.ndarray, how: Pass):
+        """Layer ``i`` on x (B, N, d_model): (new x, its attention). Post-LN: the points
+        ln1/ln2.hook_normalized hold each sublayer's norm of its residual sum."""
+        s, pt, p, name = self.shape, how.points, f"encoder.layer.{i}.", f"blocks.{i}."
+        b, n, _ = x.shape
+        x = pt(name + "hook_resid_pre", x)
+        q, k, v = (
+            self._dense(x, p + "attention.self." + part)  # (B, N, d_model)
+            .reshape(b, n, s.heads, s.head_dim)
+            .transpose(0, 2, 1, 3)  # (B, h, N, d)
+            for part in ("query", "key", "value")
+        )
+        z, layer = attend_points(
+            q, k, v, pt, name + "attn.", weights=how.weights, keys=how.keys,
+            scale=s.head_dim**-0.5, window=None, causal=False,
+        )  # fmt: skip
+        attn = pt(
+            name + "hook_attn_out", self._dense(z.reshape(b, n, -1), p + "attention.output.dense")
+        )
+        x = pt(name + "hook_resid_mid", x + attn)
+        a = pt(name + "ln1.hook_normalized", self._ln(x, p + "attention.output.LayerNorm"))
+        mid = self.act(self._dense(a, p + "intermediate.dense"))  # (B, N, d_ff)
+        mlp = pt(name + "hook_mlp_out", self._dense(mid, p + "output.dense"))
+        x = pt(name + "hook_resid_post", a + mlp)
+        return pt(name + "ln2.hook_normalized", self._ln(x, p + "output.LayerNorm")), layer

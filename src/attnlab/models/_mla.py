@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnlab.errors import AttnlabError
-from attnlab.models._attend import attend
+from attnlab.models._attend import attend_points
 from attnlab.models._layers import linear, rms_norm
 from attnlab.models._rope import Rope
 
@@ -87,33 +87,38 @@ class MLA:
         q_r = self._rotated(q[..., self.nope :], cos, sin)
         return q[..., : self.nope], q_r, c, self._rotated(k_r, cos, sin)
 
-    def __call__(self, x, cos, sin, weights: bool, mla: str = "naive"):
-        """(output (B, N, d_model), LayerAttention) of x (B, N, d_model); ``mla`` picks the
-        form ("naive" or "absorbed")."""
+    def __call__(self, i: int, x, cos, sin, how):
+        """(z (B, N, h, d_v) after hook_z, LayerAttention) of x (B, N, d_model) in layer
+        ``i``, through the named points of ``how`` (a ``Pass``); ``how.options["mla"]`` picks
+        the form ("naive" by default, or "absorbed")."""
+        if how.kv is not None:
+            raise AttnlabError(
+                "expected no key/value cache for latent attention (DeepSeek-V3), but got one: "
+                "attnlab does not decode MLA from a cache yet"
+            )
         b, n, _ = x.shape
         h = self.heads
         q_n, q_r, c, k_r = self._inputs(x, cos, sin)
         w_ukv = self.w["kv_b_proj"].reshape(h, self.nope + self.v_dim, self.rank)  # per head
-        if check_form(mla) == "naive":
+        form = check_form(how.options.get("mla", "naive"))
+        common = dict(scale=self.scale, window=None, keys=how.keys, label=f"latent, {form}")
+        if form == "naive":
             kv = linear(c, self.w["kv_b_proj"])  # (B, N, h · (d_n + d_v))
             kv = kv.reshape(b, n, h, -1).transpose(0, 2, 1, 3)  # (B, h, N, d_n + d_v)
-            k = np.concatenate(
-                [kv[..., : self.nope], np.broadcast_to(k_r, (b, h, n, self.rope))], -1
-            )
+            k_r = np.broadcast_to(k_r, (b, h, n, self.rope))  # the shared key, not copied
+            k = np.concatenate([kv[..., : self.nope], k_r], -1)  # (B, h, N, d_qk)
             q = np.concatenate([q_n, q_r], -1)  # (B, h, N, d_qk)
-            out, layer = attend(
-                q, k, kv[..., self.nope :], scale=self.scale, weights=weights,
-                label="latent, naive",
-            )  # fmt: skip
+            v, post = kv[..., self.nope :], None  # (B, h, N, d_v)
         else:
             q_lat = q_n @ w_ukv[:, : self.nope]  # (B, h, N, d_n) @ (h, d_n, r) -> (B, h, N, r)
             q = np.concatenate([q_lat, q_r], -1)  # (B, h, N, r + d_r)
-            cache = np.concatenate([c[:, None], k_r], -1)  # (B, 1, N, r + d_r): one kv head
-            out, layer = attend(
-                q, cache, cache[..., : self.rank], scale=self.scale, weights=weights,
-                label="latent, absorbed",
-            )  # fmt: skip
+            k = np.concatenate([c[:, None], k_r], -1)  # (B, 1, N, r + d_r): one kv head
+            v = k[..., : self.rank]  # (B, 1, N, r): the latent itself
             w_uv = w_ukv[:, self.nope :].transpose(0, 2, 1)  # (h, r, d_v)
-            out = out @ w_uv  # (B, h, N, r) -> (B, h, N, d_v)
-        out = out.transpose(0, 2, 1, 3).reshape(b, n, h * self.v_dim)  # (B, N, h · d_v)
-        return linear(out, self.w["o_proj"], self.w.get("o_bias")), layer
+
+            def post(out):
+                return out @ w_uv  # (B, h, N, r) -> (B, h, N, d_v)
+
+        return attend_points(
+            q, k, v, how.points, f"blocks.{i}.attn.", weights=how.weights, post=post, **common
+        )

@@ -109,30 +109,69 @@ class Model:
         return self._tokenizer().decode([int(i) for i in np.asarray(ids).reshape(-1)])
 
     def run(
-        self, ids, *, weights: bool = True, attention_mask=None, token_type_ids=None, mla=None
+        self,
+        ids,
+        *,
+        cache: bool = False,
+        hooks=None,
+        attention_mask=None,
+        weights: bool = True,
+        token_type_ids=None,
+        mla=None,
     ) -> ModelRun:
-        """Run token ids (N,) or (B, N). With ``weights`` (default) every layer's attention
-        weights are kept as computed; without, ``run.attention`` computes them on first use.
+        """Run token ids (N,) or (B, N).
 
-        An encoder (BERT) also takes ``attention_mask`` (B, N) of 1 (a token) and 0 (padding)
-        and ``token_type_ids`` (B, N); a model with latent attention (DeepSeek-V3) takes
-        ``mla="naive"`` (the default: each head's keys and values decompressed) or
-        ``"absorbed"`` (every head attends to the latent cache). Another family refuses them.
+        Args:
+            cache: keep every named activation in ``run.cache`` (TransformerLens's names:
+                ``blocks.0.hook_resid_pre``, ``blocks.0.attn.hook_z``, ...; docs/inside.md).
+            hooks: {name: fn(value, name)}: fn returns the value to flow on (or None to keep
+                it); any cache name can be hooked.
+            attention_mask: (B, N) of 1 (real token) and 0 (padding), left or right, as
+                transformers takes it: pad keys get weight 0. Positions stay 0 .. N - 1, as in
+                transformers' plain forward.
+            weights: keep every layer's attention weights as computed (default); without,
+                ``run.attention`` computes them on first use.
+            token_type_ids: an encoder's (BERT) segment of each token, (B, N); 0 by default.
+            mla: a model with latent attention (DeepSeek-V3): "naive" (the default: each
+                head's keys and values decompressed, as transformers computes) or "absorbed"
+                (every head attends to the one latent cache, as FlashMLA computes).
+        Another family refuses token_type_ids and mla.
         """
+        from attnlab.models.inside._points import Pass, Points, names
+
         ids = self._check_ids(ids)
-        given = {"attention_mask": attention_mask, "token_type_ids": token_type_ids, "mla": mla}
+        keys = self._check_mask(attention_mask, ids.shape)
+        given = {"token_type_ids": token_type_ids, "mla": mla}
         options = {k: v for k, v in given.items() if v is not None}
+        takes = getattr(self.network, "options", ())
         for name in options:
-            if name not in getattr(self.network, "options", ()):
+            if name not in takes:
                 raise AttnlabError(
                     f"expected no {name} for a {self.architecture} model (it takes "
-                    f"{', '.join(getattr(self.network, 'options', ())) or 'none'}), but got one"
+                    f"{', '.join(takes) or 'neither token_type_ids nor mla'}), but got one"
                 )
-        logits, layers = self.network.forward(ids, weights, **options)
+        valid = names(self.shape.layers, self.network.learned_positions) if hooks else ()
+        points = Points(valid, cache=bool(cache), hooks=hooks)
+        logits, layers = self.network.forward(ids, Pass(weights, points, keys, options=options))
         return ModelRun(
-            ids=ids, logits=logits, layers=layers,
-            output=getattr(self.network, "output", "next-token logits"),
+            ids=ids, logits=logits, layers=layers, cache=points.cache, model=self, keys=keys,
+            hooks=points.hooks or None, output=getattr(self.network, "output", "next-token logits"),
         )  # fmt: skip
+
+    def _check_mask(self, mask, shape) -> np.ndarray | None:
+        """attention_mask as (B, N) bool, or None when it is None or all ones."""
+        if mask is None:
+            return None
+        arr = np.asarray(mask)
+        if arr.ndim == 1:
+            arr = arr[None]  # (1, N)
+        if arr.shape != shape or arr.dtype.kind not in "biuf" or not np.isin(arr, (0, 1)).all():
+            raise AttnlabError(
+                f"expected attention_mask of 1 and 0 with the ids' shape {shape}, but got "
+                f"shape {arr.shape} of dtype {arr.dtype} instead"
+            )
+        keys = arr.astype(bool)
+        return None if keys.all() else keys
 
     def _check_ids(self, ids) -> np.ndarray:
         try:

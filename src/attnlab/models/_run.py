@@ -24,6 +24,10 @@ class ModelRun:
         logits: the next-token logits, (B, N, V).
         layers: each layer's ``LayerAttention`` (q, k after the rotary embedding, v, mask,
             scale, softcap, sinks), for reading any row back.
+        cache: with ``run(..., cache=True)``, every named activation (docs/inside.md), else None.
+        model: the ``Model`` that ran (for the logit lens and attribution).
+        keys: the real tokens (B, N) bool of an ``attention_mask`` with padding, else None.
+        hooks: the hooks the run was made with, or None.
         output: what ``logits`` holds: "next-token logits" (a decoder), "masked-LM logits"
             (an encoder with its prediction head) or "last hidden state" (an encoder without
             one: (B, N, d_model), not vocabulary scores).
@@ -32,6 +36,10 @@ class ModelRun:
     ids: np.ndarray
     logits: np.ndarray
     layers: list[LayerAttention] = field(repr=False)
+    cache: dict | None = field(default=None, repr=False)
+    model: object | None = field(default=None, repr=False)
+    keys: np.ndarray | None = field(default=None, repr=False)
+    hooks: dict | None = field(default=None, repr=False)
     output: str = "next-token logits"
 
     @property

@@ -137,6 +137,7 @@ def build(cfg: Config, ck: Checkpoint) -> Decoder:
     blocks = []
     for i in range(shape.layers):
         p = f"model.layers.{i}"
+        mla = _mla(ck, cfg, f"{p}.self_attn", shape, scale)
         if i < dense:
             w = _gated(ck, f"{p}.mlp", cfg.int("intermediate_size"), dm)
             mlp = functools.partial(gated_mlp, w=w, act=act)
@@ -144,13 +145,13 @@ def build(cfg: Config, ck: Checkpoint) -> Decoder:
             mlp = _moe(ck, cfg, f"{p}.mlp", dm, act)
         blocks.append(
             Block(
-                attn={},
+                attn={"o_proj": mla.w["o_proj"], "o_bias": mla.w.get("o_bias")},
                 norms={
                     "attn_in": ck.get(f"{p}.input_layernorm.weight", (dm,)),
                     "mlp_in": ck.get(f"{p}.post_attention_layernorm.weight", (dm,)),
                 },
                 mlp=mlp,
-                attention=_mla(ck, cfg, f"{p}.self_attn", shape, scale),
+                attention=mla,
             )
         )
     embed = ck.get("model.embed_tokens.weight", (shape.vocab, dm))
