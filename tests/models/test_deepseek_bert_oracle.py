@@ -1,0 +1,227 @@
+"""DeepSeek-V3 (latent attention, grouped sigmoid-routed experts) and BERT (an encoder with
+padding) against transformers 5.23.0's eager forward, on tiny random models built here with
+transformers' config classes and saved with ``save_pretrained``.
+
+DeepSeek's norms, router and rotary tables run in float32 inside transformers even for a
+float64 model, so its float64 logits match to 1e-5 (relative) and its weights to 2e-6; BERT has
+no such island: 1e-9 and 1e-10. The two forms of latent attention (naive: per-head keys and
+values; absorbed: one latent key/value head) are held to each other to 1e-12.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from conftest import require_or_skip
+
+pytestmark = pytest.mark.oracle
+
+DEEPSEEK = dict(
+    vocab_size=50, hidden_size=32, intermediate_size=40, moe_intermediate_size=12,
+    num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=4, n_shared_experts=2,
+    n_routed_experts=8, n_group=4, topk_group=2, num_experts_per_tok=3, first_k_dense_replace=1,
+    kv_lora_rank=12, q_lora_rank=10, qk_rope_head_dim=4, v_head_dim=6, qk_nope_head_dim=8,
+    max_position_embeddings=64, routed_scaling_factor=1.7,
+)  # fmt: skip
+_YARN = {
+    "rope_type": "yarn",
+    "rope_theta": 10000.0,
+    "factor": 4.0,
+    "mscale": 1.0,
+    "mscale_all_dim": 0.8,
+    "original_max_position_embeddings": 16,
+}
+VARIANTS = {
+    # q through its own low-rank bottleneck, DeepSeek's interleaved rotary pairs
+    "q_lora": DEEPSEEK,
+    # q_proj directly, rotate-half pairs, YaRN with mscale_all_dim (the scale changes), no norm
+    # of the chosen gates, one group of experts, two dense layers
+    "q_proj_yarn": DEEPSEEK
+    | dict(q_lora_rank=None, rope_interleave=False, norm_topk_prob=False, n_group=1)
+    | dict(topk_group=1, first_k_dense_replace=2, rope_parameters=_YARN),
+}
+BERT = dict(
+    vocab_size=50, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+    intermediate_size=40, max_position_embeddings=64, type_vocab_size=3,
+)  # fmt: skip
+IDS = np.array([[3, 17, 5, 9, 3, 17, 5, 42, 0, 8, 3], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]])
+# Row 0: all tokens; row 1: left and right padding (a Dense mask, not a suffix).
+MASK = np.array([[1] * 11, [0, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0]])
+TYPES = np.array([[0] * 5 + [1] * 6, [2] * 11])
+
+
+@pytest.fixture(scope="module")
+def hf():
+    torch = require_or_skip("torch", "ATTNLAB_REQUIRE_ORACLE", "the model oracle tests need it")
+    transformers = require_or_skip(
+        "transformers", "ATTNLAB_REQUIRE_ORACLE", "the model oracle tests need transformers==5.23.0"
+    )
+    torch.set_num_threads(1)
+    return torch, transformers
+
+
+@pytest.fixture(scope="module")
+def saved(hf, tmp_path_factory):
+    """(kind, variant, dtype) -> (folder, the transformers model), built once per module."""
+    torch, transformers = hf
+    cache = {}
+
+    def make(kind: str, variant: str, dtype: str = "float64"):
+        key = (kind, variant, dtype)
+        if key not in cache:
+            if kind == "deepseek":
+                config = transformers.DeepseekV3Config(**VARIANTS[variant])
+                config._experts_implementation = "eager"  # grouped_mm has no float64
+                cls = transformers.AutoModelForCausalLM
+            else:
+                config = transformers.BertConfig(**BERT)
+                cls = getattr(transformers, variant)  # BertForMaskedLM or BertModel
+            config._attn_implementation = "eager"
+            torch.manual_seed(0)
+            model = (
+                cls.from_config(config, dtype=torch.float64)
+                if kind == "deepseek"
+                else cls(config).to(torch.float64)
+            )
+            with torch.no_grad():  # away from the init: every weight (and the bias) counts
+                for p in model.parameters():
+                    p.add_(0.3 * torch.randn_like(p))
+                for name, b in model.named_buffers():
+                    if name.endswith("e_score_correction_bias"):
+                        b.add_(0.5 * torch.randn_like(b))  # it must move the choice
+            model = model.to(getattr(torch, dtype)).eval()
+            folder = tmp_path_factory.mktemp(f"{kind}-{variant}-{dtype}")
+            model.save_pretrained(folder)
+            cache[key] = (folder, model)
+        return cache[key]
+
+    return make
+
+
+def reference(hf, model, ids, **kw):
+    torch, _ = hf
+    kw = {k: torch.as_tensor(v) for k, v in kw.items()}
+    with torch.no_grad():
+        out = model(torch.as_tensor(ids), output_attentions=True, **kw)
+    logits = out.logits if hasattr(out, "logits") else out.last_hidden_state
+    return logits.double().numpy(), [a.double().numpy() for a in out.attentions]
+
+
+def close(ours, theirs, atol_rel):
+    """|ours - theirs| <= atol_rel · max|theirs|."""
+    np.testing.assert_allclose(ours, theirs, rtol=0, atol=atol_rel * np.abs(theirs).max())
+
+
+@pytest.mark.parametrize("form", ["naive", "absorbed"])
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_deepseek_float64_logits_and_every_layers_weights(hf, saved, variant, form):
+    from attnlab.models import load
+
+    folder, model = saved("deepseek", variant)
+    run = load(folder, dtype="float64").run(IDS, mla=form)
+    logits, attentions = reference(hf, model, IDS)
+    close(run.logits, logits, 1e-5)
+    assert len(run.attention) == len(attentions) == 3
+    for mine, theirs in zip(run.attention, attentions, strict=True):
+        np.testing.assert_allclose(mine, theirs, rtol=0, atol=2e-6)
+    assert run.kinds == [f"full, latent, {form}"] * 3
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_deepseek_naive_and_absorbed_agree_to_1e_12(saved, variant):
+    from attnlab.models import load
+
+    folder, _ = saved("deepseek", variant)
+    model = load(folder, dtype="float64")
+    naive, absorbed = model.run(IDS, mla="naive"), model.run(IDS, mla="absorbed")
+    np.testing.assert_allclose(absorbed.logits, naive.logits, rtol=0, atol=1e-12)
+    for a, b in zip(absorbed.attention, naive.attention, strict=True):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-12)
+    r, d_r, d_n = 12, 4, 8  # kv_lora_rank, qk_rope_head_dim, qk_nope_head_dim
+    layer = absorbed.layers[1]
+    assert layer.k.shape == (2, 1, 11, r + d_r)  # ONE key/value head: the latent cache
+    assert layer.q.shape == (2, 4, 11, r + d_r)
+    np.testing.assert_array_equal(layer.v, layer.k[..., :r])  # the values are the latent
+    assert naive.layers[1].k.shape == (2, 4, 11, d_n + d_r)  # each head decompressed
+    # Either form's row trace is the same row of weights.
+    t_a, t_n = absorbed.trace(2, 3, 9, batch=1), naive.trace(2, 3, 9, batch=1)
+    np.testing.assert_allclose(t_a.weights, t_n.weights, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(t_a.weights[0], naive.attention[2][1, 3, 9], rtol=0, atol=1e-12)
+
+
+def test_deepseek_float32_matches(hf, saved):
+    from attnlab.models import load
+
+    folder, model = saved("deepseek", "q_lora", "float32")
+    logits, attentions = reference(hf, model, IDS[:1])
+    for form in ("naive", "absorbed"):
+        run = load(folder).run(IDS[0], mla=form)
+        assert run.logits.dtype == np.float32
+        close(run.logits, logits, 1e-4)
+        for mine, theirs in zip(run.attention, attentions, strict=True):
+            close(mine, theirs, 1e-4)
+
+
+def test_deepseek_hook_z_means_the_same_in_both_forms(saved):
+    from attnlab.models import load
+
+    folder, _ = saved("deepseek", "q_lora")
+    model = load(folder, dtype="float64")
+    naive = model.run(IDS, mla="naive", cache=True).cache
+    absorbed = model.run(IDS, mla="absorbed", cache=True).cache
+    for name in ("blocks.1.attn.hook_z", "blocks.1.attn.hook_pattern", "blocks.2.hook_resid_post"):
+        np.testing.assert_allclose(absorbed[name], naive[name], rtol=0, atol=1e-12)
+    assert naive["blocks.1.attn.hook_z"].shape == (2, 11, 4, 6)  # (B, N, h, d_v)
+
+
+@pytest.mark.parametrize("variant", ["BertForMaskedLM", "BertModel"])
+def test_bert_float64_with_padding_and_token_types(hf, saved, variant):
+    from attnlab.models import load
+
+    folder, model = saved("bert", variant)
+    run = load(folder, dtype="float64").run(IDS, attention_mask=MASK, token_type_ids=TYPES)
+    logits, attentions = reference(hf, model, IDS, attention_mask=MASK, token_type_ids=TYPES)
+    close(run.logits, logits, 1e-9)
+    for mine, theirs in zip(run.attention, attentions, strict=True):
+        np.testing.assert_allclose(mine, theirs, rtol=0, atol=1e-10)
+    assert run.output == (
+        "masked-LM logits" if variant == "BertForMaskedLM" else "last hidden state"
+    )
+    assert run.kinds == ["bidirectional, padding"] * 2
+    # Bidirectional: a query puts weight on later keys; padded keys get none.
+    assert run.attention[0][1, :, 3, 4:9].sum() > 0
+    assert (run.attention[0][1, :, :, [0, 9, 10]] == 0).all()
+    trace = run.trace(1, 2, 3, batch=1)
+    np.testing.assert_allclose(trace.weights[0], attentions[1][1, 2, 3], rtol=0, atol=1e-10)
+
+
+def test_bert_float32_and_no_mask(hf, saved):
+    from attnlab.models import load
+
+    folder, model = saved("bert", "BertForMaskedLM", "float32")
+    run = load(folder).run(IDS)
+    logits, attentions = reference(hf, model, IDS)
+    assert run.logits.dtype == np.float32
+    assert run.kinds == ["bidirectional"] * 2
+    close(run.logits, logits, 1e-4)
+    for mine, theirs in zip(run.attention, attentions, strict=True):
+        close(mine, theirs, 1e-4)
+
+
+def test_bad_run_options_are_one_clear_error(saved):
+    from attnlab.errors import AttnlabError
+    from attnlab.models import load
+
+    bert = load(saved("bert", "BertForMaskedLM")[0], dtype="float64")
+    deepseek = load(saved("deepseek", "q_lora")[0], dtype="float64")
+    with pytest.raises(AttnlabError, match=r"expected at least one real token.*row 1"):
+        bert.run(IDS, attention_mask=np.array([[1] * 11, [0] * 11]))
+    with pytest.raises(AttnlabError, match=r"expected token_type_ids in \[0, 3\), but got 1\.\.3"):
+        bert.run(IDS, token_type_ids=TYPES + 1)
+    with pytest.raises(AttnlabError, match=r"expected no mla for a bert model"):
+        bert.run(IDS, mla="naive")
+    with pytest.raises(AttnlabError, match=r"expected no token_type_ids for a deepseek_v3"):
+        deepseek.run(IDS, token_type_ids=TYPES)
+    with pytest.raises(AttnlabError, match=r"expected mla to be one of .*but got 'flash'"):
+        deepseek.run(IDS, mla="flash")
