@@ -10,6 +10,8 @@ values; absorbed: one latent key/value head) are held to each other to 1e-12.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -225,3 +227,30 @@ def test_bad_run_options_are_one_clear_error(saved):
         deepseek.run(IDS, token_type_ids=TYPES)
     with pytest.raises(AttnlabError, match=r"expected mla to be one of .*but got 'flash'"):
         deepseek.run(IDS, mla="flash")
+
+
+@pytest.mark.parametrize(
+    ("kind", "variant", "extra", "kinds"),
+    [
+        ("deepseek", "q_lora", ["--mla", "absorbed"], "0: full, latent, absorbed"),
+        ("bert", "BertForMaskedLM", [], "0: bidirectional; 1: bidirectional"),
+    ],
+)
+def test_attnlab_model_runs_both(saved, kind, variant, extra, kinds):
+    from typer.testing import CliRunner
+
+    from attnlab.cli import app
+    from attnlab.models import load
+
+    folder, _ = saved(kind, variant)
+    args = ["model", str(folder), "--ids", "3, 17, 5, 3, 17", "--dtype", "float64", *extra]
+    result = CliRunner().invoke(app, [*args, "--layer", "1", "--head", "2", "--query", "1"])
+    assert result.exit_code == 0, result.output
+    assert kinds in result.output
+    result = CliRunner().invoke(
+        app, [*args, "--layer", "1", "--head", "2", "--query", "1", "--json"]
+    )
+    data = json.loads(result.output)
+    run = load(folder, dtype="float64").run([3, 17, 5, 3, 17])  # naive: the same row
+    np.testing.assert_allclose(data["trace"]["weights"][0], run.attention[1][0, 2, 1], atol=1e-12)
+    assert ("next_token" in data["strongest_heads"]) == (kind == "bert")  # both directions

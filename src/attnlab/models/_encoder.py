@@ -66,7 +66,7 @@ class Encoder:
     act: object
     types: int  # T, type_vocab_size
     head: dict | None
-    options: tuple[str, ...] = ("attention_mask", "token_type_ids")
+    options: tuple[str, ...] = ("token_type_ids",)  # beside the attention_mask every family takes
 
     @property
     def output(self) -> str:

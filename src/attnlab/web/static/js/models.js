@@ -110,7 +110,7 @@ function controls() {
   form.head.value = String(pick.head);
   form.query.value = String(pick.query);
   const kind = $("#model-form").elements.kind;
-  if (kind.options.length !== data.score_kinds.length) {
+  if ([...kind.options].map((o) => o.value).join() !== data.score_kinds.join()) {  // an encoder's kinds differ
     kind.replaceChildren(...data.score_kinds.map((k) => el("option", { value: k, text: k.replace("_", "-") })));
   }
   kind.value = pick.kind;
