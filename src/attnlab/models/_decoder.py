@@ -132,6 +132,23 @@ class Decoder:
     def normalize_final(self, x: np.ndarray) -> np.ndarray:
         return self.norm(x, self.final_norm)
 
+    def out_weights(self, i: int) -> np.ndarray:
+        """Layer ``i``'s output projection per head, (h, d, d_model): z_h · W[h] is head h's
+        share of the attention output."""
+        o = self.blocks[i].attn["o_proj"]  # (d_model, h · d)
+        return o.T.reshape(self.shape.heads, -1, len(o))  # (h, d, d_model); d = d_v for MLA
+
+    def out_bias(self, i: int) -> np.ndarray | None:
+        return self.blocks[i].attn.get("o_bias")
+
+    def attn_out_norm(self, i: int) -> np.ndarray | None:
+        """The scale of Gemma 2's norm on the attention output (offset included), or None."""
+        w = self.blocks[i].norms.get("attn_out")
+        return None if w is None else w + self.norm_offset
+
+    def final_norm_parts(self) -> dict:
+        return dict(kind="rms", weight=self.final_norm + self.norm_offset, bias=None, eps=self.eps)
+
     def unembed(self, normalized: np.ndarray) -> np.ndarray:
         """The logits (..., V) of the final norm's output (..., d_model), softcapped."""
         return softcap(linear(normalized, self.lm_head), self.final_softcap)  # (..., V)

@@ -12,11 +12,14 @@ d_ff MLP width, V vocabulary, T token types.
 Padding (``attention_mask`` 0) hides a key from every query; the padded positions still get
 a row of their own, as in transformers (their outputs are not meant to be read).
 
-The named points are the decoders' (``inside._points``), placed for post-LN: hook_resid_pre
-is the layer's input, hook_resid_mid = x + attention, ln1.hook_normalized its norm (the MLP's
-input), hook_resid_post = that + MLP, and ln2.hook_normalized its norm (the layer's output);
-hook_embed is the word embedding (token types are added to it unhooked), and
-ln_final.hook_normalized the last layer's output, which the masked-LM head reads.
+The named points are the decoders' (``inside._points``), placed for post-LN, where the
+residual stream is each norm's output: ln1.hook_normalized = LayerNorm(x + attention), then
+the same value as hook_resid_mid (the MLP's input); ln2.hook_normalized = LayerNorm(that +
+MLP), then the same value as hook_resid_post (the layer's output, what the next layer and the
+head read), so the logit lens reads a layer's output through the head. hook_embed is the word
+embedding (token types are added to it unhooked); ln_final.hook_normalized is the last
+layer's output. Logit attribution needs a sum of parts before one final norm, which post-LN
+has not: it is refused.
 """
 
 from __future__ import annotations
@@ -120,6 +123,14 @@ class Encoder:
         x = pt("ln_final.hook_normalized", self.normalize_final(x))
         return self.unembed(x), layers
 
+    @property
+    def lm_head(self):
+        raise AttnlabError(
+            "expected a model whose residual stream is a sum of parts before one final norm, "
+            "but BERT normalises after every sublayer (post-LN): logit attribution does not "
+            "apply; the logit lens does"
+        )
+
     def normalize_final(self, x: np.ndarray) -> np.ndarray:
         return x  # post-LN: the last layer's output is already normalized
 
@@ -133,8 +144,7 @@ class Encoder:
         return linear(x, hd["decoder"], hd["bias"])  # (..., V)
 
     def _block(self, i: int, x: np.ndarray, how: Pass):
-        """Layer ``i`` on x (B, N, d_model): (new x, its attention). Post-LN: the points
-        ln1/ln2.hook_normalized hold each sublayer's norm of its residual sum."""
+        """Layer ``i`` on x (B, N, d_model): (new x, its attention)."""
         s, pt, p, name = self.shape, how.points, f"encoder.layer.{i}.", f"blocks.{i}."
         b, n, _ = x.shape
         x = pt(name + "hook_resid_pre", x)
@@ -151,9 +161,9 @@ class Encoder:
         attn = pt(
             name + "hook_attn_out", self._dense(z.reshape(b, n, -1), p + "attention.output.dense")
         )
-        x = pt(name + "hook_resid_mid", x + attn)
-        a = pt(name + "ln1.hook_normalized", self._ln(x, p + "attention.output.LayerNorm"))
+        a = pt(name + "ln1.hook_normalized", self._ln(x + attn, p + "attention.output.LayerNorm"))
+        a = pt(name + "hook_resid_mid", a)  # post-LN: the stream is the norm's output
         mid = self.act(self._dense(a, p + "intermediate.dense"))  # (B, N, d_ff)
         mlp = pt(name + "hook_mlp_out", self._dense(mid, p + "output.dense"))
-        x = pt(name + "hook_resid_post", a + mlp)
-        return pt(name + "ln2.hook_normalized", self._ln(x, p + "output.LayerNorm")), layer
+        x = pt(name + "ln2.hook_normalized", self._ln(a + mlp, p + "output.LayerNorm"))
+        return pt(name + "hook_resid_post", x), layer

@@ -158,6 +158,34 @@ class Model:
             hooks=points.hooks or None, output=getattr(self.network, "output", "next-token logits"),
         )  # fmt: skip
 
+    def generate(
+        self, ids, max_new_tokens: int, *, temperature: float = 0.0, top_k: int | None = None,
+        top_p: float | None = None, seed: int | None = None, stop=None,
+    ) -> np.ndarray:  # fmt: skip
+        """(B, N + new) ids: the prompt (N,) or (B, N) followed by up to ``max_new_tokens`` new
+        tokens, as transformers' ``generate`` returns them. temperature 0 (default) is greedy,
+        equal to ``generate(do_sample=False)``; otherwise sampling with ``top_k`` / ``top_p``
+        and ``seed``. ``stop``: a token id or ids that end a sequence. Each new token runs
+        alone against a key/value cache (docs/inside.md)."""
+        from attnlab.models.inside.generate import generate
+
+        return generate(
+            self, ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+            seed=seed, stop=stop,
+        )  # fmt: skip
+
+    def stream(
+        self, ids, max_new_tokens: int, *, temperature: float = 0.0, top_k: int | None = None,
+        top_p: float | None = None, seed: int | None = None, stop=None,
+    ):  # fmt: skip
+        """``generate`` one step at a time: yields each step's new tokens (B,) as they come."""
+        from attnlab.models.inside.generate import stream
+
+        return stream(
+            self, ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+            seed=seed, stop=stop,
+        )  # fmt: skip
+
     def _check_mask(self, mask, shape) -> np.ndarray | None:
         """attention_mask as (B, N) bool, or None when it is None or all ones."""
         if mask is None:

@@ -142,7 +142,8 @@ def head_scores(run, batch: int = 0) -> HeadScores:
     if keys is not None:  # only real tokens: padding is neither a query nor a key
         real = np.flatnonzero(keys[batch])  # (N',)
         ids, weights = ids[real], weights[..., real[:, None], real]  # (L, h, N', N')
-    if any(getattr(layer, "causal", True) for layer in run.layers):
+    # a layer (or a run) that does not say it is bidirectional is scored as a decoder's
+    if any(getattr(layer, "causal", True) for layer in getattr(run, "layers", [None])):
         ours = {k: _score(weights, m) for k, m in _attnlab_masks(ids).items()}
         table = patterns(ids)
     else:

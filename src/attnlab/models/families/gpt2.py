@@ -80,6 +80,21 @@ class GPT2:
     def normalize_final(self, x: np.ndarray) -> np.ndarray:
         return layer_norm(x, self.w["ln_f.weight"], self.w["ln_f.bias"], self.eps)
 
+    def out_weights(self, i: int) -> np.ndarray:
+        """Layer ``i``'s output projection per head, (h, d, d_model)."""
+        s = self.shape
+        return self.w[f"h.{i}.attn.c_proj.weight"].reshape(s.heads, s.head_dim, s.d_model)
+
+    def out_bias(self, i: int) -> np.ndarray:
+        return self.w[f"h.{i}.attn.c_proj.bias"]
+
+    def attn_out_norm(self, i: int) -> None:
+        return None
+
+    def final_norm_parts(self) -> dict:
+        w = self.w
+        return dict(kind="layer", weight=w["ln_f.weight"], bias=w["ln_f.bias"], eps=self.eps)
+
     def unembed(self, normalized: np.ndarray) -> np.ndarray:
         """The logits (..., V) of the final norm's output (..., d_model)."""
         return normalized @ self.lm_head.T  # (..., V)
