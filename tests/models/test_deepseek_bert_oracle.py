@@ -10,6 +10,7 @@ values; absorbed: one latent key/value head) are held to each other to 1e-12.
 
 from __future__ import annotations
 
+import copy
 import json
 
 import numpy as np
@@ -254,3 +255,69 @@ def test_attnlab_model_runs_both(saved, kind, variant, extra, kinds):
     run = load(folder, dtype="float64").run([3, 17, 5, 3, 17])  # naive: the same row
     np.testing.assert_allclose(data["trace"]["weights"][0], run.attention[1][0, 2, 1], atol=1e-12)
     assert ("next_token" in data["strongest_heads"]) == (kind == "bert")  # both directions
+
+
+@pytest.mark.parametrize(("kind", "variant"), [("deepseek", "q_lora"), ("bert", "BertModel")])
+def test_every_layers_residual_is_transformers_hidden_state(hf, saved, kind, variant):
+    """The named points sit where transformers' hidden states are: hook_resid_post of layer l
+    is its hidden_states[l + 1] (BERT's post-LN output; DeepSeek's residual sum, but for the
+    last layer, which transformers reports after the final norm)."""
+    torch, _ = hf
+    from attnlab.models import load
+
+    folder, model = saved(kind, variant)
+    kw = {"attention_mask": MASK} if kind == "bert" else {}
+    run = load(folder, dtype="float64").run(IDS, cache=True, **kw)
+    with torch.no_grad():
+        out = model(
+            torch.as_tensor(IDS), output_hidden_states=True,
+            **{k: torch.as_tensor(v) for k, v in kw.items()},
+        )  # fmt: skip
+    tol = 1e-9 if kind == "bert" else 1e-5
+    names = [f"blocks.{layer}.hook_resid_post" for layer in range(len(out.hidden_states) - 1)]
+    if kind == "deepseek":  # transformers' last hidden state is after the final norm
+        names[-1] = "ln_final.hook_normalized"
+    for name, theirs in zip(names, out.hidden_states[1:], strict=True):
+        close(run.cache[name], theirs.numpy(), tol)
+
+
+def test_lens_attribution_and_refusals(saved):
+    from attnlab.errors import AttnlabError
+    from attnlab.models import load
+    from attnlab.models.inside import lens
+
+    deepseek = load(saved("deepseek", "q_lora")[0], dtype="float64")
+    run = deepseek.run(IDS, mla="absorbed", cache=True)
+    np.testing.assert_allclose(lens.logit_lens(run, 2), run.logits, rtol=0, atol=1e-12)
+    parts = lens.logit_attribution(run, 5, 7, batch=1)
+    assert sum(parts.values()) == pytest.approx(run.logits[1, 5, 7], abs=1e-10)
+    assert "L2H3" in parts  # one part per head, from its W_O of width v_head_dim
+    with pytest.raises(AttnlabError, match="no key/value cache for latent attention"):
+        deepseek.generate(IDS, 2)
+
+    bert = load(saved("bert", "BertForMaskedLM")[0], dtype="float64")
+    run = bert.run(IDS, attention_mask=MASK, cache=True)
+    np.testing.assert_allclose(lens.logit_lens(run, 1), run.logits, rtol=0, atol=1e-12)
+    with pytest.raises(AttnlabError, match="post-LN"):
+        lens.logit_attribution(run, 3, 7)
+    with pytest.raises(AttnlabError, match="no key/value cache for an encoder"):
+        bert.generate(IDS, 2)
+
+
+@pytest.mark.parametrize(("kind", "variant"), [("deepseek", "q_lora"), ("bert", "BertForMaskedLM")])
+def test_sharded_bfloat16_checkpoint(hf, saved, tmp_path, kind, variant):
+    """Weights stored in bfloat16 over several shards, computed in float32 by both."""
+    torch, transformers = hf
+    from attnlab.models import load
+
+    _, model = saved(kind, variant)
+    folder = tmp_path / "bf16"
+    copy.deepcopy(model).to(torch.bfloat16).save_pretrained(folder, max_shard_size="10KB")
+    assert len(list(folder.glob("*.safetensors"))) > 1
+    cls = transformers.AutoModelForCausalLM if kind == "deepseek" else transformers.BertForMaskedLM
+    kw = {"experts_implementation": "eager"} if kind == "deepseek" else {}
+    theirs = cls.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager", **kw)
+    logits, _ = reference(hf, theirs.eval(), IDS)
+    ours = load(folder)
+    assert ours.dtype == np.float32
+    close(ours.run(IDS).logits, logits, 1e-4)
