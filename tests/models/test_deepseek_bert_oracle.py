@@ -321,3 +321,33 @@ def test_sharded_bfloat16_checkpoint(hf, saved, tmp_path, kind, variant):
     ours = load(folder)
     assert ours.dtype == np.float32
     close(ours.run(IDS).logits, logits, 1e-4)
+
+
+def test_serve_model_shows_both_families(hf, saved):
+    """``attnlab serve --model``: every head's weights are transformers', BERT scored by the
+    encoder's kinds, and a head's row for the stepper sees keys after the query in BERT."""
+    import warnings
+
+    from attnlab.web import create_app
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Using `httpx` with `starlette.testclient`")
+        from fastapi.testclient import TestClient
+
+    (ds, ds_model), (bert, bert_model) = saved("deepseek", "q_lora"), saved("bert", "BertModel")
+    app = create_app(models=[ds, bert])
+    app.state.models.wait()
+    ids = IDS[0]
+    spaced = " ".join(map(str, ids))
+    with TestClient(app, base_url="http://127.0.0.1") as c:
+        for folder, model, kinds in ((ds, ds_model, "induction"), (bert, bert_model, "next_token")):
+            r = c.get("/api/models/run", params={"model": folder.name, "ids": spaced})
+            assert r.status_code == 200, r.text
+            data = r.json()
+            assert kinds in data["score_kinds"]
+            _, attentions = reference(hf, model, ids[None])
+            for mine, theirs in zip(data["weights"], attentions, strict=True):
+                np.testing.assert_allclose(mine, theirs[0], rtol=0, atol=1e-4)  # sent rounded
+        params = {"model": bert.name, "ids": spaced, "layer": 1, "head": 2, "query": 3}
+        head = c.get("/api/models/head", params=params).json()
+    assert head["keys"] == list(range(len(ids)))  # both directions
