@@ -19,7 +19,13 @@ The **absorbed** form (what FlashMLA computes) never decompresses: since
 q_n · (c W_UKᵀ) = (q_n W_UK) · c, each head's query becomes [q_n W_UK | q_r] (width r + d_r)
 and every head attends to ONE key/value head, the cache itself [c | k_r]; the values are its
 first r columns (c), and each head's output is mapped by its W_UV afterwards. Both give the
-same weights and output (to rounding); the softmax scale is d_qk^-1/2 in both.
+same weights and output (to rounding) with the same softmax scale (d_qk^-1/2, times YaRN's
+mscale² where it applies), although the absorbed query is r + d_r wide.
+
+Through the named points: hook_q, hook_k and hook_v hold the form's own q, k and v (in the
+absorbed form the one latent head and its values); hook_attn_scores and hook_pattern are the
+same in both, and hook_z is each head's output after W_UV (B, N, h, d_v) in both, so a hook
+on it, or an ablation, means the same whichever form runs.
 """
 
 from __future__ import annotations
