@@ -161,8 +161,25 @@ def test_signatures_of_design_md():
     assert [p[0] for p in _params(al.cost.crossover_length)] == ["d_model"]
     _starts_with(
         al.models.Model.run,
-        [("self", POS, EMPTY), ("ids", POS, EMPTY), ("cache", KW, False), ("hooks", KW, None),
+        [("self", POS, EMPTY), ("ids_or_text", POS, EMPTY), ("cache", KW, False), ("hooks", KW, None),
          ("attention_mask", KW, None)],
+    )  # fmt: skip
+    _starts_with(
+        al.models.Model.generate,
+        [("self", POS, EMPTY), ("ids_or_text", POS, EMPTY), ("max_new_tokens", POS, EMPTY),
+         ("temperature", KW, 0.0), ("top_k", KW, None), ("top_p", KW, None), ("seed", KW, None),
+         ("stop", KW, None)],
+    )  # fmt: skip
+    assert _params(al.models.Model.stream) == _params(al.models.Model.generate)
+    _starts_with(
+        al.models.ModelRun.logit_attribution,
+        [("self", POS, EMPTY), ("position", POS, EMPTY), ("token", POS, EMPTY), ("batch", POS, 0)],
+    )  # fmt: skip
+    _starts_with(al.models.ModelRun.logit_lens, [("self", POS, EMPTY), ("layer", POS, EMPTY)])
+    _starts_with(
+        al.models.ModelRun.logit_difference,
+        [("self", POS, EMPTY), ("position", POS, EMPTY), ("a", POS, EMPTY), ("b", POS, EMPTY),
+         ("batch", POS, 0)],
     )  # fmt: skip
     _starts_with(
         al.models.ablate,

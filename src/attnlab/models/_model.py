@@ -110,7 +110,7 @@ class Model:
 
     def run(
         self,
-        ids,
+        ids_or_text,
         *,
         cache: bool = False,
         hooks=None,
@@ -119,7 +119,7 @@ class Model:
         token_type_ids=None,
         mla=None,
     ) -> ModelRun:
-        """Run token ids (N,) or (B, N).
+        """Run token ids ``ids_or_text`` (N,) or (B, N).
 
         Args:
             cache: keep every named activation in ``run.cache`` (TransformerLens's names:
@@ -139,7 +139,7 @@ class Model:
         """
         from attnlab.models.inside._points import Pass, Points, names
 
-        ids = self._check_ids(ids)
+        ids = self._check_ids(ids_or_text)
         keys = self._check_mask(attention_mask, ids.shape)
         given = {"token_type_ids": token_type_ids, "mla": mla}
         options = {k: v for k, v in given.items() if v is not None}
@@ -159,10 +159,10 @@ class Model:
         )  # fmt: skip
 
     def generate(
-        self, ids, max_new_tokens: int, *, temperature: float = 0.0, top_k: int | None = None,
+        self, ids_or_text, max_new_tokens: int, *, temperature: float = 0.0, top_k: int | None = None,
         top_p: float | None = None, seed: int | None = None, stop=None,
     ) -> np.ndarray:  # fmt: skip
-        """(B, N + new) ids: the prompt (N,) or (B, N) followed by up to ``max_new_tokens`` new
+        """(B, N + new) ids: the prompt ``ids_or_text`` (N,) or (B, N) followed by up to ``max_new_tokens`` new
         tokens, as transformers' ``generate`` returns them. temperature 0 (default) is greedy,
         equal to ``generate(do_sample=False)``; otherwise sampling with ``top_k`` / ``top_p``
         and ``seed``. ``stop``: a token id or ids that end a sequence. Each new token runs
@@ -170,19 +170,19 @@ class Model:
         from attnlab.models.inside.generate import generate
 
         return generate(
-            self, ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+            self, ids_or_text, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
             seed=seed, stop=stop,
         )  # fmt: skip
 
     def stream(
-        self, ids, max_new_tokens: int, *, temperature: float = 0.0, top_k: int | None = None,
+        self, ids_or_text, max_new_tokens: int, *, temperature: float = 0.0, top_k: int | None = None,
         top_p: float | None = None, seed: int | None = None, stop=None,
     ):  # fmt: skip
         """``generate`` one step at a time: yields each step's new tokens (B,) as they come."""
         from attnlab.models.inside.generate import stream
 
         return stream(
-            self, ids, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+            self, ids_or_text, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
             seed=seed, stop=stop,
         )  # fmt: skip
 
