@@ -292,8 +292,6 @@ def test_lens_attribution_and_refusals(saved):
     parts = lens.logit_attribution(run, 5, 7, batch=1)
     assert sum(parts.values()) == pytest.approx(run.logits[1, 5, 7], abs=1e-10)
     assert "L2H3" in parts  # one part per head, from its W_O of width v_head_dim
-    with pytest.raises(AttnlabError, match="no key/value cache for latent attention"):
-        deepseek.generate(IDS, 2)
 
     bert = load(saved("bert", "BertForMaskedLM")[0], dtype="float64")
     run = bert.run(IDS, attention_mask=MASK, cache=True)
@@ -351,3 +349,20 @@ def test_serve_model_shows_both_families(hf, saved):
         params = {"model": bert.name, "ids": spaced, "layer": 1, "head": 2, "query": 3}
         head = c.get("/api/models/head", params=params).json()
     assert head["keys"] == list(range(len(ids)))  # both directions
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_deepseek_greedy_generation_is_transformers(hf, saved, variant):
+    """Decoding from the latent cache (one key/value head of width r + d_r, the absorbed form)
+    picks transformers' tokens, each step attending to the cache only."""
+    torch, _ = hf
+    from attnlab.models import load
+
+    folder, model = saved("deepseek", variant)
+    ones = torch.ones(IDS.shape, dtype=torch.long)  # token 0 is a real token here, not padding
+    with torch.no_grad():
+        theirs = model.generate(
+            torch.as_tensor(IDS), attention_mask=ones, max_new_tokens=6, do_sample=False,
+            pad_token_id=49,
+        ).numpy()  # fmt: skip
+    np.testing.assert_array_equal(load(folder, dtype="float64").generate(IDS, 6), theirs)

@@ -101,6 +101,9 @@ class Decoder:
     attn_softcap: float | None = None
     final_softcap: float | None = None
     options: tuple[str, ...] = ()  # the run options (Pass.options) its blocks read ("mla")
+    cache_heads: tuple[int, int] | None = (
+        None  # (h_kv, d) of a key/value cache row, if not the shape's
+    )
 
     learned_positions = False  # rotary: no hook_pos_embed
 

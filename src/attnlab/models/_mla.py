@@ -25,7 +25,8 @@ mscale² where it applies), although the absorbed query is r + d_r wide.
 Through the named points: hook_q, hook_k and hook_v hold the form's own q, k and v (in the
 absorbed form the one latent head and its values); hook_attn_scores and hook_pattern are the
 same in both, and hook_z is each head's output after W_UV (B, N, h, d_v) in both, so a hook
-on it, or an ablation, means the same whichever form runs.
+on it, or an ablation, means the same whichever form runs. ``generate`` decodes from a cache
+of the latent rows [c | k_r] (one head), each new token in the absorbed form.
 """
 
 from __future__ import annotations
@@ -97,15 +98,12 @@ class MLA:
         """(z (B, N, h, d_v) after hook_z, LayerAttention) of x (B, N, d_model) in layer
         ``i``, through the named points of ``how`` (a ``Pass``); ``how.options["mla"]`` picks
         the form ("naive" by default, or "absorbed")."""
-        if how.kv is not None:
-            raise AttnlabError(
-                "expected no key/value cache for latent attention (DeepSeek-V3), but got one: "
-                "attnlab does not decode MLA from a cache yet"
-            )
         b, n, _ = x.shape
         h = self.heads
         q_n, q_r, c, k_r = self._inputs(x, cos, sin)
         w_ukv = self.w["kv_b_proj"].reshape(h, self.nope + self.v_dim, self.rank)  # per head
+        if how.kv is not None:
+            return self._decode(i, q_n, q_r, c, k_r, w_ukv, how.kv), None
         form = check_form(how.options.get("mla", "naive"))
         common = dict(scale=self.scale, window=None, keys=how.keys, label=f"latent, {form}")
         if form == "naive":
@@ -128,3 +126,12 @@ class MLA:
         return attend_points(
             q, k, v, how.points, f"blocks.{i}.attn.", weights=how.weights, post=post, **common
         )
+
+    def _decode(self, i, q_n, q_r, c, k_r, w_ukv, kv):
+        """z (B, N, h, d_v) of new tokens against the latent cache: the absorbed form, as
+        FlashMLA decodes. The cache row is [c | k_r] (one head, r + d_r wide); it is also
+        passed as the values, and the output's first r columns are the latent average."""
+        q = np.concatenate([q_n @ w_ukv[:, : self.nope], q_r], -1)  # (B, h, N, r + d_r)
+        k = np.concatenate([c[:, None], k_r], -1)  # (B, 1, N, r + d_r)
+        out = kv.attend(i, q, k, k, scale=self.scale)[..., : self.rank]  # (B, N, h, r)
+        return np.einsum("bnhr,hvr->bnhv", out, w_ukv[:, self.nope :])  # (B, N, h, d_v)

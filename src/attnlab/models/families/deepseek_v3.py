@@ -165,4 +165,5 @@ def build(cfg: Config, ck: Checkpoint) -> Decoder:
         eps=cfg.number("rms_norm_eps", 1e-6),
         scale=scale,
         options=("mla",),
+        cache_heads=(1, cfg.int("kv_lora_rank") + cfg.int("qk_rope_head_dim")),  # the latent
     )
