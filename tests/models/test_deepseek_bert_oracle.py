@@ -366,3 +366,39 @@ def test_deepseek_greedy_generation_is_transformers(hf, saved, variant):
             pad_token_id=49,
         ).numpy()  # fmt: skip
     np.testing.assert_array_equal(load(folder, dtype="float64").generate(IDS, 6), theirs)
+
+
+BIG = {
+    "deepseek": DEEPSEEK
+    | dict(hidden_size=256, intermediate_size=512, moe_intermediate_size=128, kv_lora_rank=64),
+    "bert": BERT | dict(hidden_size=256, intermediate_size=512, vocab_size=2000),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(BIG))
+def test_loading_holds_no_second_copy(hf, tmp_path, kind):
+    """Peak Python-allocated memory while loading stays under 1.3x the weights (tracemalloc
+    sees numpy's buffers), on folders of a few MiB so the weights, not the code, dominate."""
+    import tracemalloc
+
+    _, transformers = hf
+    from attnlab.models import load
+
+    if kind == "deepseek":
+        model = transformers.AutoModelForCausalLM.from_config(
+            transformers.DeepseekV3Config(**BIG[kind])
+        )
+    else:
+        model = transformers.BertForMaskedLM(transformers.BertConfig(**BIG[kind]))
+    model.save_pretrained(tmp_path)
+    load(tmp_path)  # the family's code imported before the measurement
+    tracemalloc.start()
+    try:
+        network = load(tmp_path).network
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    unique = {p.data_ptr(): p.numel() for p in model.state_dict().values()}  # tied ones once
+    weights = 4 * sum(unique.values())  # float32
+    assert peak < 1.3 * weights, (peak, weights)
+    assert network is not None
