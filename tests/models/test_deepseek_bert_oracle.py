@@ -36,8 +36,9 @@ _YARN = {
     "original_max_position_embeddings": 16,
 }
 VARIANTS = {
-    # q through its own low-rank bottleneck, DeepSeek's interleaved rotary pairs
-    "q_lora": DEEPSEEK,
+    # q through its own low-rank bottleneck, DeepSeek's interleaved rotary pairs, biases on
+    # q_a_proj, kv_a_proj_with_mqa and o_proj
+    "q_lora": DEEPSEEK | dict(attention_bias=True),
     # q_proj directly, rotate-half pairs, YaRN with mscale_all_dim (the scale changes), no norm
     # of the chosen gates, one group of experts, two dense layers
     "q_proj_yarn": DEEPSEEK
