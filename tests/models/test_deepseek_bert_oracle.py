@@ -192,6 +192,9 @@ def test_bert_float64_with_padding_and_token_types(hf, saved, variant):
     assert run.output == (
         "masked-LM logits" if variant == "BertForMaskedLM" else "last hidden state"
     )
+    shown = run.as_dict()
+    assert shown["output"] == run.output
+    assert ("next_tokens" in shown) == (variant == "BertForMaskedLM")  # no vocabulary: no tokens
     assert run.kinds == ["bidirectional, padding"] * 2
     # Bidirectional: a query puts weight on later keys; padded keys get none.
     assert run.attention[0][1, :, 3, 4:9].sum() > 0
