@@ -103,7 +103,7 @@ class ModelRun:
             "ids": self.ids.tolist(),
             "batch": b,
             "tokens": n,
-            "vocab": v,
+            "vocab": None if self.output == "last hidden state" else v,  # else d_model
             "output": self.output,
             "layers": [
                 {"kind": layer.kind, "heads": layer.q.shape[1], "kv_heads": layer.k.shape[1]}
