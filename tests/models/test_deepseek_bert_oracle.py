@@ -167,7 +167,7 @@ def test_deepseek_float32_matches(hf, saved):
             close(mine, theirs, 1e-4)
 
 
-def test_deepseek_hook_z_means_the_same_in_both_forms(saved):
+def test_deepseek_named_points_mean_the_same_in_both_forms(saved):
     from attnlab.models import load
 
     folder, _ = saved("deepseek", "q_lora")
@@ -177,6 +177,18 @@ def test_deepseek_hook_z_means_the_same_in_both_forms(saved):
     for name in ("blocks.1.attn.hook_z", "blocks.1.attn.hook_pattern", "blocks.2.hook_resid_post"):
         np.testing.assert_allclose(absorbed[name], naive[name], rtol=0, atol=1e-12)
     assert naive["blocks.1.attn.hook_z"].shape == (2, 11, 4, 6)  # (B, N, h, d_v)
+
+    def flatten(pattern, name):  # every query spread evenly over the keys it may see
+        allowed = pattern > 0
+        return allowed / allowed.sum(-1, keepdims=True)
+
+    hooks = {
+        "blocks.1.attn.hook_pattern": flatten,
+        "blocks.2.attn.hook_attn_scores": lambda s, _: s / 2,
+    }
+    hooked = [model.run(IDS, mla=form, hooks=hooks).logits for form in ("naive", "absorbed")]
+    np.testing.assert_allclose(hooked[1], hooked[0], rtol=0, atol=1e-12)
+    assert np.abs(hooked[0] - model.run(IDS).logits).max() > 1e-3  # the hooks changed the run
 
 
 @pytest.mark.parametrize("variant", ["BertForMaskedLM", "BertModel"])
