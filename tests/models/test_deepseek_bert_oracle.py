@@ -418,3 +418,31 @@ def test_loading_holds_no_second_copy(hf, tmp_path, kind):
     weights = 4 * sum(unique.values())  # float32
     assert peak < 1.3 * weights, (peak, weights)
     assert network is not None
+
+
+@pytest.mark.parametrize(("kind", "variant"), [("deepseek", "q_lora"), ("bert", "BertForMaskedLM")])
+def test_ablating_a_head_is_transformers_with_that_head_zeroed(hf, saved, kind, variant):
+    """ablate(heads=[(1, 2)]) equals transformers with head 2's slice of the output
+    projection's input zeroed by a forward pre-hook."""
+    from attnlab.models import ablate, load
+
+    folder, model = saved(kind, variant)
+    if kind == "deepseek":
+        width, proj = 6, model.model.layers[1].self_attn.o_proj  # v_head_dim
+    else:
+        width, proj = 8, model.bert.encoder.layer[1].attention.output.dense  # head_dim
+
+    def zero_head(module, args):
+        z = args[0].clone()
+        z[..., 2 * width : 3 * width] = 0
+        return (z,)
+
+    handle = proj.register_forward_pre_hook(zero_head)
+    try:
+        theirs, _ = reference(hf, model, IDS)
+    finally:
+        handle.remove()
+    ours = load(folder, dtype="float64")
+    ablated = ablate(ours, IDS, heads=[(1, 2)])
+    close(ablated.logits, theirs, 1e-5 if kind == "deepseek" else 1e-9)
+    assert np.abs(ablated.logits - ours.run(IDS).logits).max() > 1e-3  # the head mattered
