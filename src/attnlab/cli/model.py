@@ -116,10 +116,10 @@ def model(
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
-    """Run a Hugging Face checkpoint (gpt2, llama, mistral, qwen2, gemma2, gpt_oss,
-    deepseek_v3, bert) through
-    attnlab's attention: its shape, each layer's attention kind and the strongest heads; with
-    --layer, --head and --query, that row's tables."""
+    """Run a Hugging Face checkpoint (gpt2, llama, mistral, qwen2, gemma2, gpt_oss, gpt_neox,
+    qwen3, gemma3_text, olmo2, phi3, llama4_text, deepseek_v3, bert) through attnlab's
+    attention: its shape, each layer's attention kind and the strongest heads; with --layer,
+    --head and --query, that row's tables."""
     from attnlab.models import load
 
     row = (layer, head, query)

@@ -11,8 +11,8 @@ computed here, and z = pattern · v, so the change really flows on.
 Grouped-query attention never copies k or v per head: q (B, h, N, d) is viewed as
 (B, h_kv, g, N, d) against k and v of shape (B, h_kv, 1, N, d), and attnlab broadcasts the
 group axis. Query head j uses key/value head j // g, as in every Hugging Face model.
-A decoder's layer is causal (or sliding-window); an encoder's (BERT) sees every key, less
-the padding its ``attention_mask`` names (``keys``).
+A decoder's layer is causal (or sliding-window, or chunked); an encoder's (BERT) sees every
+key, less the padding its ``attention_mask`` names (``keys``).
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ class LayerAttention:
         q: queries after the rotary embedding (if any), (B, h, N, d).
         k, v: keys (after the rotary embedding) and values, (B, h_kv, N, d).
         window: the sliding window (keys per query, itself included), or None: causal.
+        chunk: Llama 4's chunked local attention: query i sees the keys j <= i of its own
+            chunk (j // chunk == i // chunk), or None.
         scale: the factor on q kᵀ.   softcap: Gemma 2's cap on the scaled scores, or None.
         sinks: gpt-oss's per-head sink logits, (h,), or None.
         keys: which keys are real tokens, (B, N) bool (``attention_mask``), or None: all.
@@ -51,6 +53,7 @@ class LayerAttention:
     softcap: float | None = None
     sinks: np.ndarray | None = None
     keys: np.ndarray | None = None
+    chunk: int | None = None
     causal: bool = True
     label: str | None = None
     _weights: np.ndarray | None = None
@@ -60,13 +63,18 @@ class LayerAttention:
         if not self.causal:
             # q is viewed with 3 leading axes (B, h_kv, g) when it meets the mask
             return None if self.keys is None else al.masks.from_hf(self.keys, lead_ndim=3)
+        if self.chunk is not None:  # Llama 4: the earlier keys of the query's own chunk
+            return al.masks.Causal() + al.masks.Chunks(self.chunk)
         return al.masks.Causal() if self.window is None else al.masks.SlidingWindow(self.window)
 
     @property
     def kind(self) -> str:
-        """'full', 'sliding 4096', with ', softcap 50' and ', sinks' as they apply."""
+        """'full', 'sliding 4096', 'chunked 8192' or 'bidirectional' (', padding'), with
+        ', softcap 50', ', sinks' and the label as they apply."""
         if not self.causal:
             parts = ["bidirectional" if self.keys is None else "bidirectional, padding"]
+        elif self.chunk is not None:
+            parts = [f"chunked {self.chunk}"]
         else:
             parts = ["full" if self.window is None else f"sliding {self.window}"]
         if self.softcap is not None:
@@ -185,9 +193,9 @@ class LayerAttention:
 
 
 def attend(q, k, v, *, window=None, scale, softcap=None, sinks=None, weights=True, **extra):
-    """(output (B, h, N, d_v), LayerAttention) for one layer: causal (or sliding-window)
-    attention of q (B, h, N, d) over k (B, h_kv, N, d), v (B, h_kv, N, d_v) through
-    ``attnlab.attention``; ``extra`` sets ``keys``, ``causal`` and ``label``."""
+    """(output (B, h, N, d_v), LayerAttention) for one layer: causal (or sliding-window, or
+    chunked) attention of q (B, h, N, d) over k (B, h_kv, N, d), v (B, h_kv, N, d_v) through
+    ``attnlab.attention``; ``extra`` sets ``keys``, ``chunk``, ``causal`` and ``label``."""
     layer = LayerAttention(q, k, v, window, scale, softcap, sinks, **extra)
     return layer.output(weights), layer
 
@@ -200,8 +208,9 @@ def _tl(points, name: str, x: np.ndarray) -> np.ndarray:
 def attend_points(q, k, v, points, prefix: str, *, weights: bool, post=None, **options):
     """(z (B, N, h, d) after ``hook_z``, LayerAttention) for q (B, h, N, d) and k, v
     (B, h_kv, N, d), through the points ``{prefix}hook_q`` ... ``{prefix}hook_z``.
-    ``options``: window, scale, softcap, sinks, keys, causal, label as ``LayerAttention`` takes
-    them; ``post`` maps the output (B, h, N, d_v) before hook_z (MLA's absorbed form: W_UV)."""
+    ``options``: window, scale, softcap, sinks, keys, chunk, causal, label as
+    ``LayerAttention`` takes them; ``post`` maps the output (B, h, N, d_v) before hook_z
+    (MLA's absorbed form: W_UV)."""
     if points.active:
         q, k, v = (
             _tl(points, prefix + f"hook_{c}", x) for c, x in zip("qkv", (q, k, v), strict=True)

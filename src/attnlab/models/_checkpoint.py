@@ -6,6 +6,11 @@ read through safetensors' numpy API (which maps the file into memory) one at a t
 converted once to the compute dtype, so loading never holds a second copy of the weights: its
 peak is the weights at that dtype plus one tensor as stored.
 
+Every tensor of the folder must be read by the family that builds the model: a tensor no
+family module reads (a Qwen3 folder whose config.json says "llama", say) is refused by name,
+since running without it would compute another model. Buffers a checkpoint may carry that are
+not weights (``BUFFERS``: a rotary table, a causal-mask table) are neither read nor refused.
+
 Every problem is one ``AttnlabError`` naming the file and, where there is one, the key.
 """
 
@@ -19,12 +24,19 @@ import numpy as np
 
 from attnlab.errors import AttnlabError
 
-__all__ = ["COMPUTE_DTYPES", "Checkpoint", "read_config"]
+__all__ = ["BUFFERS", "COMPUTE_DTYPES", "Checkpoint", "read_config"]
 
 #: The dtypes a model computes in (numpy has no fast bfloat16 or float16 arithmetic).
 COMPUTE_DTYPES = {"float32": np.float32, "float64": np.float64}
 #: The dtypes a checkpoint may store its weights in.
 STORED = {"F32", "F16", "BF16", "F64"}
+#: Name endings of buffers older exports saved beside the weights: causal-mask tables (bool in
+#: Pythia's), their fill value, rotary frequencies, BERT's position ids (int64). They are not
+#: weights: never read, any dtype.
+BUFFERS = (
+    ".attn.bias", ".attn.masked_bias", ".attention.bias", ".attention.masked_bias",
+    ".rotary_emb.inv_freq", "embeddings.position_ids",
+)  # fmt: skip
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 
@@ -59,6 +71,27 @@ class Checkpoint:
         self.folder = folder
         self.dtype = np.dtype(dtype)
         self.where = self._locate()  # tensor name -> shard file
+        self.read: set[str] = set()  # the names ``get`` has handed out, or ``skip`` excused
+
+    def skip(self, *suffixes: str) -> None:
+        """Count the tensors whose names end in one of ``suffixes`` as read: buffers that are
+        not weights (older exports save ``rotary_emb.inv_freq``, say)."""
+        self.read.update(k for k in self.where if k.endswith(suffixes))
+
+    def skip_under(self, *prefixes: str) -> None:
+        """Count the tensors whose names start with one of ``prefixes`` as read: weights the
+        run does not use and transformers ignores too (DeepSeek-V3's next-token layers)."""
+        self.read.update(k for k in self.where if k.startswith(prefixes))
+
+    def check_all_read(self, family: str) -> None:
+        """An AttnlabError naming the first tensor ``family`` never read, if there is one."""
+        unread = sorted(set(self.where) - self.read)
+        if unread:
+            more = f" (and {len(unread) - 1} more)" if len(unread) > 1 else ""
+            raise AttnlabError(
+                f"expected every tensor in {self.folder} to be one the {family!r} family reads, "
+                f"but got {unread[0]!r}{more} instead: is config.json's 'model_type' right?"
+            )
 
     def _locate(self) -> dict[str, Path]:
         index = self.folder / INDEX
@@ -101,7 +134,7 @@ class Checkpoint:
             keys = list(f.keys())
             for key in keys:
                 stored = f.get_slice(key).get_dtype()
-                if stored not in STORED:
+                if stored not in STORED and not key.endswith(BUFFERS):
                     raise AttnlabError(
                         f"expected tensor {key!r} in {file} to be stored as one of "
                         f"{sorted(STORED)}, but it is {stored} (a quantised checkpoint?)"
@@ -132,6 +165,7 @@ class Checkpoint:
                 f"expected tensor {key!r} in {file} of shape {tuple(shape)} (from config.json), "
                 f"but got {tuple(stored.shape)} instead"
             )
+        self.read.add(key)
         out = stored.astype(self.dtype, copy=False)  # converted once; the stored copy is freed
         if not np.isfinite(out).all():
             raise AttnlabError(

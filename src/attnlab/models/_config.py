@@ -14,7 +14,11 @@ from attnlab.errors import AttnlabError
 __all__ = ["FAMILIES", "Config", "Shape", "unsupported_family"]
 
 #: The config.json ``model_type`` values attnlab runs, each a module of ``attnlab.models``.
-FAMILIES = ("gpt2", "llama", "mistral", "qwen2", "gemma2", "gpt_oss", "deepseek_v3", "bert")
+FAMILIES = (
+    "gpt2", "llama", "mistral", "qwen2", "gemma2", "gpt_oss",
+    "gpt_neox", "qwen3", "gemma3_text", "olmo2", "phi3", "llama4_text",
+    "deepseek_v3", "bert",
+)  # fmt: skip
 
 
 def unsupported_family(path: Path, model_type) -> AttnlabError:

@@ -38,7 +38,7 @@ import numpy as np
 from attnlab.errors import AttnlabError
 from attnlab.models._attend import attend_points
 from attnlab.models._layers import linear, rms_norm
-from attnlab.models._rope import Rope
+from attnlab.models._rope import rotate_pairs
 
 __all__ = ["MLA", "MLA_FORMS"]
 
@@ -76,7 +76,7 @@ class MLA:
             # Pairs stored side by side are regrouped as (evens | odds), the rotate-half layout,
             # and stay in that order after the turn (as transformers leaves them).
             x = np.concatenate([x[..., 0::2], x[..., 1::2]], -1)  # (..., N, d_r)
-        return Rope.rotate(x, cos, sin)
+        return rotate_pairs(x, cos, sin)  # the rotate-half layout
 
     def _inputs(self, x: np.ndarray, cos, sin):
         """(q_n (B, h, N, d_n), q_r (B, h, N, d_r), c (B, N, r), k_r (B, 1, N, d_r))."""

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from attnlab.errors import AttnlabError
-from attnlab.models._checkpoint import COMPUTE_DTYPES, Checkpoint, read_config
+from attnlab.models._checkpoint import BUFFERS, COMPUTE_DTYPES, Checkpoint, read_config
 from attnlab.models._config import FAMILIES, Config, Shape, unsupported_family
 from attnlab.models._run import ModelRun
 
@@ -31,14 +31,18 @@ def load(path, *, dtype: str = "float32") -> Model:
     Raises:
         AttnlabError naming the file and key: a folder of another model type, a missing or
         corrupt file, a missing tensor or one of the wrong shape, an option attnlab cannot run
-        (an unknown rotary schedule, say). Nothing half-loaded is returned.
+        (an unknown rotary schedule, say), a tensor the family does not read (the folder holds
+        another kind of model). Nothing half-loaded is returned.
     """
     if dtype not in COMPUTE_DTYPES:
         raise AttnlabError(
             f"expected dtype to be one of {tuple(COMPUTE_DTYPES)}, but got {dtype!r}"
         )
     folder, data, cfg, module = read_folder(path)
-    network = module.build(cfg, Checkpoint(folder, COMPUTE_DTYPES[dtype]))
+    checkpoint = Checkpoint(folder, COMPUTE_DTYPES[dtype])
+    network = module.build(cfg, checkpoint)
+    checkpoint.skip(*BUFFERS)  # older exports' masks and rotary tables: not weights
+    checkpoint.check_all_read(data["model_type"])  # a tensor nothing read: another model
     tokenizer = folder / "tokenizer.json"
     return Model(
         data["model_type"], data, folder, network, np.dtype(COMPUTE_DTYPES[dtype]),

@@ -76,11 +76,13 @@ def _head(ck: Checkpoint, cfg: Config, shape: Shape, embed) -> dict | None:
     if p + "transform.dense.weight" not in ck:
         return None
     dm, vocab = shape.d_model, shape.vocab
-    if p + "decoder.weight" in ck and not cfg.get("tie_word_embeddings", True):
-        decoder = ck.get(p + "decoder.weight", (vocab, dm))
-    else:
-        decoder = embed  # tied: the head reads the word embedding
+    decoder = embed  # tied: the head reads the word embedding
+    if p + "decoder.weight" in ck:  # older exports keep the tied copy too: read, so checked
+        stored = ck.get(p + "decoder.weight", (vocab, dm))
+        decoder = embed if cfg.get("tie_word_embeddings", True) else stored
     bias = p + "bias" if p + "bias" in ck else p + "decoder.bias"
+    if bias != p + "decoder.bias" and p + "decoder.bias" in ck:
+        ck.get(p + "decoder.bias", (vocab,))  # the same bias saved twice (older exports)
     return {
         "transform": ck.get(p + "transform.dense.weight", (dm, dm)),
         "transform_bias": ck.get(p + "transform.dense.bias", (dm,)),

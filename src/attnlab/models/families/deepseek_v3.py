@@ -28,7 +28,7 @@ from attnlab.models._decoder import Block, Decoder, output_head
 from attnlab.models._layers import activation, gated_mlp
 from attnlab.models._mla import MLA
 from attnlab.models._moe import DeepSeekMoE
-from attnlab.models._rope import Rope, _parameters
+from attnlab.models._rope import Rope, parameters
 
 __all__ = ["build", "scale_of", "shape_of"]
 
@@ -53,7 +53,7 @@ def shape_of(cfg: Config) -> Shape:
 
 def scale_of(cfg: Config, head_dim: int) -> float:
     """d_qk^-1/2, times mscale(factor, mscale_all_dim)² under a scaled rotary schedule."""
-    params, _key = _parameters(cfg)
+    params, _key = parameters(cfg)
     scale = head_dim**-0.5
     m_all = params.get("mscale_all_dim")
     if params.get("rope_type", params.get("type", "default")) != "default" and m_all:
@@ -155,6 +155,8 @@ def build(cfg: Config, ck: Checkpoint) -> Decoder:
             )
         )
     embed = ck.get("model.embed_tokens.weight", (shape.vocab, dm))
+    mtp = cfg.int("num_nextn_predict_layers", 0, low=0)  # multi-token prediction: not run
+    ck.skip_under(*(f"model.layers.{shape.layers + j}." for j in range(mtp)))
     return Decoder(
         shape=shape,
         embed=embed,
