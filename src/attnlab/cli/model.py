@@ -1,6 +1,7 @@
 """``attnlab model PATH``: a Hugging Face model folder run through attnlab's attention.
 
-Prints the model's shape, each layer's attention kind (full, sliding window, softcap, sinks),
+Prints the model's shape, each layer's attention kind (full, sliding window, softcap, sinks,
+latent (DeepSeek-V3, --mla naive or absorbed), bidirectional (BERT)),
 the strongest heads of each kind on the text, and with --layer/--head/--query that row's
 tables as ``attnlab attention`` prints a trace.
 """
@@ -59,6 +60,7 @@ def summary(model, run, top: int = 3) -> dict:
         "dtype": str(model.dtype),
         "shape": model.shape.as_dict(),
         "layers": run.kinds,
+        "output": run.output,
         "ids": run.ids[0].tolist(),
         "strongest_heads": strongest,
     }
@@ -75,7 +77,7 @@ def _print(data: dict) -> None:
     console.print(
         "layers: " + "; ".join(f"{i}: {k}" for i, k in enumerate(data["layers"])), highlight=False
     )
-    console.print(f"tokens: {len(data['ids'])}", highlight=False)
+    console.print(f"tokens: {len(data['ids'])}; logits: {data['output']}", highlight=False)
     table = Table(title="Strongest heads (attnlab score; TransformerLens detect_head score)")
     for column in ("kind", "layer.head", "attnlab", "TransformerLens"):
         table.add_column(column)
@@ -108,19 +110,23 @@ def model(
         int | None, typer.Option(min=0, help="Query (token position) of the row.")
     ] = None,
     dtype: Annotated[str, typer.Option(help="float32 or float64.")] = "float32",
+    mla: Annotated[
+        str | None,
+        typer.Option(help="DeepSeek-V3's latent attention: naive (default) or absorbed."),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
     """Run a Hugging Face checkpoint (gpt2, llama, mistral, qwen2, gemma2, gpt_oss, gpt_neox,
-    qwen3, gemma3_text, olmo2, phi3, llama4_text) through attnlab's attention: its shape, each
-    layer's attention kind and the strongest heads; with --layer, --head and --query, that
-    row's tables."""
+    qwen3, gemma3_text, olmo2, phi3, llama4_text, deepseek_v3, bert) through attnlab's
+    attention: its shape, each layer's attention kind and the strongest heads; with --layer,
+    --head and --query, that row's tables."""
     from attnlab.models import load
 
     row = (layer, head, query)
     if any(x is not None for x in row) and any(x is None for x in row):
         raise fail("expected --layer, --head and --query together, or none of them")
     loaded = load(path, dtype=dtype)
-    run = loaded.run(_ids(loaded, text, ids))
+    run = loaded.run(_ids(loaded, text, ids), mla=mla)
     data = summary(loaded, run)
     trace = run.trace(layer, head, query) if layer is not None else None
     if as_json:

@@ -17,6 +17,7 @@ __all__ = ["FAMILIES", "Config", "Shape", "unsupported_family"]
 FAMILIES = (
     "gpt2", "llama", "mistral", "qwen2", "gemma2", "gpt_oss",
     "gpt_neox", "qwen3", "gemma3_text", "olmo2", "phi3", "llama4_text",
+    "deepseek_v3", "bert",
 )  # fmt: skip
 
 

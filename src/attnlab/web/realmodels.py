@@ -37,7 +37,7 @@ from fastapi.responses import JSONResponse, Response
 
 from attnlab.errors import AttnlabError
 from attnlab.figures import stepper
-from attnlab.models import HEAD_KINDS, load
+from attnlab.models import load
 from attnlab.models._checkpoint import COMPUTE_DTYPES, Checkpoint
 from attnlab.models._config import Config
 from attnlab.models._model import read_folder
@@ -253,7 +253,7 @@ def _run(shelf: Shelf, entry: Entry, text, ids) -> dict:
     weights = [np.round(w[0].astype(float), 4).tolist() for w in run.attention]  # L x (h, N, N)
     return {"model": entry.name, "ids": list(tokens), "tokens": _pieces(entry.model, tokens),
             "kinds": run.kinds, "heads": len(weights[0]), "weights": weights,
-            "score_kinds": list(HEAD_KINDS), "scores": scores}  # fmt: skip
+            "score_kinds": list(scores), "scores": scores}  # fmt: skip
 
 
 @router.get("/head", summary="One head's q, k and v for one query", responses=REFUSED)
@@ -289,7 +289,7 @@ def _head(shelf: Shelf, entry: Entry, text, ids, layer: int, head: int, query: i
         raise FieldError("head", f"expected heads at most {stepper.MAX_WIDTH} wide (the stepper's "
                          f"limit), but this model's are {width} wide")  # fmt: skip
     trace = run.trace(layer, head, query)  # q (1, d) against all N keys, the blocked ones -inf
-    seen = np.flatnonzero(call.mask.allowed(len(tokens), len(tokens))[query])  # (M,) positions
+    seen = np.flatnonzero(call.allowed()[0, 0, query])  # (M,) positions (both ways in an encoder)
     if len(seen) > stepper.MAX_TOKENS:
         raise FieldError("query", f"expected a query that sees at most {stepper.MAX_TOKENS} keys (the "
                          f"stepper's limit), but position {query} sees {len(seen)}; pick a "
