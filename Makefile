@@ -13,7 +13,7 @@ TEST_WORKERS ?= 2
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
 
-.PHONY: run test lint bench loadtest fuzz clean
+.PHONY: run test lint bench loadtest fuzz clean tiny-lm
 
 $(VENV)/.base: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,11 @@ bench: $(VENV)/.dev
 	$(VENV)/bin/attnlab bench labs
 	$(VENV)/bin/attnlab bench attention
 	$(VENV)/bin/attnlab bench small
+
+# Rebuild the small language model shipped in the package (attnlab/models/shipped/tiny-lm) from
+# scratch, trained by attnlab on its own corpus, and print its held-out accuracy.
+tiny-lm: $(VENV)/.base
+	$(PY) -m attnlab.transformer.tiny_lm
 
 loadtest: $(VENV)/.dev
 	$(PY) -m attnlab.web.loadtest

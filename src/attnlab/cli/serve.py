@@ -91,7 +91,8 @@ def serve(
             "--model",
             metavar="PATH",
             help="A Hugging Face model folder (config.json, safetensors) to show in the "
-            "multi-head view; repeat for more. Loaded in the background once the server is up.",
+            "multi-head view; repeat for more. Loaded in the background once the server is up. "
+            "Without it, the small model attnlab ships (tiny-lm) is shown.",
         ),
     ] = None,
 ) -> None:
@@ -106,6 +107,10 @@ def serve(
     host = _check_host(host)
     models = list(model or [])
     _check_models(models)
+    if not models:  # a real model with no download: the one attnlab trained and ships
+        from attnlab.models import shipped
+
+        models = [shipped()]
     _check_port(host, port)
     shown = host_name(host)
     url = f"http://{shown}:{port}/"
@@ -120,7 +125,12 @@ def serve(
     console.print(
         f"attnlab explorer on [bold]{url}[/] (API reference: {url}docs). Ctrl+C stops it."
     )
-    if models:
-        names = ", ".join(app_.state.models.entries)
-        console.print(f"loading in the background: {escape(names)} (the page shows when ready)")
+    names = ", ".join(app_.state.models.entries)
+    console.print(f"loading in the background: {escape(names)} (the page shows when ready)")
+    if not model:
+        console.print(
+            "A downloaded model instead: huggingface-cli download gpt2 config.json "
+            "model.safetensors tokenizer.json --local-dir ~/models/gpt2, then "
+            "attnlab serve --model ~/models/gpt2"
+        )
     server.run()

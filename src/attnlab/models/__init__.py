@@ -20,6 +20,7 @@ from __future__ import annotations
 from attnlab.models._config import FAMILIES, Shape
 from attnlab.models._model import Model, load
 from attnlab.models._run import ModelRun
+from attnlab.models._shipped import SHIPPED, shipped
 from attnlab.models.heads import ENCODER_KINDS, HEAD_KINDS, HeadScores, head_scores
 from attnlab.models.inside import ablate, patch
 from attnlab.models.tiny import write_tiny_gpt2
@@ -28,6 +29,7 @@ __all__ = [
     "ENCODER_KINDS",
     "FAMILIES",
     "HEAD_KINDS",
+    "SHIPPED",
     "HeadScores",
     "Model",
     "ModelRun",
@@ -36,5 +38,6 @@ __all__ = [
     "head_scores",
     "load",
     "patch",
+    "shipped",
     "write_tiny_gpt2",
 ]
