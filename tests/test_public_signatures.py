@@ -169,3 +169,25 @@ def test_verify_and_flash_share_flashattentions_defaults():
     assert common.pop("dropout_p") is None and flash_defaults["dropout_p"] == 0.0
     assert sorted(common) == ["alibi_slopes", "causal", "softcap", "softmax_scale", "window_size"]
     assert all(flash_defaults[n] == d for n, d in common.items())
+
+
+# torch.nn.attention.flex_attention's signatures (torch 2.13), less the device and kernel
+# options numpy has no use for; the backward takes the forward's arguments and grad_out.
+FLEX = {
+    "flex_attention": (
+        "(query, key, value, score_mod=None, block_mask=None, scale=None, enable_gqa=False, "
+        "return_lse=False)"
+    ),
+    "flex_attention_backward": (
+        "(query, key, value, grad_out, score_mod=None, block_mask=None, scale=None, "
+        "enable_gqa=False)"
+    ),
+    "create_block_mask": "(mask_mod, B, H, Q_LEN, KV_LEN, BLOCK_SIZE=128)",
+}
+
+
+@pytest.mark.parametrize("name", sorted(FLEX))
+def test_flex_signatures_are_torchs(name):
+    fn = getattr(al, name)
+    assert fn is getattr(al.flex, name)
+    assert str(inspect.signature(fn)) == FLEX[name]

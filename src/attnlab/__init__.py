@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 from importlib.metadata import PackageNotFoundError, version
 
-from attnlab import cost, errors, masks, positions
+from attnlab import cost, errors, flex, masks, positions
 from attnlab.api.attention import (
     AttentionTrace,
     attention,
@@ -26,6 +26,7 @@ from attnlab.api.backward import attention_backward
 from attnlab.api.multihead import MultiHeadAttention, multi_head_attention
 from attnlab.core.softmax import logsumexp, softmax
 from attnlab.errors import AttnlabError, FullyMaskedRowError, NonFiniteInputError, ShapeError
+from attnlab.flex import create_block_mask, flex_attention, flex_attention_backward
 from attnlab.verifier import verify
 
 try:
@@ -44,8 +45,12 @@ __all__ = [
     "attention",
     "attention_backward",
     "cost",
+    "create_block_mask",
     "errors",
     "exercises",
+    "flex",
+    "flex_attention",
+    "flex_attention_backward",
     "labs",
     "logsumexp",
     "masks",
