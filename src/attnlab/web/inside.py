@@ -1,0 +1,241 @@
+"""The inside of a real model in the explorer: the logit lens, logit attribution, heads knocked
+out and generation, for a model given to ``attnlab serve --model PATH`` (docs/inside.md).
+
+    GET /api/models/lens         every layer's residual read as the last (``run.logit_lens``):
+                                 at each (layer, position) the top token and its probability
+    GET /api/models/attribution  one logit at one position split into what each head, the
+                                 embeddings, each MLP and bias wrote (``run.logit_attribution``)
+    GET /api/models/ablate       the next-token prediction at one position with some heads'
+                                 outputs set to 0 (``attnlab.models.ablate``): the top tokens
+                                 and their probabilities before and after
+    GET /api/models/generate     greedy tokens after the text, as server-sent events, one event
+                                 per token (``Model.stream``); at most MAX_NEW tokens, and the
+                                 stream ends when the client goes away (the page's Stop)
+
+Shape legend: L layers, h heads, N tokens, V vocabulary, K top tokens shown.
+
+Each answer is computed on the model routes' worker thread, behind their bounded queue
+(web/realmodels.py); a generated stream queues each token's step on its own, so a long stream
+never holds the worker between tokens. The text or ids are checked as /api/models/run checks
+them (at most realmodels.MAX_TOKENS tokens).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+import time
+from collections import OrderedDict
+from typing import Annotated
+
+import numpy as np
+from fastapi import APIRouter, Query, Request
+from fastapi.responses import StreamingResponse
+
+from attnlab.models import ablate as ablate_heads
+from attnlab.web import realmodels as rm
+from attnlab.web.models import FieldError
+
+__all__ = ["MAX_ABLATED", "MAX_NEW", "MAX_TOP", "STREAM_SECONDS", "router"]
+
+router = APIRouter(prefix="/api/models", tags=["real models"])
+
+MAX_NEW = 64  # tokens one Generate may ask for
+MAX_TOP = 10  # top tokens an ablation answer lists
+MAX_ABLATED = 64  # heads knocked out at once (GPT-2 small has 144; the page toggles a few)
+STREAM_SECONDS = 60.0  # a stream ends after this long even if tokens remain
+KEPT = 2  # runs kept with their whole cache: GPT-2 small at 64 tokens holds ~35 MB of it
+_KEPT: OrderedDict = OrderedDict()  # (name, ids) -> ModelRun with cache, newest last
+_LOCK = threading.Lock()
+# "layer.head" pairs separated by commas: "1.0,0.3".
+_HEADS = re.compile(r"[0-9]{1,4}\.[0-9]{1,4}(?:,[0-9]{1,4}\.[0-9]{1,4})*", re.ASCII)
+
+Position = Annotated[int, Query(ge=0, description="A position, counted from 0.")]
+
+
+def _cached_run(entry, tokens: tuple[int, ...]):
+    """The model's run on ``tokens`` with its cache (what lens and attribution read)."""
+    key = (entry.name, tokens)
+    with _LOCK:
+        if key in _KEPT:
+            _KEPT.move_to_end(key)
+            return _KEPT[key]
+    run = entry.model.run(np.array(tokens), cache=True, weights=False)
+    with _LOCK:
+        _KEPT[key] = run
+        while len(_KEPT) > KEPT:
+            _KEPT.popitem(last=False)
+    return run
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    z = logits.astype(np.float64)  # (..., V)
+    z = np.exp(z - z.max(-1, keepdims=True))
+    return z / z.sum(-1, keepdims=True)
+
+
+def _check_position(position: int, n: int) -> int:
+    if position >= n:
+        raise FieldError("position", f"expected a position from 0 to {n - 1}, but got {position}")
+    return position
+
+
+def _top(model, p: np.ndarray, k: int) -> list[dict]:
+    """The ``k`` likeliest tokens of one distribution p (V,), likeliest first."""
+    order = np.argsort(-p, kind="stable")[:k]  # (K,)
+    pieces = rm._pieces(model, order.tolist())
+    return [
+        {"id": int(i), "token": t, "p": float(p[i])} for i, t in zip(order, pieces, strict=True)
+    ]
+
+
+@router.get("/lens", summary="The logit lens: each layer's top token at each position",
+            responses=rm.REFUSED)  # fmt: skip
+async def lens(request: Request, model: rm.Name, text: rm.Text = None, ids: rm.Ids = None):
+    return await rm._queued(request, model, lambda shelf, entry: _lens(entry, text, ids))
+
+
+def _lens(entry, text, ids) -> dict:
+    tokens = rm._ids(entry.model, text, ids)
+    run = _cached_run(entry, tokens)
+    top, prob = [], []
+    for layer in range(entry.model.shape.layers):
+        p = _softmax(run.logit_lens(layer)[0])  # (N, V), one layer at a time to bound memory
+        best = p.argmax(-1)  # (N,)
+        top.append(best.tolist())
+        prob.append(p[np.arange(len(tokens)), best].tolist())
+    pieces = {i: rm._pieces(entry.model, [i])[0] for i in {i for row in top for i in row}}
+    return {"model": entry.name, "ids": list(tokens), "tokens": rm._pieces(entry.model, tokens),
+            "top": top, "top_tokens": [[pieces[i] for i in row] for row in top],
+            "p": prob}  # fmt: skip
+
+
+@router.get("/attribution", summary="One logit split into each head's and part's share",
+            responses=rm.REFUSED)  # fmt: skip
+async def attribution(
+    request: Request,
+    model: rm.Name,
+    position: Position,
+    token: Annotated[
+        int | None, Query(ge=0, description="A token id; the top one if absent.")
+    ] = None,
+    text: rm.Text = None,
+    ids: rm.Ids = None,
+):
+    def answer(shelf, entry):
+        return _attribution(entry, text, ids, position, token)
+
+    return await rm._queued(request, model, answer)
+
+
+def _attribution(entry, text, ids, position: int, token: int | None) -> dict:
+    m = entry.model
+    tokens = rm._ids(m, text, ids)
+    _check_position(position, len(tokens))
+    if token is not None and token >= m.shape.vocab:
+        raise FieldError(
+            "token", f"expected a token id from 0 to {m.shape.vocab - 1}, but got {token}"
+        )
+    run = _cached_run(entry, tokens)
+    logits = run.logits[0, position]  # (V,)
+    if token is None:
+        token = int(logits.argmax())
+    parts = run.logit_attribution(position, token)
+    layers, h = m.shape.layers, m.shape.heads
+    heads = [[parts.pop(f"L{l}H{i}") for i in range(h)] for l in range(layers)]  # (L, h)
+    return {"model": entry.name, "ids": list(tokens), "position": position, "token": token,
+            "token_text": rm._pieces(m, [token])[0], "logit": float(logits[token]),
+            "p": float(_softmax(logits)[token]), "heads": heads, "parts": parts}  # fmt: skip
+
+
+def _heads(text: str, layers: int, per_layer: int) -> list[tuple[int, int]]:
+    if not _HEADS.fullmatch(text):
+        raise FieldError("heads", "expected heads as layer.head pairs separated by commas "
+                         f"(e.g. 1.0,0.3), but got {text[:40]!r}")  # fmt: skip
+    pairs = sorted({tuple(int(x) for x in pair.split(".")) for pair in text.split(",")})
+    if len(pairs) > MAX_ABLATED:
+        raise FieldError("heads", f"expected at most {MAX_ABLATED} heads, but got {len(pairs)}")
+    for layer, head in pairs:
+        if layer >= layers or head >= per_layer:
+            raise FieldError("heads", f"expected layers 0 to {layers - 1} and heads 0 to "
+                             f"{per_layer - 1}, but got {layer}.{head}")  # fmt: skip
+    return pairs
+
+
+@router.get("/ablate", summary="The prediction at one position with heads knocked out",
+            responses=rm.REFUSED)  # fmt: skip
+async def ablate(
+    request: Request,
+    model: rm.Name,
+    position: Position,
+    heads: Annotated[str, Query(max_length=10 * MAX_ABLATED, description="e.g. 1.0,0.3")],
+    top: Annotated[int, Query(ge=1, le=MAX_TOP, description="Top tokens listed.")] = 5,
+    text: rm.Text = None,
+    ids: rm.Ids = None,
+):
+    def answer(shelf, entry):
+        return _ablate(shelf, entry, text, ids, position, heads, top)
+
+    return await rm._queued(request, model, answer)
+
+
+def _ablate(shelf, entry, text, ids, position: int, heads: str, top: int) -> dict:
+    m = entry.model
+    tokens = rm._ids(m, text, ids)
+    _check_position(position, len(tokens))
+    pairs = _heads(heads, m.shape.layers, m.shape.heads)
+    before = _softmax(shelf.run(entry.name, tokens).logits[0, position])  # (V,)
+    after = _softmax(ablate_heads(m, np.array(tokens), heads=pairs).logits[0, position])
+    return {"model": entry.name, "ids": list(tokens), "position": position,
+            "heads": [list(p) for p in pairs], "before": _top(m, before, top),
+            "after": _top(m, after, top),
+            "after_of_before": [float(after[t["id"]]) for t in _top(m, before, top)]}  # fmt: skip
+
+
+@router.get("/generate", summary="Greedy tokens after a text, streamed as server-sent events",
+            responses=rm.REFUSED)  # fmt: skip
+async def generate(
+    request: Request,
+    model: rm.Name,
+    new: Annotated[int, Query(ge=1, le=MAX_NEW, description="Tokens to generate.")] = 16,
+    text: rm.Text = None,
+    ids: rm.Ids = None,
+):
+    shelf = request.app.state.models
+    entry = shelf.ready(model)
+    refused = rm._unavailable(entry)
+    if refused is not None:
+        return refused
+    tokens = rm._ids(entry.model, text, ids)
+    limit = entry.model.shape.max_positions
+    if limit is not None and len(tokens) + new > limit:
+        raise FieldError("new", f"expected at most {limit - len(tokens)} new tokens (the model's "
+                         f"{limit} positions less the {len(tokens)} given), but got {new}")  # fmt: skip
+    steps = entry.model.stream(np.array(tokens), new)
+    return StreamingResponse(_events(request, entry.model, steps),
+                             media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache"})  # fmt: skip
+
+
+async def _events(request: Request, model, steps):
+    """One ``data:`` event per token ({"id", "token"}), then ``event: done`` with why it ended."""
+    deadline = time.monotonic() + STREAM_SECONDS
+    why = "done"
+    while True:
+        if await request.is_disconnected():
+            return  # the page's Stop closed the stream
+        if time.monotonic() > deadline:
+            why = "time"
+            break
+        future = rm.QUEUE.submit(lambda: next(steps, None), rm.ANSWER_S)
+        if future is None:
+            why = "busy"
+            break
+        token = await asyncio.wrap_future(future)  # (1,) ids, or None when the stream ended
+        if token is None:
+            break
+        i = int(token[0])
+        yield f"data: {json.dumps({'id': i, 'token': rm._pieces(model, [i])[0]})}\n\n"
+    yield f"event: done\ndata: {json.dumps({'why': why})}\n\n"
