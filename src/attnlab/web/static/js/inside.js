@@ -19,7 +19,7 @@ let attr = null; // the last /api/models/attribution answer
 let knocked = null; // the last /api/models/ablate answer
 let asked = { lens: null, attr: null, off: null }; // the requests those answered
 const state = { pos: null, tok: null, off: [], new: 16 };
-let source = null; // the EventSource of a generation under way
+let source = null; // the AbortController of a generation under way
 const NEW_DEFAULT = 16;
 const NEW_MAX = 64;
 
@@ -171,15 +171,19 @@ function pickForm(event) {
 }
 
 // -- generation: tokens as they come, until done or Stop -----------------------------------------
+// The stream is read with fetch (not EventSource) so that a refusal's words (422) reach the page
+// and Stop can abort the request, which ends the server's loop.
 function stop(why) {
-  if (source) source.close();
+  if (source) source.abort();
   source = null;
   $("#inside-stop").disabled = true;
   $("#inside-go").disabled = false;
   $("#inside-gen-note").textContent = why;
 }
 
-function generate(event) {
+const ENDED = { done: ".", time: ", then the server's time limit.", busy: ", then the server was busy." };
+
+async function generate(event) {
   event.preventDefault();
   const n = whole($("#inside-gen").elements.new.value);
   if (n === null || n < 1 || n > NEW_MAX) {
@@ -191,20 +195,42 @@ function generate(event) {
   stop("");
   const out = $("#inside-out");
   out.replaceChildren(el("span", { class: "prompt", text: run.tokens.join("") }));
-  let count = 0;
-  source = new EventSource(`/api/models/generate?${query({ new: n })}`);
+  const mine = new AbortController();
+  source = mine;
   $("#inside-stop").disabled = false;
   $("#inside-go").disabled = true;
-  source.onmessage = (e) => {
-    const t = JSON.parse(e.data);
-    count += 1;
-    out.append(el("span", { class: "new-token", title: `id ${t.id}`, text: t.token }));
-  };
-  source.addEventListener("done", (e) => {
-    const why = JSON.parse(e.data).why;
-    stop(`${count} token${count === 1 ? "" : "s"} generated (greedy)${why === "done" ? "." : why === "time" ? ", then the server's time limit." : ", then the server was busy."}`);
-  });
-  source.onerror = () => stop(count ? `Stopped after ${count} tokens: the connection closed.` : "The server refused to generate (is the model still loading?).");
+  let count = 0;
+  try {
+    const response = await fetch(`/api/models/generate?${query({ new: n })}`, { signal: mine.signal });
+    if (!response.ok) {
+      const data = await response.json().catch(() => ({}));
+      throw new Error(data.message || `generation failed with HTTP ${response.status}`);
+    }
+    const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buffer = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buffer += value;
+      const blocks = buffer.split("\n\n");
+      buffer = blocks.pop(); // an event not yet whole
+      for (const block of blocks) {
+        const kind = /^event: (.*)$/m.exec(block)?.[1] ?? "message";
+        const data = JSON.parse(/^data: (.*)$/m.exec(block)[1]);
+        if (kind === "done") {
+          stop(`${count} token${count === 1 ? "" : "s"} generated (greedy)${ENDED[data.why] ?? "."}`);
+          return;
+        }
+        count += 1;
+        out.append(el("span", { class: "new-token", title: `id ${data.id}`, text: data.token }));
+      }
+    }
+    if (source === mine) stop(`Stopped after ${count} tokens: the connection closed.`);
+  } catch (err) {
+    if (mine.signal.aborted) return; // Stop (or a new run) ended it and said so
+    stop("");
+    showError($("#inside-error"), err);
+  }
 }
 
 // -- the heatmaps' hover: query, key and weight under the pointer --------------------------------
@@ -269,7 +295,7 @@ function build() {
     el("form", { id: "inside-gen", class: "learned-form", onsubmit: generate },
       el("label", {}, "New tokens ", el("input", { name: "new", type: "number", min: "1", max: String(NEW_MAX), value: String(NEW_DEFAULT) })),
       el("button", { type: "submit", id: "inside-go" }, "Generate"),
-      el("button", { type: "button", id: "inside-stop", disabled: true, onclick: () => stop("Stopped.") }, "Stop")),
+      el("button", { type: "button", id: "inside-stop", disabled: true, onclick: () => stop(`Stopped after ${$("#inside-out").querySelectorAll(".new-token").length} tokens.`) }, "Stop")),
     el("p", { id: "inside-out", class: "generated", "aria-live": "polite" }),
     el("p", { id: "inside-gen-note", class: "note", role: "status" }),
     el("p", { id: "inside-tip", class: "inside-tip", hidden: true, "aria-hidden": "true" }),
