@@ -149,10 +149,15 @@ def test_heads_knocked_out_generation_reload_and_export(browser, origin, model):
     page.wait_for_function(
         "document.getElementById('inside-gen-note').textContent.includes('generated')"
     )
-    got = page.locator("#inside-out .new-token").evaluate_all("els => els.map(e => e.title)")
+    got = page.locator("#inside-out .new-token").evaluate_all("els => els.map(e => e.dataset.id)")
     expected = model.generate(ids, 5)[0, len(ids) :].tolist()
-    assert got == [f"id {i}" for i in expected]
+    assert got == [str(i) for i in expected]
+    whole = page.locator("#inside-out").inner_text()
+    assert whole == model.detokenize(np.concatenate([ids, expected]).tolist())
     assert _param(page, "mh.new") == "5"
+    for folder in (ARTIFACTS, Path("/tmp")):
+        folder.mkdir(exist_ok=True)
+        page.locator("#model-inside").screenshot(path=str(folder / "model-inside-knocked-1280.png"))
     page.fill("#inside-gen input[name=new]", "64")  # more than the tiny model's positions allow
     page.click("#inside-go")
     page.wait_for_function("!document.getElementById('inside-error').hidden")

@@ -108,7 +108,10 @@ def test_generation_streams_the_greedy_tokens(client, model):
     ids = model.tokenize(TEXT)
     expected = model.generate(ids, 6)[0, len(ids) :].tolist()
     assert [e[1]["id"] for e in events if e[0] == "message"] == expected
-    assert [e[1]["token"] for e in events[:-1]] == [model.detokenize([i]) for i in expected]
+    assert events[0] == ("prompt", {"text": model.detokenize(ids.tolist())})
+    assert [e[1]["token"] for e in events[1:-1]] == [model.detokenize([i]) for i in expected]
+    whole = events[0][1]["text"] + "".join(e[1]["text"] for e in events[1:-1])
+    assert whole == model.detokenize(ids.tolist() + expected)
     assert events[-1] == ("done", {"why": "done"})
 
 

@@ -8,9 +8,10 @@ out and generation, for a model given to ``attnlab serve --model PATH`` (docs/in
     GET /api/models/ablate       the next-token prediction at one position with some heads'
                                  outputs set to 0 (``attnlab.models.ablate``): the top tokens
                                  and their probabilities before and after
-    GET /api/models/generate     greedy tokens after the text, as server-sent events, one event
-                                 per token (``Model.stream``); at most MAX_NEW tokens, and the
-                                 stream ends when the client goes away (the page's Stop)
+    GET /api/models/generate     greedy tokens after the text, as server-sent events: the prompt
+                                 as text, then one event per token (``Model.stream``); at most
+                                 MAX_NEW tokens, and the stream ends when the client goes away
+                                 (the page's Stop)
 
 Shape legend: L layers, h heads, N tokens, V vocabulary, K top tokens shown.
 
@@ -214,15 +215,24 @@ async def generate(
         raise FieldError("new", f"expected at most {limit - len(tokens)} new tokens (the model's "
                          f"{limit} positions less the {len(tokens)} given), but got {new}")  # fmt: skip
     steps = entry.model.stream(np.array(tokens), new)
-    return StreamingResponse(_events(request, entry.model, steps),
+    return StreamingResponse(_events(request, entry.model, list(tokens), steps),
                              media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache"})  # fmt: skip
 
 
-async def _events(request: Request, model, steps):
-    """One ``data:`` event per token ({"id", "token"}), then ``event: done`` with why it ended."""
+def _text(model, ids: list[int]) -> str:
+    """``ids`` as text: the tokenizer's decoding, or the ids written out without one."""
+    return model.detokenize(ids) if model.tokenizer_path is not None else " ".join(map(str, ids))
+
+
+async def _events(request: Request, model, prompt: list[int], steps):
+    """``event: prompt`` ({"text"}), one ``data:`` event per token ({"id", "token", "text"}:
+    the token alone, and the text it adds, which is where a word-level tokenizer puts its
+    spaces), then ``event: done`` with why it ended."""
     deadline = time.monotonic() + STREAM_SECONDS
-    why = "done"
+    why, ids = "done", list(prompt)
+    shown = _text(model, ids)
+    yield f"event: prompt\ndata: {json.dumps({'text': shown})}\n\n"
     while True:
         if await request.is_disconnected():
             return  # the page's Stop closed the stream
@@ -236,6 +246,10 @@ async def _events(request: Request, model, steps):
         token = await asyncio.wrap_future(future)  # (1,) ids, or None when the stream ended
         if token is None:
             break
-        i = int(token[0])
-        yield f"data: {json.dumps({'id': i, 'token': rm._pieces(model, [i])[0]})}\n\n"
+        ids.append(int(token[0]))
+        text = _text(model, ids)
+        added = text[len(shown) :] if text.startswith(shown) else rm._pieces(model, ids[-1:])[0]
+        shown = text
+        event = {"id": ids[-1], "token": rm._pieces(model, ids[-1:])[0], "text": added}
+        yield f"data: {json.dumps(event)}\n\n"
     yield f"event: done\ndata: {json.dumps({'why': why})}\n\n"

@@ -194,7 +194,7 @@ async function generate(event) {
   if (n !== state.new) { state.new = n; writeUrl(stateEntries()); }
   stop("");
   const out = $("#inside-out");
-  out.replaceChildren(el("span", { class: "prompt", text: run.tokens.join("") }));
+  out.replaceChildren();
   const mine = new AbortController();
   source = mine;
   $("#inside-stop").disabled = false;
@@ -217,12 +217,16 @@ async function generate(event) {
       for (const block of blocks) {
         const kind = /^event: (.*)$/m.exec(block)?.[1] ?? "message";
         const data = JSON.parse(/^data: (.*)$/m.exec(block)[1]);
+        if (kind === "prompt") {
+          out.replaceChildren(el("span", { class: "prompt", text: data.text }));
+          continue;
+        }
         if (kind === "done") {
           stop(`${count} token${count === 1 ? "" : "s"} generated (greedy)${ENDED[data.why] ?? "."}`);
           return;
         }
         count += 1;
-        out.append(el("span", { class: "new-token", title: `id ${data.id}`, text: data.token }));
+        out.append(el("span", { class: "new-token", title: `id ${data.id}: ${quoted(data.token)}`, "data-id": data.id, text: data.text }));
       }
     }
     if (source === mine) stop(`Stopped after ${count} tokens: the connection closed.`);
