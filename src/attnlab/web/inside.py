@@ -48,8 +48,34 @@ MAX_TOP = 10  # top tokens an ablation answer lists
 MAX_ABLATED = 64  # heads knocked out at once (GPT-2 small has 144; the page toggles a few)
 STREAM_SECONDS = 60.0  # a stream ends after this long even if tokens remain
 KEPT = 2  # runs kept with their whole cache: GPT-2 small at 64 tokens holds ~35 MB of it
-_KEPT: OrderedDict = OrderedDict()  # (name, ids) -> ModelRun with cache, newest last
-_LOCK = threading.Lock()
+KEPT_LENSES = 16  # lens answers kept (~30 KB each for GPT-2 small at 64 tokens)
+
+
+class _Kept:
+    """The last ``size`` values computed for (a loaded model, token ids), newest last. Keyed by
+    the model object, not its name: two apps (tests) may each have a model of the same name;
+    the value holds the model, so its id is not reused while it is kept."""
+
+    def __init__(self, size: int):
+        self.size, self.items, self.lock = size, OrderedDict(), threading.Lock()
+
+    def get(self, model, tokens):
+        with self.lock:
+            found = self.items.get((id(model), tokens))
+            if found is None or found[0] is not model:
+                return None
+            self.items.move_to_end((id(model), tokens))
+            return found[1]
+
+    def put(self, model, tokens, value) -> None:
+        with self.lock:
+            self.items[(id(model), tokens)] = (model, value)
+            while len(self.items) > self.size:
+                self.items.popitem(last=False)
+
+
+_RUNS = _Kept(KEPT)  # ModelRuns with their cache
+_LENSES = _Kept(KEPT_LENSES)  # /lens answers
 # "layer.head" pairs separated by commas: "1.0,0.3".
 _HEADS = re.compile(r"[0-9]{1,4}\.[0-9]{1,4}(?:,[0-9]{1,4}\.[0-9]{1,4})*", re.ASCII)
 
@@ -58,16 +84,10 @@ Position = Annotated[int, Query(ge=0, description="A position, counted from 0.")
 
 def _cached_run(entry, tokens: tuple[int, ...]):
     """The model's run on ``tokens`` with its cache (what lens and attribution read)."""
-    key = (entry.name, tokens)
-    with _LOCK:
-        if key in _KEPT:
-            _KEPT.move_to_end(key)
-            return _KEPT[key]
-    run = entry.model.run(np.array(tokens), cache=True, weights=False)
-    with _LOCK:
-        _KEPT[key] = run
-        while len(_KEPT) > KEPT:
-            _KEPT.popitem(last=False)
+    run = _RUNS.get(entry.model, tokens)
+    if run is None:
+        run = entry.model.run(np.array(tokens), cache=True, weights=False)
+        _RUNS.put(entry.model, tokens, run)
     return run
 
 
@@ -100,17 +120,24 @@ async def lens(request: Request, model: rm.Name, text: rm.Text = None, ids: rm.I
 
 def _lens(entry, text, ids) -> dict:
     tokens = rm._ids(entry.model, text, ids)
+    kept = _LENSES.get(entry.model, tokens)
+    if kept is not None:  # GPT-2 small: 12 unembeds of (64, 768) by (768, 50257), ~30 GFLOP
+        return kept
     run = _cached_run(entry, tokens)
     top, prob = [], []
     for layer in range(entry.model.shape.layers):
-        p = _softmax(run.logit_lens(layer)[0])  # (N, V), one layer at a time to bound memory
-        best = p.argmax(-1)  # (N,)
+        z = run.logit_lens(layer)[0]  # (N, V), one layer at a time to bound memory
+        best = z.argmax(-1)  # (N,)
+        # The top token's probability is 1 / sum(exp(z - z_top)): no softmax of all V needed.
+        shifted = z - z[np.arange(len(tokens)), best][:, None]  # (N, V), <= 0
         top.append(best.tolist())
-        prob.append(p[np.arange(len(tokens)), best].tolist())
+        prob.append((1.0 / np.exp(shifted).sum(-1, dtype=np.float64)).tolist())
     pieces = {i: rm._pieces(entry.model, [i])[0] for i in {i for row in top for i in row}}
-    return {"model": entry.name, "ids": list(tokens), "tokens": rm._pieces(entry.model, tokens),
-            "top": top, "top_tokens": [[pieces[i] for i in row] for row in top],
-            "p": prob}  # fmt: skip
+    answer = {"model": entry.name, "ids": list(tokens), "tokens": rm._pieces(entry.model, tokens),
+              "top": top, "top_tokens": [[pieces[i] for i in row] for row in top],
+              "p": prob}  # fmt: skip
+    _LENSES.put(entry.model, tokens, answer)
+    return answer
 
 
 @router.get("/attribution", summary="One logit split into each head's and part's share",
