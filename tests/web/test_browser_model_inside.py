@@ -209,10 +209,12 @@ def test_the_inside_by_keyboard_alone_and_axe(browser, origin):  # noqa: F811
     assert _param(page, "mh.off") == "0.0"
     page.add_script_tag(path=str(AXE))
     found = page.evaluate(
-        """async () => (await axe.run('#figure-multi-head', {resultTypes: ['violations']}))
+        """async () => (await axe.run('#figure-multi-head', {resultTypes: ['violations'],
+          rules: {'target-size': {enabled: true}}}))
           .violations.map(v => ({id: v.id, impact: v.impact,
           nodes: v.nodes.slice(0, 3).map(n => n.target.join(' '))}))"""
     )
+    # (the model view's own h4 under the section's h2 is a moderate heading-order finding)
     assert [v for v in found if v["impact"] in ("critical", "serious")] == [], found
     context.close()
     assert offline.blocked == [] and problems == []
