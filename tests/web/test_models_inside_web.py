@@ -140,6 +140,17 @@ def test_bad_input_is_one_422_naming_the_field(client, path, params, field):
     assert "Traceback" not in r.text
 
 
+@pytest.mark.parametrize("path", ["lens", "attribution", "ablate", "generate"])
+def test_more_tokens_than_the_inside_views_take_is_422(client, monkeypatch, path):
+    monkeypatch.setattr(inside, "MAX_TOKENS", 9)  # TEXT is 10 tokens
+    params = {"model": "tiny", "position": 0, "heads": "0.0"}
+    r = client.get(f"/api/models/{path}", params={**params, "text": TEXT})
+    assert r.status_code == 422
+    assert r.json()["message"] == "text: expected at most 9 tokens for the inside views, but got 10"
+    r = client.get(f"/api/models/{path}", params={**params, "ids": "1 2 3"})
+    assert r.status_code == 200
+
+
 def test_a_cross_site_request_is_refused(client):
     r = client.get(
         "/api/models/generate",

@@ -18,7 +18,7 @@ Shape legend: L layers, h heads, N tokens, V vocabulary, K top tokens shown.
 Each answer is computed on the model routes' worker thread, behind their bounded queue
 (web/realmodels.py); a generated stream queues each token's step on its own, so a long stream
 never holds the worker between tokens. The text or ids are checked as /api/models/run checks
-them (at most realmodels.MAX_TOKENS tokens).
+them, and at most MAX_TOKENS (64) whatever that route allows.
 """
 
 from __future__ import annotations
@@ -39,10 +39,13 @@ from attnlab.models import ablate as ablate_heads
 from attnlab.web import realmodels as rm
 from attnlab.web.models import FieldError
 
-__all__ = ["MAX_ABLATED", "MAX_NEW", "MAX_TOP", "STREAM_SECONDS", "router"]
+__all__ = ["MAX_ABLATED", "MAX_NEW", "MAX_TOKENS", "MAX_TOP", "STREAM_SECONDS", "router"]
 
 router = APIRouter(prefix="/api/models", tags=["real models"])
 
+# Tokens the inside views take, whatever /api/models/run allows: GPT-2 small's lens at 64
+# tokens is 12 unembeds of (64, 768) by (768, 50257), ~2 s on one thread, and its cache ~35 MB.
+MAX_TOKENS = 64
 MAX_NEW = 64  # tokens one Generate may ask for
 MAX_TOP = 10  # top tokens an ablation answer lists
 MAX_ABLATED = 64  # heads knocked out at once (GPT-2 small has 144; the page toggles a few)
@@ -97,6 +100,15 @@ def _softmax(logits: np.ndarray) -> np.ndarray:
     return z / z.sum(-1, keepdims=True)
 
 
+def _tokens(model, text, ids) -> tuple[int, ...]:
+    """The request's token ids, checked as /api/models/run checks them, and at most MAX_TOKENS."""
+    tokens = rm._ids(model, text, ids)
+    if len(tokens) > MAX_TOKENS:
+        raise FieldError("ids" if ids is not None else "text", f"expected at most {MAX_TOKENS} "
+                         f"tokens for the inside views, but got {len(tokens)}")  # fmt: skip
+    return tokens
+
+
 def _check_position(position: int, n: int) -> int:
     if position >= n:
         raise FieldError("position", f"expected a position from 0 to {n - 1}, but got {position}")
@@ -119,7 +131,7 @@ async def lens(request: Request, model: rm.Name, text: rm.Text = None, ids: rm.I
 
 
 def _lens(entry, text, ids) -> dict:
-    tokens = rm._ids(entry.model, text, ids)
+    tokens = _tokens(entry.model, text, ids)
     kept = _LENSES.get(entry.model, tokens)
     if kept is not None:  # GPT-2 small: 12 unembeds of (64, 768) by (768, 50257), ~30 GFLOP
         return kept
@@ -160,7 +172,7 @@ async def attribution(
 
 def _attribution(entry, text, ids, position: int, token: int | None) -> dict:
     m = entry.model
-    tokens = rm._ids(m, text, ids)
+    tokens = _tokens(m, text, ids)
     _check_position(position, len(tokens))
     if token is not None and token >= m.shape.vocab:
         raise FieldError(
@@ -211,7 +223,7 @@ async def ablate(
 
 def _ablate(shelf, entry, text, ids, position: int, heads: str, top: int) -> dict:
     m = entry.model
-    tokens = rm._ids(m, text, ids)
+    tokens = _tokens(m, text, ids)
     _check_position(position, len(tokens))
     pairs = _heads(heads, m.shape.layers, m.shape.heads)
     before = _softmax(shelf.run(entry.name, tokens).logits[0, position])  # (V,)
@@ -236,7 +248,7 @@ async def generate(
     refused = rm._unavailable(entry)
     if refused is not None:
         return refused
-    tokens = rm._ids(entry.model, text, ids)
+    tokens = _tokens(entry.model, text, ids)
     limit = entry.model.shape.max_positions
     if limit is not None and len(tokens) + new > limit:
         raise FieldError("new", f"expected at most {limit - len(tokens)} new tokens (the model's "

@@ -95,7 +95,7 @@ function openHead(layer, head) {
 
 // -- heads knocked out: a toggle per head, the prediction before and after ----------------------
 function drawToggles() {
-  const layers = run.weights.length;
+  const layers = run.kinds.length;
   $("#inside-heads").replaceChildren(...[...Array(layers).keys()].map((l) => el("div", { class: "toggle-row" },
     el("span", { class: "toggle-layer", text: `Layer ${l}` }), ...[...Array(run.heads).keys()].map((h) => {
       const id = `${l}.${h}`;
