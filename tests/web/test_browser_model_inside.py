@@ -110,6 +110,17 @@ def test_lens_attribution_and_a_heads_bar_opening_the_stepper(browser, origin, m
     assert sorted(names) == sorted(parts) and len(names) == len(parts)
     assert signs == [parts[n] < 0 for n in names]
     assert f"(id {token})" in page.locator("#inside-attr-note").inner_text()
+    # The picked head, large, with the tokens on both axes and each square's weight.
+    labels = page.locator("#inside-zoom .zoom-label").all_text_contents()
+    assert labels == [json.dumps(t) for t in TEXT.split() for _ in range(2)]
+    weights = run.attention[0][0, 0]  # the picked head: layer 0, head 0
+    titles = page.locator("#inside-zoom rect title").all_text_contents()
+    assert len(titles) == 100 and titles[12].startswith('query 1 "cat" → key 2 "sat": weight')
+    got = page.locator("#inside-zoom rect").evaluate_all(
+        "els => els.map(e => e.getAttribute('fill'))"
+    )
+    shade = np.round(255 * (1 - np.minimum(1, weights.ravel())))  # 4 places then rounded
+    assert [int(f[4:].split(",")[0]) for f in got] == pytest.approx(shade, abs=1)
     page.hover("#model-layers .model-head[data-layer='1'][data-head='2'] canvas")
     assert "L1H2: query" in page.locator("#inside-tip").inner_text()
     for width in (375, 1280, 1920):

@@ -142,6 +142,7 @@ async function refresh() {
     showError($("#inside-error"), err);
   }
   if (!want.off) knocked = null;
+  drawZoom();
   if (lens) drawLens();
   if (attr) drawAttribution();
   drawKnocked();
@@ -237,6 +238,46 @@ async function generate(event) {
   }
 }
 
+// -- the picked head, large, with its tokens on both axes (each small heatmap above has a hover) -
+const SVG = "http://www.w3.org/2000/svg";
+const svg = (tag, attrs = {}, text = null) => {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  if (text !== null) node.textContent = text;
+  return node;
+};
+const short = (t) => { const q = quoted(t); return q.length > 12 ? `${q.slice(0, 11)}…` : q; };
+
+function drawZoom() {
+  const layer = whole(readUrl("mh.layer")) ?? 0;
+  const head = whole(readUrl("mh.head")) ?? 0;
+  const w = run.weights?.[layer]?.[head];
+  const fig = $("#inside-zoom");
+  fig.hidden = !w;
+  if (!w) return;
+  const n = w.length;
+  const cell = Math.max(8, Math.min(28, Math.floor(560 / n)));
+  const margin = 96; // room for a token's text on each axis
+  const size = margin + n * cell;
+  const font = Math.min(12, cell - 1);
+  const root = svg("svg", { width: size, height: size, viewBox: `0 0 ${size} ${size}`, role: "img",
+    "aria-label": `layer ${layer} head ${head} weights, queries down the left, keys across the top` });
+  run.tokens.forEach((t, i) => {
+    root.append(svg("text", { x: margin - 4, y: margin + (i + 0.5) * cell, "text-anchor": "end", "dominant-baseline": "middle", "font-size": font, class: "zoom-label" }, short(t)));
+    const x = margin + (i + 0.5) * cell;
+    root.append(svg("text", { x, y: margin - 4, transform: `rotate(-60 ${x} ${margin - 4})`, "font-size": font, class: "zoom-label" }, short(t)));
+  });
+  w.forEach((row, i) => row.forEach((x, j) => {
+    const shade = Math.round(255 * (1 - Math.min(1, x)));
+    const rect = svg("rect", { x: margin + j * cell, y: margin + i * cell, width: cell, height: cell,
+      fill: `rgb(${shade},${shade},${255 - Math.round((255 - shade) * 0.2)})`, "data-row": i, "data-col": j });
+    rect.append(svg("title", {}, `query ${i} ${quoted(run.tokens[i])} → key ${j} ${quoted(run.tokens[j])}: weight ${fmt(x)}`));
+    root.append(rect);
+  }));
+  fig.querySelector(".zoom-box").replaceChildren(root);
+  fig.querySelector("figcaption").textContent = `Layer ${layer}, head ${head} (the head picked above), its tokens on both axes: queries down the left, keys across the top; a square's tooltip gives its weight.`;
+}
+
 // -- the heatmaps' hover: query, key and weight under the pointer --------------------------------
 function hover(event) {
   const canvas = event.target.closest("canvas");
@@ -279,6 +320,9 @@ export const exportState = () => (run ? { position: position(), token: state.tok
 
 function build() {
   return [
+    el("h3", { text: "The picked head, with its tokens" }),
+    el("figure", { id: "inside-zoom", class: "inside-zoom", hidden: true },
+      el("div", { class: "zoom-box", tabindex: "0", role: "region", "aria-label": "The picked head's weights (scrolls)" }), el("figcaption", { class: "note" })),
     el("h3", { text: "Inside the model" }),
     el("form", { id: "inside-form", class: "learned-form", onsubmit: pickForm },
       el("label", {}, "Position read ", el("input", { name: "pos", type: "number", min: "0" })),
