@@ -5,7 +5,8 @@
         /vendor/plotly.min.js   plotly.js from the installed plotly package (no CDN)
         /api/...          figures (web/figures.py), labs and exercises (web/labs.py),
                           training runs as jobs (web/runs.py), real models given to
-                          ``attnlab serve --model`` (web/realmodels.py)
+                          ``attnlab serve --model`` (web/realmodels.py) and their inside
+                          (web/inside.py)
         /docs             the API reference, rendered here from /openapi.json (no CDN either)
 
 Every error a request can cause is answered in words: a request that fails validation, and any
@@ -33,6 +34,7 @@ from attnlab.web import (
     errors,
     figures,
     guard,
+    inside,
     labs,
     learned,
     pagefiles,
@@ -132,6 +134,7 @@ def create_app(hosts: Iterable[str] = (), models: Iterable[str | Path] = ()) -> 
     app.include_router(snapshot.router)
     app.state.models = realmodels.Shelf(models)
     app.include_router(realmodels.router)
+    app.include_router(inside.router)  # lens, attribution, ablation, generation
 
     @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
     async def index(request: Request) -> Response:

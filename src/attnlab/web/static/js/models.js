@@ -162,6 +162,7 @@ function render() {
   summary();
   headLines();
   root.dataset.model = "shown";
+  root.dispatchEvent(new CustomEvent("modelshown", { detail: data })); // js/inside.js follows it
 }
 
 // entries: the request's URL entries { "mh.model", "mh.text", "mh.ids" }.

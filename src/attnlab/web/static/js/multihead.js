@@ -3,6 +3,7 @@
 // with attnlab serve --model, a real model's heads (mh.mode=model, js/models.js).
 import { api, clearError, el, fmt, matrixTable, narrow, plot, showError } from "./common.js";
 import { figureTools } from "./export.js";
+import * as inside from "./inside.js";
 import * as learned from "./learned.js";
 import * as models from "./models.js";
 import { isPresenting } from "./present.js";
@@ -143,7 +144,10 @@ async function pick(query, { push = true } = {}) {
 
 function tableData() {
   if (isLearned()) return learned.tableData();
-  if (isModel()) return models.tableData();
+  if (isModel()) {
+    const d = models.tableData(); // and the model's inside, when shown (js/inside.js)
+    return { ...d, state: { ...d.state, ...inside.exportState() }, tables: [...d.tables, ...inside.tables()] };
+  }
   const fig = current;
   const p = fig.picked;
   return {
@@ -198,6 +202,7 @@ export async function init() {
   current = fig;
   root.querySelectorAll("#mh-mode input").forEach((input) => input.addEventListener("change", () => setMode(input.value)));
   learned.init(root);
+  inside.init(root);
   await models.init(root); // shows the model mode's chip when the server has a model
   root.addEventListener("presentchange", () => current && render(current));
   document.addEventListener("keydown", (event) => {
