@@ -23,6 +23,7 @@ has stopped keeps repeating its stop token until every sequence has stopped.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import numpy as np
@@ -85,6 +86,32 @@ class KVCache:
         return out.reshape(b, h, n, d).transpose(0, 2, 1, 3)  # (B, N, h, d)
 
 
+def _check_seed(seed) -> None:
+    if seed is not None and (
+        isinstance(seed, bool) or not isinstance(seed, int | np.integer) or not 0 <= seed < 2**128
+    ):
+        raise AttnlabError(
+            f"expected seed to be None or an integer in [0, 2**128), but got {seed!r} instead"
+        )
+
+
+def _check_cache_fits(model, batch: int, total: int) -> None:
+    """Refuse a key/value cache past half of this machine's memory before allocating it."""
+    s = model.shape
+    heads = getattr(model.network, "cache_heads", None) or (s.kv_heads, s.head_dim)
+    need = 2 * s.layers * batch * total * heads[0] * heads[1] * model.dtype.itemsize
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return
+    if need > memory // 2:
+        raise AttnlabError(
+            f"expected a key/value cache within half of this machine's memory "
+            f"({memory / 2**31:.1f} GiB), but the prompt and max_new_tokens ({total} tokens) "
+            f"need {need / 2**30:.3g} GiB; ask for fewer new tokens"
+        )
+
+
 def _check(model, max_new_tokens, temperature, top_k, top_p, stop):
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int | np.integer):
         raise AttnlabError(
@@ -104,7 +131,10 @@ def _check(model, max_new_tokens, temperature, top_k, top_p, stop):
         raise AttnlabError(f"expected top_p to be None or a number in (0, 1], but got {top_p!r}")
     if stop is None:
         return np.empty(0, np.int64)
-    ids = np.asarray([stop] if np.isscalar(stop) else list(stop))
+    try:
+        ids = np.asarray([stop] if np.isscalar(stop) else list(stop))
+    except (TypeError, ValueError):  # not a sequence, or one numpy cannot make an array of
+        ids = np.asarray([], object)
     if (
         ids.dtype.kind not in "iu"
         or ids.ndim != 1
@@ -144,8 +174,10 @@ def stream(
 ) -> Iterator[np.ndarray]:  # fmt: skip
     """Each step's new tokens (B,), as they are chosen (see the module's notes)."""
     stops = _check(model, max_new_tokens, temperature, top_k, top_p, stop)
+    _check_seed(seed)
     ids = model._check_ids(ids)
     b, n = ids.shape
+    _check_cache_fits(model, b, n + max_new_tokens)
     s = model.shape
     limit = s.max_positions
     if limit is not None and n + max_new_tokens > limit:
