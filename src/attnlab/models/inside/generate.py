@@ -24,6 +24,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from attnlab.errors import AttnlabError
+from attnlab.kernels._threads import one_blas_thread
 from attnlab.models.inside._points import Pass
 
 __all__ = ["KVCache", "generate", "stream"]
@@ -135,8 +136,12 @@ def stream(
     done = np.zeros(b, bool)
     last = np.zeros(b, np.int64)
     step = ids
-    for _ in range(max_new_tokens):
-        logits, _ = model.network.forward(step, Pass(weights=False, kv=cache))
+    for i in range(max_new_tokens):
+        if i == 0:
+            logits, _ = model.network.forward(step, Pass(weights=False, kv=cache))
+        else:  # one token's products are too small for BLAS threads to pay for themselves
+            with one_blas_thread():
+                logits, _ = model.network.forward(step, Pass(weights=False, kv=cache))
         cache.length += step.shape[1]
         token = _choose(logits[:, -1], temperature, top_k, top_p, rng).astype(np.int64)
         token = np.where(done, last, token)  # a stopped sequence repeats its stop token
