@@ -29,6 +29,7 @@ from collections.abc import Iterator
 import numpy as np
 
 from attnlab.errors import AttnlabError
+from attnlab.kernels._threads import one_blas_thread
 from attnlab.models.inside._points import Pass
 
 __all__ = ["KVCache", "generate", "stream"]
@@ -195,12 +196,16 @@ def stream(
     last = np.zeros(b, np.int64)
     step = seen = ids
     switch = getattr(model.network, "rerun_past", None)
-    for _ in range(max_new_tokens):
+    for i in range(max_new_tokens):
         if switch is not None and 0 < cache.length <= switch < seen.shape[1]:
             # Phi-3's LongRoPE changes every position's rotation once the text passes the
             # switch: the whole text runs again, as transformers' generate does there.
             cache.length, step = 0, seen
-        logits, _ = model.network.forward(step, Pass(weights=False, kv=cache))
+        if i == 0 or step.shape[1] > 1:
+            logits, _ = model.network.forward(step, Pass(weights=False, kv=cache))
+        else:  # one token's products are too small for BLAS threads to pay for themselves
+            with one_blas_thread():
+                logits, _ = model.network.forward(step, Pass(weights=False, kv=cache))
         cache.length += step.shape[1]
         token = _choose(logits[:, -1], temperature, top_k, top_p, rng).astype(np.int64)
         token = np.where(done, last, token)  # a stopped sequence repeats its stop token
