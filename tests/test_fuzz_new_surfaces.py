@@ -221,3 +221,12 @@ def test_a_key_value_cache_past_half_the_memory_is_refused_before_allocating(mod
 def test_a_seed_numpy_cannot_take_is_refused_by_name(model, seed):
     with pytest.raises(AttnlabError, match="seed"):
         model.generate(np.array([[1, 2, 3]]), 2, temperature=1.0, seed=seed)
+
+
+def test_a_descale_that_overflows_float64_is_refused_by_name():
+    """e4m3 holds up to 448: times a descale of 1e308 the dequantised value passes float64's
+    range (the fuzz found numpy's overflow warning here). One error names the descale."""
+    fp8 = ml_dtypes.float8_e4m3fn
+    q = np.full((1, 2, 2, 4), 448.0).astype(fp8)
+    with pytest.raises(AttnlabError, match="k_descale"):
+        flash_attn_func(q, q, q, k_descale=1e308)

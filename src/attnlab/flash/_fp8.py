@@ -62,9 +62,17 @@ def read_descale(name: str, x, batch: int, kv_heads: int) -> np.ndarray:
     return np.broadcast_to(arr.reshape(arr.shape if arr.ndim == 2 else ()), (batch, kv_heads))
 
 
-def dequantised(x: np.ndarray, descale: np.ndarray) -> np.ndarray:
+def dequantised(x: np.ndarray, descale: np.ndarray, name: str = "descale") -> np.ndarray:
     """x (B, rows, heads, d) in float64 times its descale (B, h_k): each of the ``heads``
-    (h_k, or h for q) scaled by the descale of its key/value head."""
+    (h_k, or h for q) scaled by the descale of its key/value head. A descale so large that
+    the product passes float64's range (1e308 on e4m3's 448) is refused, naming ``name``."""
     group = x.shape[2] // descale.shape[1]
     per_head = np.repeat(descale, group, axis=1)  # (B, heads)
-    return x.astype(np.float64) * per_head[:, None, :, None]  # (B, rows, heads, d)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = x.astype(np.float64) * per_head[:, None, :, None]  # (B, rows, heads, d)
+    if not np.isfinite(out).all():
+        raise AttnlabError(
+            f"expected {name} times the stored values to stay finite in float64, but "
+            f"{name} up to {float(per_head.max()):.3g} overflows it; rescale the descales"
+        )
+    return out

@@ -196,7 +196,7 @@ def _descaled(q, k, v, descales):
                 f"q.dtype={q.dtype} instead"
             )
         out.append(
-            _fp8.dequantised(x, _fp8.read_descale(name, given, batch, kv_heads)) if fp8 else x
+            _fp8.dequantised(x, _fp8.read_descale(name, given, batch, kv_heads), name) if fp8 else x
         )
     return out
 

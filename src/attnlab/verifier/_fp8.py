@@ -104,7 +104,10 @@ def _dequantised(entries: dict, arrays: dict, layout: str) -> dict:
                 f"k: expected key/value heads h_kv that divide the query heads h = "
                 f"{seq['q'].shape[2]} (GQA), but got h_kv = {kv_heads} instead"
             )
-        x = dequantised(seq[name], scale)  # (B, rows, heads, d) float64
+        try:
+            x = dequantised(seq[name], scale, descale_name)  # (B, rows, heads, d) float64
+        except AttnlabError as err:
+            raise CaseError(str(err)) from None
         out[name] = np.swapaxes(x, 1, 2) if bhsd else x
     return out
 
