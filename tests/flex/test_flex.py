@@ -8,6 +8,7 @@ import functools
 
 import numpy as np
 import pytest
+from flex_kernels import METHODS, pin_method
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -16,6 +17,13 @@ from attnlab import flex
 from attnlab.api.attention import attention as real_attention
 from attnlab.flex import attention as flex_module
 from tolerances import F64
+
+
+@pytest.fixture(params=METHODS)
+def method(request, monkeypatch):
+    """The named mods' calls pinned to the dense, then the blockwise kernel."""
+    return pin_method(request.param, monkeypatch)
+
 
 RNG = np.random.default_rng(6)
 

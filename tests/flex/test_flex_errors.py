@@ -5,12 +5,20 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from flex_kernels import METHODS, pin_method
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import attnlab as al
 from attnlab import flex
 from attnlab.errors import AttnlabError, NonFiniteInputError, ShapeError
+
+
+@pytest.fixture(params=METHODS)
+def method(request, monkeypatch):
+    """The named mods' calls pinned to the dense, then the blockwise kernel."""
+    return pin_method(request.param, monkeypatch)
+
 
 RNG = np.random.default_rng(7)
 Q, K, V = RNG.standard_normal((2, 4, 9, 3)), RNG.standard_normal((2, 2, 11, 3)), RNG.standard_normal((2, 2, 11, 5))  # fmt: skip
