@@ -9,6 +9,7 @@ an error message instead of weights (attnlab refuses the 0/0 = NaN that softmax 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -139,9 +140,18 @@ def _culprit(i: int, m: int, causal: bool, blocked: Sequence[Sequence[int]]) -> 
     return "by hand"  # pragma: no cover - without the causal mask only the hand blocks
 
 
-def _working(masked: list[list[float | str]]) -> list[SoftmaxRow | None]:
-    """The softmax step written out for each row: exponentials, their sum, the division, gap."""
-    return [softmax_working(row) for row in masked]
+def _working(masked: list[list[float | str]], sink: float | None) -> list[SoftmaxRow | None]:
+    """The softmax step written out for each row: exponentials, their sum, the division, gap.
+    With a sink, its exp is each row's last entry and joins the sum; the gap stays the keys'."""
+    if sink is None:
+        return [softmax_working(row) for row in masked]
+    out = []
+    for row in masked:
+        worked, keys = softmax_working([*row, sink]), softmax_working(row)
+        gap = {"gap": None, "gap_ratio": None} if keys is None else {
+            "gap": keys.gap, "gap_ratio": keys.gap_ratio}  # fmt: skip
+        out.append(None if worked is None else dataclasses.replace(worked, **gap))
+    return out
 
 
 def _delta(trace) -> list[float]:
@@ -343,8 +353,6 @@ def build_stepper(
     forward = variant_steps(_steps(used_scale, scaled, mask is not None), softcap, sink)
     backward = variant_steps(backward_steps(used_scale, scaled, ones=grad_output is None),
                              softcap, sink)  # fmt: skip
-    # With a sink, each row's working divides by the sink's exp too: it is the row's last entry.
-    worked = [row + [sink] if sink is not None else row for row in tables["masked"]]
     return StepperFigure(
         figure=FIGURE_ID,
         causal=causal,
@@ -355,7 +363,7 @@ def build_stepper(
         steps=forward + backward,
         row_errors=row_errors,
         blocked=[[int(i), int(j)] for i, j in blocked],
-        softmax=_working(worked),
+        softmax=_working(tables["masked"], sink),
         grad_delta=delta,
         softcap=softcap,
         sink=sink,

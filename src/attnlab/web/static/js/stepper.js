@@ -26,6 +26,7 @@ const sub = (n) => String(n + 1);
 // A query's and a key's name in the words below the tables: a head's own label (its 0-based
 // position and token) where it has one, else the chapter's "query 1", "key 2".
 const qname = (i) => (state.fig?.tables.q.rows[i] && state.query_labels ? `query ${state.fig.tables.q.rows[i]}` : `query ${sub(i)}`);
+const rname = (i) => (state.query_labels ? `row ${state.fig.tables.q.rows[i]}` : `row ${sub(i)}`);
 const kname = (j) => (state.key_labels ? `key ${state.fig.tables.k.rows[j]}` : `key ${sub(j)}`);
 const NAMES = { q: "Q", k: "K", v: "V", grad_output: "dO" };
 // The steps of the pass (name, phase, what a row is), from GET /api/config's stages.
@@ -147,9 +148,9 @@ function detail(step, i, j) {
     case "weights":
       if (T.sink) {
         const share = T.sink.values[i][1];
-        return `softmax of row ${sub(i)}, [${T.masked.values[i].map((x) => fmt(x)).join(", ")}] with the sink ${fmt(fig.sink)} in the divisor, gives [${T.weights.values[i].map((x) => fmt(x)).join(", ")}]: the weights add up to 1 − ${fmt(share)}, the sink's share.`;
+        return `softmax of ${rname(i)}, [${T.masked.values[i].map((x) => fmt(x)).join(", ")}] with the sink ${fmt(fig.sink)} in the divisor, gives [${T.weights.values[i].map((x) => fmt(x)).join(", ")}]: the weights add up to 1 − ${fmt(share)}, the sink's share.`;
       }
-      return `softmax of row ${sub(i)}, [${T.masked.values[i].map((x) => fmt(x)).join(", ")}], gives [${T.weights.values[i].map((x) => fmt(x)).join(", ")}]: the weights add up to 1.`;
+      return `softmax of ${rname(i)}, [${T.masked.values[i].map((x) => fmt(x)).join(", ")}], gives [${T.weights.values[i].map((x) => fmt(x)).join(", ")}]: the weights add up to 1.`;
     case "output":
       return `output ${sub(i)}, feature ${sub(j)}: weights of ${qname(i)} times column ${sub(j)} of V = ${T.weights.values[i].map((a, m) => `(${fmt(a)})(${fmt(T.v.values[m][j])})`).join(" + ")} = ${fmt(T.output.values[i][j])}`;
     default:
@@ -232,7 +233,7 @@ function working() {
     const divs = row.exps.map((e, j) => (e === null ? null : `${sunk && j === keys ? "sink's share " : ""}${formatNumber(e, d)} / ${formatNumber(row.total, d)} = ${fmt(row.weights[j])}`)).filter(Boolean).join(", ");
     const gap = row.gap === null ? "" : ` Gap between the top two scores: ${fmt(row.gap)}, so the top key gets e^${fmt(row.gap)} ≈ ${row.gap_ratio === null ? "more than 10^300" : Math.round(row.gap_ratio) >= 1e3 ? grouped(row.gap_ratio) : fmt(row.gap_ratio)} times the weight of the next.`;
     return el("li", { "data-row": i, "data-total": String(row.total), "data-gap-ratio": String(row.gap_ratio) },
-      el("strong", { text: `Row ${sub(i)}: ` }), `${exps}; sum = ${formatNumber(row.total, d)}; ${divs}.${gap}`);
+      el("strong", { text: `${rname(i).replace("row", "Row")}: ` }), `${exps}; sum = ${formatNumber(row.total, d)}; ${divs}.${gap}`);
   });
 }
 
