@@ -4,6 +4,8 @@
 // stale, with the refusal named, until an accepted input replaces it.
 import { api, clearError, config, digitsShown, el, fmt, formatNumber, grouped, isMasked, matrixTable, showError } from "./common.js";
 import { figureTools } from "./export.js";
+import { heatTables } from "./heatmap.js";
+import { player } from "./play.js";
 import { isPresenting } from "./present.js";
 import { listFromUrl, matrixFromUrl, matrixToUrl, onUrlChange, readUrl, writeUrl } from "./state.js";
 import { checkEntry, makeEditable, parseMatrix, toText } from "./stepper-input.js";
@@ -270,6 +272,7 @@ function render(focusGrid = false) {
   $("#stepper-causal").checked = state.causal;
   $("#stepper-scaled").checked = state.scaled;
   root.dataset.step = step.id;
+  heatTables($("#stepper-tables"), isPresenting(root)); // a wide table, presented: a heatmap
   highlight(state.sel.i, state.sel.j, true);
   if (focusGrid) $("#stepper-tables .step-result td[tabindex='0']")?.focus();
 }
@@ -325,7 +328,9 @@ function onGridKey(event) {
   select(Math.max(0, Math.min(rows - 1, state.sel.i + di)), Math.max(0, Math.min(cols - 1, state.sel.j + dj)), true);
 }
 
-function go(n, focusButton = false) {
+let play = null; // Play/Pause (js/play.js), made in init
+function go(n, focusButton = false, byPlay = false) {
+  if (!byPlay) play?.stop(); // a step taken by hand ends the play
   const next = Math.max(0, Math.min(state.fig.steps.length - 1, n));
   if (next === state.step) return;
   state.step = next;
@@ -576,6 +581,12 @@ export async function init() {
   saturated = all.histogram.threshold;
   $("#stepper-random").textContent = `Random ${cfg.random_tokens} tokens`;
   const stepBy = (d) => { go(state.step + d); };
+  // Play: one step forward per tick; false at the last step, which ends the play.
+  play = player({ button: $("#stepper-play"), pace: $("#stepper-pace"), step: () => {
+    if (!state.fig || state.step >= state.fig.steps.length - 1) return false;
+    go(state.step + 1, false, true);
+    return true;
+  } });
   $("#stepper-back").addEventListener("click", () => stepBy(-1));
   $("#stepper-next").addEventListener("click", () => stepBy(1));
   $("#stepper-causal").addEventListener("change", (e) => submit({ ...inputs(), causal: e.target.checked }));
@@ -586,10 +597,12 @@ export async function init() {
   // Presenting: the arrow keys step (unless a grid or a text box has them).
   document.addEventListener("keydown", (event) => {
     if (!isPresenting(root) || event.target.closest("input, textarea, [role='grid']")) return;
+    if (event.key === "p" || event.key === "P") { event.preventDefault(); $("#stepper-play").click(); return; }
     const d = { ArrowRight: 1, ArrowLeft: -1, PageDown: 1, PageUp: -1 }[event.key];
     if (d) { event.preventDefault(); stepBy(d); }
   });
   figureTools(root, { name: "attention-stepper", data: tableData });
+  root.addEventListener("presentchange", () => state.fig && render());
   onUrlChange(restore);
   await restore();
   if (!state.fig) {
