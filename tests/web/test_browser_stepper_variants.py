@@ -157,3 +157,27 @@ def test_a_heads_sink_is_its_own_column(browser, origin, expected):  # noqa: F81
     page.locator("#figure-attention-stepper").screenshot(path=str(SHOTS / "stepper-sink-1280.png"))
     context.close()
     assert offline.blocked == [] and problems == []
+
+
+def test_the_model_views_picked_head_has_its_tokens_on_both_axes(browser, origin, expected):  # noqa: F811
+    _, rows, pieces = expected
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    offline = Offline(origin)
+    context.route("**/*", offline)
+    page = context.new_page()
+    page.set_default_timeout(30_000)
+    page.goto(f"{origin}/?mh.mode=model&mh.model=tiny&mh.text={TEXT.replace(' ', '+')}"
+              f"&mh.layer=1&mh.head=2&mh.query={QUERY}#figure-multi-head")  # fmt: skip
+    page.wait_for_selector("#model-pick-map table")
+    table = page.locator("#model-pick-map table")
+    cols = table.locator("thead th").all_inner_texts()[1:]
+    assert cols == [f"{p} {piece}" for p, piece in enumerate(pieces)]
+    assert table.locator("tbody th").all_inner_texts() == cols
+    assert table.get_attribute("class").split() == ["matrix", "heatmap"]  # 10 tokens: shaded
+    row = table.locator(f"tbody tr:nth-child({QUERY + 1}) td[data-col]")
+    got = np.array(row.evaluate_all("els => els.map(e => Number(e.dataset.value))"))
+    np.testing.assert_allclose(got[: QUERY + 1], rows[(1, 2)], atol=1e-4)  # 4 places
+    SHOTS.mkdir(exist_ok=True)
+    page.locator("#figure-multi-head").screenshot(path=str(SHOTS / "model-pick-map-1280.png"))
+    context.close()
+    assert offline.blocked == []
