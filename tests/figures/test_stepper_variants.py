@@ -45,6 +45,7 @@ def test_softcap_and_sink_against_hand_computation(causal):
     np.testing.assert_allclose(sink[:, 1], share, rtol=1e-12)
     np.testing.assert_allclose(sink[:, 1], 1 - weights.sum(axis=1), rtol=1e-12)
     np.testing.assert_allclose(_numbers(fig.tables["output"]), weights @ V, rtol=1e-12)
+    assert fig.tables["masked"].label == "Mask added: capped + M"
     assert [s.id for s in fig.steps] == ["inputs", "scores", "scaled", "capped", "masked",
                                          "weights", "output"]  # fmt: skip
     # The softmax working divides by the sink's exp too: its last entry.

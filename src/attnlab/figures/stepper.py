@@ -257,6 +257,8 @@ def _tables(q, k, v, additive, tables: dict, named: dict | None) -> dict[str, Ta
     for name in ("capped", "sink"):
         if name in tables:
             out[name] = variant_table(name, tables[name], labels["query"], labels["key"])
+    if "capped" in tables:  # the mask is added to the capped scores, not the scaled ones
+        out["masked"] = dataclasses.replace(out["masked"], label="Mask added: capped + M")
     return out
 
 
