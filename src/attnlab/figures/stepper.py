@@ -37,6 +37,7 @@ __all__ = [
     "EXAMPLE_K",
     "EXAMPLE_Q",
     "EXAMPLE_V",
+    "HEATMAP_COLUMNS",
     "MAX_ABS",
     "MAX_LABEL",
     "MAX_TOKENS",
@@ -63,6 +64,9 @@ MAX_TOKENS = 32  # rows of Q, K and V
 MAX_WIDTH = 256  # d_k and d_v
 MAX_ABS = 1000.0  # keeps every score finite: 256 * 1000 * 1000 is far from overflow
 MAX_LABEL = 40  # characters of a head's row label ("12 ␣cat"): a position and one token
+# Presenting, a table wider than this many columns is drawn as a heatmap (its numbers would be
+# too small to read from the back of a room); the page reads it from GET /api/config.
+HEATMAP_COLUMNS = 8
 # The page's "Random" button: this many tokens of this width, whole entries in ±RANDOM_RANGE,
 # small enough to check a dot product by hand.
 RANDOM_TOKENS, RANDOM_WIDTH, RANDOM_RANGE = 4, 3, 2

@@ -248,8 +248,8 @@ function wrapTitle(text, width, size) {
     return out;
   }, []);
   const [head, sub = ""] = text.split("<br><sup>");
-  const top = lines(head, Math.max(16, Math.floor(width / (size * 0.55))));
-  const below = sub ? lines(sub.replace("</sup>", ""), Math.max(20, Math.floor(width / (size * 0.42)))) : [];
+  const top = lines(head, Math.max(12, Math.floor(width / (size * 0.55))));
+  const below = sub ? lines(sub.replace("</sup>", ""), Math.max(12, Math.floor(width / (size * 0.42)))) : [];
   const joined = top.join("<br>") + (below.length ? `<br><sup>${below.join("<br>")}</sup>` : "");
   return { text: joined, extra: top.length - 1 + Math.max(0, below.length - 1) };
 }

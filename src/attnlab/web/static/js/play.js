@@ -22,7 +22,7 @@ export function player({ button, pace, step }) {
   const start = () => {
     stop();
     if (!step()) return; // already at the last step: nothing to play
-    timer = setInterval(tick, 1000 * Number(pace.value));
+    timer = setInterval(tick, Number(pace.value) * 1e3); // seconds, in ms
     show();
   };
   button.addEventListener("click", () => (playing() ? stop() : start()));

@@ -272,7 +272,7 @@ function render(focusGrid = false) {
   $("#stepper-causal").checked = state.causal;
   $("#stepper-scaled").checked = state.scaled;
   root.dataset.step = step.id;
-  heatTables($("#stepper-tables"), isPresenting(root)); // a wide table, presented: a heatmap
+  heatTables($("#stepper-tables"), isPresenting(root), cfg.heatmap_columns); // wide, presented: a heatmap
   highlight(state.sel.i, state.sel.j, true);
   if (focusGrid) $("#stepper-tables .step-result td[tabindex='0']")?.focus();
 }
