@@ -1,11 +1,12 @@
 # attnlab: two commands on a fresh machine.
-#   make run    create .venv, install attnlab, start the main job
+#   make run    create .venv, install attnlab, start the main job (PORT=8080 for another port)
 #   make test   create .venv with the dev extras, run ruff and pytest
 # Optional: make bench (side-by-side benchmarks; install torch==2.13.0 for the PyTorch column),
 #           make loadtest (attnlab serve under 2,000 requests at concurrency 32, loopback only),
 #           make fuzz (not in CI: schemathesis against a live server, hypothesis at 10x; hours).
 
 PYTHON ?= python3
+PORT   ?= 8000
 VENV   ?= .venv
 # Test files run on this many worker processes (pytest-xdist), each file whole on one worker so
 # its module fixtures (a browser, a server, a trained model) start once. TEST_WORKERS=0: one process.
@@ -26,7 +27,7 @@ $(VENV)/.dev: pyproject.toml
 	touch $(VENV)/.base $@
 
 run: $(VENV)/.base
-	$(VENV)/bin/attnlab serve --open
+	$(VENV)/bin/attnlab serve --open --port $(PORT)
 
 lint: $(VENV)/.dev
 	$(PY) -m ruff check src tests

@@ -62,3 +62,15 @@ def _widgets_shown(book) -> list[str]:
                 plain = data["text/plain"]
                 shown += [name for name in WIDGETS if f".{name} object" in plain]
     return shown
+
+
+def test_the_widgets_notebook_states_the_steppers_own_limits():
+    # Its words said "32 rows of width 16" while the refusal it prints says 256 columns.
+    import json
+
+    from attnlab.figures import stepper
+
+    book = json.loads((NOTEBOOKS[0].parent / "10-widgets.ipynb").read_text())
+    words = " ".join("".join(c["source"]) for c in book["cells"] if c["cell_type"] == "markdown")
+    words = " ".join(words.split())
+    assert f"at most {stepper.MAX_TOKENS} rows, each at most {stepper.MAX_WIDTH} wide" in words

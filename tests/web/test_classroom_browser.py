@@ -274,7 +274,7 @@ def test_predict_cards_hide_the_answer_and_forget_with_the_session(opened, brows
 AXE = Path(__file__).resolve().parents[1] / "vendor" / "axe.min.js"
 
 
-@pytest.mark.parametrize("width", [375, 1280])
+@pytest.mark.parametrize("width", [375, 1280, 1920])
 def test_axe_finds_no_critical_serious_or_moderate_violation(opened, width):
     page = opened(width, 900)
     page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")

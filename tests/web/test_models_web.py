@@ -276,3 +276,20 @@ def test_serve_starts_with_a_good_folder(tiny, monkeypatch):
     (app,) = apps
     app.state.models.wait()
     assert list(app.state.models.entries) == ["tiny", "tiny-2"]
+
+
+def test_a_heads_rows_are_named_by_position_and_visible_token(client, tiny):
+    r = client.get("/api/models/head", params={"model": "tiny", "text": TEXT, "layer": 0,
+                                               "head": 1, "query": 4})  # fmt: skip
+    row = r.json()
+    words = TEXT.split()
+    assert row["query_labels"] == [f"4 {words[4]}"]
+    assert row["key_labels"] == [f"{p} {w}" for p, w in enumerate(words[:5])]
+    assert row["softcap"] is None and row["sink"] is None  # GPT-2 has neither
+
+
+@pytest.mark.parametrize(("piece", "shown"), [(" cat", "␣cat"), ("\n", "⏎"), ("a\tb", "a⇥b"),
+                                              ("", "∅"), ("  x", "␣␣x")])  # fmt: skip
+def test_a_tokens_spaces_are_made_visible(piece, shown):
+    assert realmodels.visible(piece) == shown
+    assert realmodels.position_label(12, piece) == f"12 {shown}"

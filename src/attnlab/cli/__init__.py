@@ -10,9 +10,12 @@ from attnlab.cli import model as _model  # noqa: F401
 from attnlab.cli import serve as _serve  # noqa: F401
 from attnlab.cli import snapshot as _snapshot  # noqa: F401
 from attnlab.cli import verify as _verify  # noqa: F401
-from attnlab.cli._app import app
+from attnlab.cli import worksheet as _worksheet  # noqa: F401
+from attnlab.cli._app import app, unwrap_help
 
 __all__ = ["app", "main"]
+
+unwrap_help(app)  # every command registered above: its help reflowed by the terminal's width
 
 
 def main() -> None:

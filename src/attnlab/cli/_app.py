@@ -10,6 +10,7 @@ option, a bad or missing value). Any other exception is a bug and surfaces as a 
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import sys
 from typing import Annotated
@@ -128,6 +129,25 @@ app = typer.Typer(
 )
 console = Console()
 err_console = Console(stderr=True)
+
+
+def _reflowed(text: str | None) -> str | None:
+    """``text`` with each paragraph's line breaks made spaces: a docstring wrapped at 100
+    characters in the source otherwise broke ``--help``'s lines mid-sentence."""
+    if not text:
+        return text
+    return "\n\n".join(" ".join(p.split()) for p in inspect.cleandoc(text).split("\n\n"))
+
+
+def unwrap_help(typer_app: typer.Typer) -> None:
+    """Reflow the help of every command and group of ``typer_app``, its sub-apps' too."""
+    for info in typer_app.registered_commands:
+        info.help = _reflowed(info.help or inspect.getdoc(info.callback))
+    for group in typer_app.registered_groups:
+        group.help = _reflowed(group.help)
+        if group.typer_instance is not None:
+            group.typer_instance.info.help = _reflowed(group.typer_instance.info.help)
+            unwrap_help(group.typer_instance)
 
 
 def friendly_errors(fn):

@@ -9,6 +9,7 @@ an error message instead of weights (attnlab refuses the 0/0 = NaN that softmax 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -23,13 +24,22 @@ from attnlab.errors import AttnlabError, FullyMaskedRowError
 from attnlab.figures._data import as_dict, matrix, vector
 from attnlab.figures._steps import Step, Table, float_matrix
 from attnlab.figures.stepper_backward import backward_steps, grad_output_matrix, stage_step
+from attnlab.figures.stepper_variants import (
+    check_variants,
+    sink_share,
+    variant_steps,
+    variant_table,
+    variant_values,
+)
 from attnlab.masks import Causal, Dense, Mask
 
 __all__ = [
     "EXAMPLE_K",
     "EXAMPLE_Q",
     "EXAMPLE_V",
+    "HEATMAP_COLUMNS",
     "MAX_ABS",
+    "MAX_LABEL",
     "MAX_TOKENS",
     "MAX_WIDTH",
     "RANDOM_RANGE",
@@ -53,6 +63,10 @@ _QUERY_ROWS = tuple(s.name for s in FORWARD[2:] + BACKWARD[1:] if s.rows == "que
 MAX_TOKENS = 32  # rows of Q, K and V
 MAX_WIDTH = 256  # d_k and d_v
 MAX_ABS = 1000.0  # keeps every score finite: 256 * 1000 * 1000 is far from overflow
+MAX_LABEL = 40  # characters of a head's row label ("12 ␣cat"): a position and one token
+# Presenting, a table wider than this many columns is drawn as a heatmap (its numbers would be
+# too small to read from the back of a room); the page reads it from GET /api/config.
+HEATMAP_COLUMNS = 8
 # The page's "Random" button: this many tokens of this width, whole entries in ±RANDOM_RANGE,
 # small enough to check a dot product by hand.
 RANDOM_TOKENS, RANDOM_WIDTH, RANDOM_RANGE = 4, 3, 2
@@ -72,6 +86,8 @@ class StepperFigure:
     softmax: list[SoftmaxRow | None]  # per query row, the softmax working (None: empty row)
     # per query row, δ_i = Σ_j A_ij dA_ij = dO_i · O_i, the backward softmax step's subtrahend
     grad_delta: list[float | None]
+    softcap: float | None = None  # c of a capped head (Gemma 2), else None
+    sink: float | None = None  # a head's sink logit (gpt-oss), else None
 
     def as_dict(self) -> dict:
         return as_dict(self)
@@ -128,16 +144,25 @@ def _culprit(i: int, m: int, causal: bool, blocked: Sequence[Sequence[int]]) -> 
     return "by hand"  # pragma: no cover - without the causal mask only the hand blocks
 
 
-def _working(masked: list[list[float | str]]) -> list[SoftmaxRow | None]:
-    """The softmax step written out for each row: exponentials, their sum, the division, gap."""
-    return [softmax_working(row) for row in masked]
+def _working(masked: list[list[float | str]], sink: float | None) -> list[SoftmaxRow | None]:
+    """The softmax step written out for each row: exponentials, their sum, the division, gap.
+    With a sink, its exp is each row's last entry and joins the sum; the gap stays the keys'."""
+    if sink is None:
+        return [softmax_working(row) for row in masked]
+    out = []
+    for row in masked:
+        worked, keys = softmax_working([*row, sink]), softmax_working(row)
+        gap = {"gap": None, "gap_ratio": None} if keys is None else {
+            "gap": keys.gap, "gap_ratio": keys.gap_ratio}  # fmt: skip
+        out.append(None if worked is None else dataclasses.replace(worked, **gap))
+    return out
 
 
 def _delta(trace) -> list[float]:
     return vector((trace.weights * trace.grad_weights).sum(axis=-1))  # (N,)
 
 
-def _partial(q, k, v, mask: Mask, scale, g, err: FullyMaskedRowError, culprit):
+def _partial(q, k, v, mask: Mask, scale, g, err: FullyMaskedRowError, culprit, softcap, sink):
     """The tables when some query rows allow no key: those rows get a message, not NaN.
 
     Attention treats each query row on its own, so the other rows are traced without them; an
@@ -145,8 +170,12 @@ def _partial(q, k, v, mask: Mask, scale, g, err: FullyMaskedRowError, culprit):
     """
     n, m = q.shape[0], k.shape[0]
     empty = sorted({int(row[-1]) for row in err.rows})
-    full = trace_attention(q, k, v, None, scale=scale)  # scores and scaled need no mask
+    # scores, scaled and capped need no mask
+    full = trace_attention(q, k, v, None, scale=scale, softcap=softcap)
     tables = {"scores": matrix(full.scores), "scaled": matrix(full.scaled)}
+    if softcap is not None:
+        tables["capped"] = matrix(full.capped)
+    share: list[float | None] = [None] * n  # the sink's share, for the rows that have weights
     tables["grad_output"] = matrix(g)
     widths = {"output": v.shape[1], "grad_q": q.shape[1]}
     for stage in _QUERY_ROWS:  # an empty row is all -inf, then has nothing
@@ -158,9 +187,11 @@ def _partial(q, k, v, mask: Mask, scale, g, err: FullyMaskedRowError, culprit):
     open_rows = [i for i in range(n) if i not in empty]
     if open_rows:
         allowed = mask.allowed(n, m)[open_rows]  # (N_open, M)
-        part = trace_attention(
-            q[open_rows], k, v, Dense(allowed), scale=scale, grad_output=g[open_rows]
-        )
+        part = trace_attention(q[open_rows], k, v, Dense(allowed), scale=scale,
+                               grad_output=g[open_rows], softcap=softcap, sinks=sink)  # fmt: skip
+        if sink is not None:
+            for row, value in zip(open_rows, sink_share(part, sink).tolist(), strict=True):
+                share[row] = value
         for stage in _QUERY_ROWS:
             for row, values in zip(open_rows, matrix(getattr(part, stage)), strict=True):
                 tables[stage][row] = values
@@ -174,6 +205,8 @@ def _partial(q, k, v, mask: Mask, scale, g, err: FullyMaskedRowError, culprit):
             "Softmax of a row of −∞ is 0/0 = NaN, so this row has no weights, no output and "
             "no gradient"
         )
+    if sink is not None:
+        tables["sink"] = [[sink, x] for x in share]
     return tables, row_errors, full.scale, delta
 
 
@@ -202,13 +235,18 @@ def _labels(prefix: str, count: int) -> list[str]:
     return [f"{prefix} {i + 1}" for i in range(count)]
 
 
-def _tables(q, k, v, additive, tables: dict) -> dict[str, Table]:
+def _tables(q, k, v, additive, tables: dict, named: dict | None) -> dict[str, Table]:
     """The inputs, the mask and every step's table, labelled: rows and columns by what they are
-    (the stage's ``rows`` and ``cols``), the caption by the stage's title."""
+    (the stage's ``rows`` and ``cols``), the caption by the stage's title; then the variants'
+    tables where the call has them (capped, sink). ``named``: a head's own labels of its query
+    rows and key rows (position and token), else "query 1", "key 1", "token 1" ..."""
     n, m = q.shape[0], k.shape[0]
     labels = {"query": _labels("query", n), "key": _labels("key", m)}
-    widths = {"grad_q": q.shape[1], "grad_k": k.shape[1]}  # the others' dims are d_v wide
     tokens = _labels("token", m)
+    if named:
+        labels = {"query": list(named["query"]), "key": list(named["key"])}
+        tokens = labels["key"]
+    widths = {"grad_q": q.shape[1], "grad_k": k.shape[1]}  # the others' dims are d_v wide
     out = {
         "q": Table("q", "Queries Q", labels["query"], _labels("dim", q.shape[1]), matrix(q)),
         "k": Table("k", "Keys K", tokens, _labels("dim", k.shape[1]), matrix(k)),
@@ -220,7 +258,27 @@ def _tables(q, k, v, additive, tables: dict) -> dict[str, Table]:
         dims = _labels("dim", widths.get(stage.name, v.shape[1]))
         cols = dims if stage.cols == "dim" else labels["key"]
         out[stage.name] = Table(stage.name, _label(stage), rows, cols, tables[stage.name])
+    for name in ("capped", "sink"):
+        if name in tables:
+            out[name] = variant_table(name, tables[name], labels["query"], labels["key"])
+    if "capped" in tables:  # the mask is added to the capped scores, not the scaled ones
+        out["masked"] = dataclasses.replace(out["masked"], label="Mask added: capped + M")
     return out
+
+
+def _named(query_labels, key_labels, n: int, m: int) -> dict | None:
+    """The head's labels, checked: both given, one per row, short strings; or None."""
+    if query_labels is None and key_labels is None:
+        return None
+    for name, given, count in (("query_labels", query_labels, n), ("key_labels", key_labels, m)):
+        if given is None or isinstance(given, str) or len(given) != count:
+            got = "none" if given is None else f"{len(given)}"
+            raise AttnlabError(f"expected {name} to have one label per row ({count}), but got "
+                               f"{got} instead")  # fmt: skip
+        if not all(isinstance(x, str) and 0 < len(x) <= MAX_LABEL for x in given):
+            raise AttnlabError(f"expected every entry of {name} to be text of 1 to {MAX_LABEL} "
+                               "characters, but got one that is not")  # fmt: skip
+    return {"query": list(query_labels), "key": list(key_labels)}
 
 
 def _label(stage: Stage) -> str:
@@ -237,6 +295,10 @@ def build_stepper(
     scaled: bool = True,
     blocked: Sequence[Sequence[int]] = (),
     grad_output=None,
+    softcap: float | None = None,
+    sink: float | None = None,
+    query_labels: Sequence[str] | None = None,
+    key_labels: Sequence[str] | None = None,
 ) -> StepperFigure:
     """Every table of attention on a small case, for the stepper.
 
@@ -248,6 +310,12 @@ def build_stepper(
         blocked: extra pairs [i, j] (0-based) to block by hand, added to the causal mask.
         grad_output: the upstream gradient dO for the backward steps, (N, d_v), entries
             within ±1000; None: all ones (the loss is the sum of the outputs).
+        softcap: Gemma 2's cap c: a step c · tanh(s / c) after scaling, the mask added to it
+            (the backward steps are left out then; see ``figures/stepper_variants.py``).
+        sink: gpt-oss's sink logit of the head: it joins every row's softmax divisor, and its
+            share is shown as its own table beside the softmax step.
+        query_labels, key_labels: a real or learned head's own names for its rows and keys
+            (its 0-based positions and token strings), one per row of q and of k; both or none.
 
     >>> fig = build_stepper()
     >>> [round(x, 3) for x in fig.tables["weights"].values[1]]
@@ -263,6 +331,8 @@ def build_stepper(
         _check_size(name, arr)
         arrays[name] = arr
     q, k, v = arrays["q"], arrays["k"], arrays["v"]  # (N, d_k), (M, d_k), (M, d_v)
+    softcap, sink = check_variants(softcap, sink)
+    named = _named(query_labels, key_labels, q.shape[0], k.shape[0])
     n, m = q.shape[0], k.shape[0]
     d_v = v.shape[1]
     fits = m == v.shape[0]  # else trace_attention names the mismatch first
@@ -271,8 +341,10 @@ def build_stepper(
     g = grad_output_matrix(grad_output if fits else None, n, d_v, MAX_ABS)  # (N, d_v)
 
     try:
-        trace = trace_attention(q, k, v, mask, scale=scale, grad_output=g)
+        trace = trace_attention(q, k, v, mask, scale=scale, grad_output=g, softcap=softcap,
+                                sinks=sink)  # fmt: skip
         tables = {s.name: matrix(getattr(trace, s.name)) for s in FORWARD + BACKWARD}
+        tables.update(variant_values(trace, softcap, sink))
         row_errors: list[str | None] = [None] * n
         used_scale, delta = trace.scale, _delta(trace)
     except FullyMaskedRowError as err:
@@ -280,9 +352,13 @@ def build_stepper(
         def culprit(i: int) -> str:
             return _culprit(i, m, causal, blocked)
 
-        tables, row_errors, used_scale, delta = _partial(q, k, v, mask, scale, g, err, culprit)
+        tables, row_errors, used_scale, delta = _partial(q, k, v, mask, scale, g, err, culprit,
+                                                         softcap, sink)  # fmt: skip
     additive = np.zeros((n, m)) if mask is None else mask.additive(n, m)  # (N, M), 0 / -inf
-    out = _tables(q, k, v, additive, tables)
+    out = _tables(q, k, v, additive, tables, named)
+    forward = variant_steps(_steps(used_scale, scaled, mask is not None), softcap, sink)
+    backward = variant_steps(backward_steps(used_scale, scaled, ones=grad_output is None),
+                             softcap, sink)  # fmt: skip
     return StepperFigure(
         figure=FIGURE_ID,
         causal=causal,
@@ -290,10 +366,11 @@ def build_stepper(
         scale=used_scale,
         d_k=int(q.shape[1]),
         tables=out,
-        steps=_steps(used_scale, scaled, mask is not None)
-        + backward_steps(used_scale, scaled, ones=grad_output is None),
+        steps=forward + backward,
         row_errors=row_errors,
         blocked=[[int(i), int(j)] for i, j in blocked],
-        softmax=_working(tables["masked"]),
+        softmax=_working(tables["masked"], sink),
         grad_delta=delta,
+        softcap=softcap,
+        sink=sink,
     )

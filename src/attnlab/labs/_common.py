@@ -19,7 +19,16 @@ import numpy as np
 
 from attnlab.errors import AttnlabError
 
-__all__ = ["LabResult", "Progress", "column_keys", "jsonable", "rng_at", "rng_for", "row_table"]
+__all__ = [
+    "Claim",
+    "LabResult",
+    "Progress",
+    "column_keys",
+    "jsonable",
+    "rng_at",
+    "rng_for",
+    "row_table",
+]
 
 #: progress(done, total): called as a lab advances, so a front end can draw a progress bar.
 Progress = Callable[[int, int], None]
@@ -108,6 +117,20 @@ def jsonable(value):
     raise TypeError(f"expected a JSON-ready value, but got {type(value).__name__} instead")
 
 
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """What a lab sets out to show, and whether this run showed it.
+
+    ``claim`` is the chapter's sentence the lab tests; ``held`` is the run's verdict on it and
+    ``why`` the numbers behind that verdict, so a run too short to show the claim says so
+    instead of reading as a plain "done".
+    """
+
+    claim: str
+    held: bool
+    why: str
+
+
 class LabResult:
     """Mixin for a lab's frozen dataclass: ``as_dict()`` for JSON, ``table()`` for tables.
 
@@ -146,6 +169,11 @@ class LabResult:
     def summary(self) -> list[str]:
         """A few plain sentences stating what the numbers show."""
         return []
+
+    def claim(self) -> Claim | None:
+        """The chapter's claim this run tests and its verdict; None for a lab that measures
+        without a pass/fail claim (the training labs have one)."""
+        return None
 
     def to_json(self) -> str:
         """``as_dict()`` as JSON text: the one serialiser the CLI and the web app share."""

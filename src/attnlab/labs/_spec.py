@@ -4,7 +4,9 @@ Each lab module ends with one ``SPEC``: the lab function, its parameters (defaul
 help), its table's columns with titles, one plot builder and an estimate of time and memory.
 From the specs, ``attnlab.cli.labs`` builds one Typer command per lab (options with the CLI
 bounds) and ``attnlab.web.labs`` one request model and route per lab (the web bounds, which may
-be tighter so that a request stays within a few seconds). Nothing else repeats a default.
+be tighter so that a request stays within a few seconds; a training lab's, marked ``training``,
+are sized to a training run's budget instead, so the page runs it at the CLI's defaults).
+Nothing else repeats a default.
 
 A parameter's default is read from the lab function's own signature, so the library, the CLI
 and the web app cannot disagree about it; the web may name a smaller ``web_default`` where the
@@ -240,6 +242,9 @@ class LabSpec:
     plot: Callable[[Any], LabPlot]
     estimate: Callable[..., Estimate]
     progress: bool = True  # the lab takes progress=...
+    # A training lab: the web runs it at the CLI's defaults through the runs queue, within the
+    # budget of a training run rather than of a request (attnlab.web.runs).
+    training: bool = False
 
     def __post_init__(self):
         signature = inspect.signature(self.run)
@@ -280,7 +285,8 @@ class LabSpec:
         return dataclasses.replace(self.plot(result), words=list(result.summary()))
 
     def describe(self) -> dict:
-        """Name, title, summary and each web parameter's type, default and bounds (JSON)."""
+        """Name, title, summary, whether it trains, and each web parameter's type, default and
+        bounds (JSON)."""
         params = []
         for p in self.params:
             if not p.web:
@@ -291,7 +297,8 @@ class LabSpec:
                            "enum": list(p.choices) if p.choices else None,
                            "default": p.default_for(web=True), "min": low, "max": high,
                            "description": p.help})  # fmt: skip
-        return {"name": self.name, "title": self.title, "doc": self.summary, "params": params}
+        return {"name": self.name, "title": self.title, "doc": self.summary,
+                "training": self.training, "params": params}  # fmt: skip
 
 
 #: Every lab's seed: numpy takes any non-negative integer; the web keeps to 32 bits.

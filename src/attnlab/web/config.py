@@ -36,6 +36,9 @@ class StepperConfig(BaseModel):
     random_tokens: int = Field(description="Tokens of the page's random example.")
     random_width: int = Field(description="Width of the page's random example.")
     random_range: int = Field(description="Random entries are whole numbers in ±random_range.")
+    heatmap_columns: int = Field(
+        description="Presenting, a table wider than this is drawn as a labelled heatmap."
+    )
 
 
 class HistogramConfig(BaseModel):

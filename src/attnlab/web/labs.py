@@ -3,7 +3,9 @@
 The request model and the route of each lab are generated from its spec (attnlab.labs.LABS):
 the fields take the spec's web defaults and bounds, and a request whose estimated cost passes
 ``WEB_SECONDS`` or ``WEB_BYTES`` is refused with 422 naming the spec's budget field, so no
-request can allocate without bound or keep the server busy for long. The web bounds are sized
+request can allocate without bound or keep the server busy for long. The training labs are the
+exception: their bounds and budget are a training run's (``web/runs.py``), so a request with no
+parameters runs the CLI's defaults (tens of seconds); the page runs them as jobs instead. The web bounds are sized
 so that no combination of them passes the budget (tests/web/test_web_budget.py): a request the
 OpenAPI document allows is never refused by it, and the check stays as a second guard.
 
@@ -35,13 +37,14 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 from attnlab import exercises, labs
 from attnlab.kernels._threads import one_blas_thread
 from attnlab.labs import LabSpec, Param, jsonable
-from attnlab.labs._plotly import plotly_figure
+from attnlab.web.labview import shown
 from attnlab.web.models import FieldError
+from attnlab.web.runs import RUN_BYTES, RUN_SECONDS
 
 router = APIRouter(prefix="/api", tags=["labs and exercises"])
 
 WEB_SECONDS = 2.0  # a request's estimated run time, at most (a class waits no longer)
-WEB_BYTES = 256 << 20  # and its estimated memory
+WEB_BYTES = 256 << 20  # and its estimated memory (a training lab's: a run's, ``budget``)
 MAX_WAITING = 4  # lab requests queued behind the running one before 429
 
 Download = Literal["csv", "json"]
@@ -97,14 +100,20 @@ class _LabQuery(BaseModel):
     def _within_budget(self):
         spec = labs.LABS[self.lab]
         estimate = spec.cost(**self.params())
-        if estimate.seconds > WEB_SECONDS or estimate.bytes > WEB_BYTES:
+        seconds, size = budget(spec)
+        if estimate.seconds > seconds or estimate.bytes > size:
             raise FieldError(
                 spec.budget_field,
-                f"expected work of at most {WEB_SECONDS:g} s and {WEB_BYTES >> 20} MiB, but "
-                f"got an estimated {estimate} instead; lower it so the lab finishes in a few "
-                "seconds",
+                f"expected work of at most {seconds:g} s and {size >> 20} MiB, but "
+                f"got an estimated {estimate} instead; lower it so the lab finishes in time",
             )
         return self
+
+
+def budget(spec: LabSpec) -> tuple[float, int]:
+    """(seconds, bytes) a request of ``spec`` may be estimated at: a training lab's is a
+    training run's, so that its route answers at the CLI's defaults however long they take."""
+    return (RUN_SECONDS, RUN_BYTES) if spec.training else (WEB_SECONDS, WEB_BYTES)
 
 
 def _field(p: Param):
@@ -164,16 +173,7 @@ async def _run(name: str, query: _LabQuery):
         filename = f"attnlab-{name}-seed{query.seed}.{query.download}"
         disposition = f'attachment; filename="{filename}"'
         return Response(text(), media_type=media, headers={"Content-Disposition": disposition})
-    columns, rows = result.table()
-    return JSONResponse(
-        {
-            "lab": name,
-            "params": params,
-            "summary": list(result.summary()),
-            "table": {"columns": columns, "titles": spec.titles(columns), "rows": jsonable(rows)},
-            "plot": plotly_figure(spec.figure(result)),
-        }
-    )
+    return JSONResponse({"lab": name, "params": params, **shown(spec, result)})
 
 
 @router.get("/labs")

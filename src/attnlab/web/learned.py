@@ -237,6 +237,10 @@ def head_row(model, ids: list[int], layer: int, head: int, query: int) -> dict:
         "k": _exact(k),
         "v": _exact(v),
         "weights": _exact(weights),
+        # The stepper's row names: each 0-based position with its token (an id: the trained
+        # models' vocabularies have no text), as the learned view counts them.
+        "query_labels": [f"{query} #{ids[query]}"],
+        "key_labels": [f"{p} #{ids[p]}" for p in range(query + 1)],
     }
 
 

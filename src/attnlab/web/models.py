@@ -30,6 +30,7 @@ SEED_MAX = 2**32 - 1
 Number = Annotated[
     float, Field(strict=True, allow_inf_nan=False, ge=-stepper.MAX_ABS, le=stepper.MAX_ABS)
 ]
+Label = Annotated[str, Field(min_length=1, max_length=stepper.MAX_LABEL)]
 Row = Annotated[list[Number], Field(min_length=1, max_length=stepper.MAX_WIDTH)]
 MatrixIn = Annotated[list[Row], Field(min_length=1, max_length=stepper.MAX_TOKENS)]
 # strict: a JSON integer only (true is refused, not read as 1); in the bodies, true and false are
@@ -69,6 +70,20 @@ class TraceRequest(BaseModel):
         description="The backward steps' upstream gradient dO, N × d_v like the output; "
         "null: all ones.",
     )
+    softcap: Annotated[float, Field(gt=0, le=1e4, allow_inf_nan=False)] | None = Field(
+        None, description="A capped head's c (Gemma 2): a step c · tanh(s / c) after scaling."
+    )
+    sink: Annotated[float, Field(ge=-1000, le=1000, allow_inf_nan=False)] | None = Field(
+        None, description="A head's sink logit (gpt-oss): it joins every row's divisor."
+    )
+    query_labels: list[Label] | None = Field(
+        None, max_length=stepper.MAX_TOKENS,
+        description="A head's names for its query rows (0-based position and token).",
+    )  # fmt: skip
+    key_labels: list[Label] | None = Field(
+        None, max_length=stepper.MAX_TOKENS,
+        description="A head's names for its key rows (0-based position and token).",
+    )  # fmt: skip
 
     @field_validator("q", "k", "v", "grad_output", mode="before")
     @classmethod

@@ -109,6 +109,7 @@ def first_requests(cfg: dict) -> list[tuple[str, str, Any]]:
     trace = {
         **{name: example[name] for name in ("q", "k", "v")},
         **{"causal": True, "scaled": True, "blocked": [], "grad_output": None},
+        **{"softcap": None, "sink": None, "query_labels": None, "key_labels": None},
     }
     gets = ["/api/config", "/api/equation", "/api/multihead", "/api/labs", "/api/exercises"]
     gets.append(f"/api/histogram?d_k={cfg['histogram']['d_k_default']}&scaled=false")

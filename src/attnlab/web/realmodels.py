@@ -8,7 +8,8 @@
                                to 4 places and its head scores (attnlab.models.heads)
     GET /api/models/head       one head's row for one query, as the stepper takes it: q (1, d),
                                k and v of the keys the model's mask lets that query see, the
-                               scale, and the weights ``run.trace`` gives for that row
+                               scale, the softcap and sink of that head (null where the layer
+                               has none), and the weights ``run.trace`` gives for that row
 
 Shape legend: L layers, h heads, N tokens, M keys one query sees, d a head's width.
 
@@ -201,6 +202,22 @@ def _pieces(model, ids) -> list[str]:
     return [model.detokenize([i]) for i in ids]
 
 
+# What a token's text hides: a leading space (a word's start in GPT-2's pieces) and the control
+# characters a label would swallow, each shown by a visible mark.
+_VISIBLE = str.maketrans({" ": "␣", "\n": "⏎", "\t": "⇥", "\r": "␍"})
+
+
+def visible(piece: str) -> str:
+    """A token's text with its spaces and line breaks visible ("␣cat", "⏎"); "∅" if empty."""
+    return piece.translate(_VISIBLE) or "∅"
+
+
+def position_label(position: int, piece: str) -> str:
+    """A stepper row's name for a token: its 0-based position and its visible text, cut to
+    the stepper's label length."""
+    return f"{position} {visible(piece)}"[: stepper.MAX_LABEL]
+
+
 def _encoded(content: dict, packed: bool) -> Response:
     """``content`` as JSON, compressed (fast) when the client takes gzip. Done here, on the
     worker thread: for GPT-2's 144 heads at 64 tokens (3.2 MB of JSON) FastAPI's own encoder
@@ -281,9 +298,6 @@ def _head(shelf: Shelf, entry: Entry, text, ids, layer: int, head: int, query: i
         if value >= size:
             raise FieldError(name, f"expected {name} from 0 to {size - 1}, but got {value}")
     call = run.layers[layer]
-    if call.softcap is not None or call.sinks is not None:
-        raise FieldError("layer", f"expected a layer the stepper can replay, but layer {layer}'s "
-                         f"attention is '{call.kind}', which the stepper has no step for")  # fmt: skip
     width = call.q.shape[-1]
     if width > stepper.MAX_WIDTH:
         raise FieldError("head", f"expected heads at most {stepper.MAX_WIDTH} wide (the stepper's "
@@ -296,6 +310,7 @@ def _head(shelf: Shelf, entry: Entry, text, ids, layer: int, head: int, query: i
                          f"position below {stepper.MAX_TOKENS}")  # fmt: skip
     scale = float(trace.scale)
     plain = bool(np.isclose(scale, 1 / np.sqrt(width), rtol=1e-6))
+    pieces = _pieces(entry.model, tokens)
     # The stepper scales by 1/√d or by 1: another factor goes into q, so q kᵀ is the scaled score.
     q = trace.q.astype(float) * (1.0 if plain else scale)  # (1, d)
     return {
@@ -311,4 +326,10 @@ def _head(shelf: Shelf, entry: Entry, text, ids, layer: int, head: int, query: i
         "k": trace.k[seen].astype(float).tolist(),  # (M, d): the keys this query may see
         "v": trace.v[seen].astype(float).tolist(),  # (M, d)
         "weights": trace.weights[0, seen].astype(float).tolist(),  # (M,)
+        # The variants the stepper steps through: Gemma 2's cap and gpt-oss's sink of this head.
+        "softcap": None if call.softcap is None else float(call.softcap),
+        "sink": None if call.sinks is None else float(call.sinks[head]),
+        # The stepper's row names: 0-based positions, as the model view and the CLI count.
+        "query_labels": [position_label(query, pieces[query])],
+        "key_labels": [position_label(int(p), pieces[p]) for p in seen],
     }

@@ -2,13 +2,14 @@
 
     POST   /api/runs          {"lab": NAME, "params": {...}} -> 202 {"id", "state", "position"}
     GET    /api/runs/{id}     {"id", "lab", "params", "state", "position", "step", "steps",
-                               "losses", "error", "summary", "result"}; ``since=K`` sends only
+                               "losses", "error", "summary", "result", "shown" (the Labs
+                               panel's summary, table, plot and claim)}; ``since=K`` sends only
                                losses[K:] (the page asks for what it has not drawn yet)
     DELETE /api/runs/{id}     cancels: a queued run leaves the queue, a running one stops at its
                               next training step (well under a second) and is answered
                               "cancelled" at once
 
-NAME is one of the training labs (``TRAINING``). Its parameters are checked against the lab's
+NAME is one of the training labs (``TRAINING``: the specs marked ``training``). Its parameters are checked against the lab's
 spec with the CLI's bounds (a run may go past the explorer's request bounds: that is what it is
 for), then the lab's own estimate must stay within ``RUN_SECONDS`` and ``RUN_BYTES``, the CLI's
 limit for a run without ``--yes``; a refusal is HTTP 422 naming the parameter.
@@ -47,6 +48,7 @@ from attnlab.kernels._threads import one_blas_thread
 from attnlab.labs import LabSpec, Param, jsonable
 from attnlab.labs._training import watching
 from attnlab.web.errors import unprocessable
+from attnlab.web.labview import shown
 from attnlab.web.models import FieldError
 
 __all__ = [
@@ -63,7 +65,7 @@ __all__ = [
 router = APIRouter(prefix="/api", tags=["training runs"])
 log = logging.getLogger(__name__)
 
-TRAINING = ("train-induction", "train-scaling", "train-positions")
+TRAINING = tuple(name for name, spec in labs.LABS.items() if spec.training)
 RUN_SECONDS = 60.0  # the CLI's limit for a run without --yes
 RUN_BYTES = 1 << 30  # estimated peak memory of one run
 MAX_WAITING = 4  # runs queued behind the running one before 429
@@ -88,6 +90,7 @@ class Run:
         self.seconds = seconds  # estimated
         self.losses: list[float] = []
         self.result: dict | None = None
+        self.shown: dict | None = None  # summary, table, plot and claim, as the Labs panel shows
         self.summary: list[str] = []
         self.error: str | None = None
         self.model = None  # a trained train-induction model, for the learned view
@@ -100,7 +103,7 @@ class Run:
                "error": self.error, "learned": self.model is not None}  # fmt: skip
         if full:
             out |= {"since": since, "losses": self.losses[since:], "summary": self.summary,
-                    "result": self.result}  # fmt: skip
+                    "result": self.result, "shown": self.shown}  # fmt: skip
         return out
 
 
@@ -227,6 +230,7 @@ class Runs:
                 run.model = None
                 return
             run.result, run.summary = jsonable(result.as_dict()), list(result.summary())
+            run.shown = shown(spec, result)
             run.state = "done"
             self._forget()
 

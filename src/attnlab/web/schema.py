@@ -88,17 +88,17 @@ def _add_budget(operation: dict, path: str) -> None:
     """A lab's work budget, in the document: each field's bounds cannot say it, since the
     estimate multiplies several fields (trials x keys x d_k, say)."""
     from attnlab.labs import LABS
-    from attnlab.web.labs import WEB_BYTES, WEB_SECONDS
+    from attnlab.web.labs import budget
 
     name = path.removeprefix(LAB_PREFIX + "/")
     if not path.startswith(LAB_PREFIX + "/") or name not in LABS:
         return
     field = LABS[name].budget_field
-    budget = {"seconds": WEB_SECONDS, "bytes": WEB_BYTES, "field": field}
-    operation["x-work-budget"] = budget
+    seconds, size = budget(LABS[name])
+    operation["x-work-budget"] = {"seconds": seconds, "bytes": size, "field": field}
     words = (
-        f"Work budget: the run's estimated time at most {WEB_SECONDS:g} s and memory at most "
-        f"{WEB_BYTES >> 20} MiB, from all the fields together; a request over it is refused "
+        f"Work budget: the run's estimated time at most {seconds:g} s and memory at most "
+        f"{size >> 20} MiB, from all the fields together; a request over it is refused "
         f"with 422 naming '{field}'."
     )
     operation["description"] = f"{operation.get('description', '')}\n\n{words}".strip()

@@ -34,6 +34,10 @@ __all__ = ["router", "shell_html", "snapshot_html", "state_requests"]
 router = APIRouter(tags=["snapshot"])
 STATIC = Path(__file__).parent / "static"
 
+# The stepper's request fields a typed or example input leaves off (js/stepper.js's PLAIN): a
+# head's softcap and sink, and its rows' names.
+PLAIN = {"softcap": None, "sink": None, "query_labels": None, "key_labels": None}
+
 _FROM = re.compile(r"""(\bfrom\s*|\bimport\s*\(\s*|^\s*import\s+)(["'])\./([\w.-]+\.js)\2""", re.M)
 _STYLE = re.compile(r'<link rel="stylesheet" href="/static/([\w.-]+\.css)">')
 _MAIN = '<script type="module" src="/static/js/main.js"></script>'
@@ -136,7 +140,7 @@ def state_requests(query: str, cfg: dict) -> list[tuple[str, str, Any]]:
             **{n: _matrix(q.get(f"stepper.{n}")) or example[n] for n in ("q", "k", "v")},
             "causal": q.get("stepper.causal") != "0", "scaled": q.get("stepper.scaled") != "0",
             "blocked": _blocked(q.get("stepper.blocked", "")),
-            "grad_output": _matrix(q.get("stepper.do"))}))  # fmt: skip
+            "grad_output": _matrix(q.get("stepper.do")), **PLAIN}))  # fmt: skip
     dk = q.get("hist.dk", str(cfg["histogram"]["d_k_default"]))
     out.append(("GET", f"/api/histogram?{urlencode({'d_k': dk, 'scaled': 'true' if q.get('hist.scaled') == '1' else 'false'})}", None))  # fmt: skip
     if any(k in q for k in ("perm.order", "perm.pos", "perm.words")):
@@ -167,8 +171,10 @@ async def snapshot_html(app, root: Path, query: str) -> str:
             continue  # the page asks, and the saved file says that this needs the server
         answers.append({"method": method, "path": path, "body": body, "answer": answer})
         if "/learned/head?" in path:  # the stepper then traces that head's q, k, v (any model)
+            # As js/stepper.js's openLearned asks it: the head's variants and row names too.
             trace = {"q": answer["q"], "k": answer["k"], "v": answer["v"], "causal": False,
-                     "scaled": answer["scaled"], "blocked": [], "grad_output": None}  # fmt: skip
+                     "scaled": answer["scaled"], "blocked": [], "grad_output": None,
+                     **{k: answer.get(k) for k in PLAIN}}  # fmt: skip
             status, traced = await pagefiles._ask(app, "POST", "/api/trace", trace)
             if status == 200:
                 answers.append({"method": "POST", "path": "/api/trace", "body": trace,

@@ -238,15 +238,37 @@ export function plot(node, data, layout, config = {}) {
   return drawn;
 }
 
+// Plotly never wraps a title: a lab's title and its one-line summary (the <sup> part) ran off a
+// narrow chart. Wrapped here at words, by the chart's width; extra = lines added.
+function wrapTitle(text, width, size) {
+  const lines = (words, chars) => words.split(" ").reduce((out, word) => {
+    const last = out.at(-1);
+    if (last !== undefined && last.length + word.length < chars) out[out.length - 1] = `${last} ${word}`;
+    else out.push(word);
+    return out;
+  }, []);
+  const [head, sub = ""] = text.split("<br><sup>");
+  const top = lines(head, Math.max(12, Math.floor(width / (size * 0.55))));
+  const below = sub ? lines(sub.replace("</sup>", ""), Math.max(12, Math.floor(width / (size * 0.42)))) : [];
+  const joined = top.join("<br>") + (below.length ? `<br><sup>${below.join("<br>")}</sup>` : "");
+  return { text: joined, extra: top.length - 1 + Math.max(0, below.length - 1) };
+}
+
 function draw(Plotly, node, data, layout, config) {
   const big = Boolean(node.closest(".presenting"));
   // Presenting: type and plot height follow the screen's height (20 px type and a 62% high plot
   // at 1080 px), so the chart sits on the first screen of a 720 px projector too.
   const size = big ? Math.max(14, Math.round(window.innerHeight / 54)) : 13;
-  const title = layout.title ? { x: 0.01, xanchor: "left", ...layout.title, font: { size: big ? size + 4 : 14 } } : undefined;
-  const sized = big && layout.height ? { height: Math.round(Math.min(layout.height * 1.6, window.innerHeight * 0.62)) } : {};
+  const titleSize = big ? size + 4 : 14;
+  const wrapped = layout.title ? wrapTitle(layout.title.text, node.clientWidth || 600, titleSize) : null;
+  const title = layout.title ? { x: 0.01, xanchor: "left", ...layout.title, text: wrapped.text, font: { size: titleSize } } : undefined;
+  // Each extra line of title takes room above the plot, and the figure grows by as much, so the
+  // plot keeps its height and the y axis's title stays clear of the chart's title.
+  const extra = wrapped ? Math.round(wrapped.extra * titleSize * 1.4) : 0;
+  const sized = big && layout.height ? { height: Math.round(Math.min(layout.height * 1.6, window.innerHeight * 0.62)) + extra }
+    : layout.height ? { height: layout.height + extra } : {};
   const drawn = Plotly.react(node, data, {
-    margin: big ? { t: 3 * size, r: 20, b: 4 * size, l: 5 * size } : { t: 40, r: 10, b: 45, l: 55 },
+    margin: big ? { t: 3 * size + extra, r: 20, b: 4 * size, l: 5 * size } : { t: 40 + extra, r: 10, b: 45, l: 55 },
     font: { family: "system-ui, sans-serif", size },
     paper_bgcolor: "rgba(0,0,0,0)",
     plot_bgcolor: "rgba(0,0,0,0)",

@@ -1,10 +1,29 @@
-// Labs: run any lab of attnlab.labs with its parameters and seed (GET /api/labs/NAME).
+// Labs: run any lab of attnlab.labs with its parameters and seed (GET /api/labs/NAME). A
+// training lab (tens of seconds at the CLI's defaults) runs as a job instead, on the server's
+// runs queue (POST /api/runs), with a progress bar and Stop; either way the result comes with
+// its claim, and a run that falls short of the claim says so beside it.
 import { api, clearError, el, fmt, plot, showError } from "./common.js";
 
 const root = document.getElementById("labs");
 const $ = (sel) => root.querySelector(sel);
 let catalogue = [];
 let current = null;
+let job = null; // { id, lab } of the training run in progress
+let timer = null;
+const FINISHED = ["done", "failed", "cancelled"];
+
+// The form's values as typed JSON for a run (the runs route takes numbers, not strings).
+function values(lab) {
+  const out = {};
+  for (const p of lab.params) {
+    const input = $(`#lab-param-${p.name}`);
+    if (!input) continue;
+    const text = input.value.trim();
+    const number = (x) => (p.type === "string" || p.enum ? x : Number(x));
+    out[p.name] = p.type === "list" ? text.split(/[\s,]+/).filter(Boolean).map(Number) : number(text);
+  }
+  return out;
+}
 
 function query(lab, extra = {}) {
   const params = new URLSearchParams();
@@ -38,6 +57,10 @@ function input(p) {
 }
 
 function select(name, focus = false) {
+  if (job) { // a lab left while training: its run stops, as Stop would
+    api(`/api/runs/${job.id}`, { method: "DELETE" }).catch(() => {});
+    endJob();
+  }
   current = catalogue.find((lab) => lab.name === name);
   root.querySelectorAll("#lab-tabs [role='tab']").forEach((tab) => {
     const on = tab.dataset.lab === name;
@@ -50,7 +73,9 @@ function select(name, focus = false) {
   if (window.Plotly) window.Plotly.purge($("#lab-plot"));
   $("#lab-plot").replaceChildren();
   $("#lab-table-box").replaceChildren();
+  $("#lab-table-box").removeAttribute("tabindex"); // no Tab stop on an empty box
   $("#lab-status").textContent = "";
+  $("#lab-claim").hidden = true;
   clearError($("#lab-error"));
   delete root.dataset.lab;
   const form = $("#lab-form");
@@ -84,27 +109,108 @@ function drawTable(table) {
     el("caption", {}, "Every number the lab measured"),
     el("thead", {}, el("tr", {}, table.columns.map((c, i) => el("th", { scope: "col", title: c, "data-column": c, text: table.titles[i] })))),
     el("tbody", {}, table.rows.map((row) => el("tr", {}, row.map((x) => el("td", { "data-value": String(x), title: String(x), text: cell(x) })))))));
+  $("#lab-table-box").tabIndex = 0; // it scrolls sideways: reachable by keyboard once it has a table
+}
+
+// The result as the server built it (web/labview.py): plot, table, words, and the claim's verdict.
+function show(lab, result) {
+  clearError($("#lab-error"));
+  showFigure(result.plot);
+  drawTable(result.table);
+  $("#lab-words").replaceChildren(...result.summary.map((line) => el("span", { text: `${line} ` })));
+  const claim = result.claim;
+  const box = $("#lab-claim");
+  box.hidden = !claim;
+  if (claim) {
+    box.dataset.held = String(claim.held);
+    box.replaceChildren(el("strong", { text: claim.held ? "Shows the claim: " : "Falls short of the claim: " }),
+      el("span", { text: `${claim.claim} ` }), el("span", { class: "why", text: `This run: ${claim.why}.` }));
+  }
+  $("#lab-status").textContent = claim
+    ? `${lab.title}: ${claim.held ? "the run shows the claim" : "the run falls short of the claim (see below)"}.`
+    : `${lab.title}: done.`;
+  root.dataset.lab = lab.name;
+}
+
+function progress(body) {
+  $("#lab-progress").max = body.steps || 1;
+  $("#lab-progress").value = body.step;
+  const where = body.state === "queued" ? `queued, place ${body.position} in line` : body.state;
+  $("#lab-status").textContent = `${current.title}: step ${body.step} of ${body.steps}, ${where}`;
+  root.dataset.job = body.state;
+}
+
+function endJob() {
+  clearTimeout(timer);
+  job = null;
+  $("#lab-run").disabled = false;
+  $("#lab-job").hidden = true;
+}
+
+async function poll() {
+  if (!job) return;
+  const mine = job;
+  let body;
+  try {
+    body = await api(`/api/runs/${mine.id}?since=10000000`); // the bar needs no losses
+  } catch (err) {
+    showError($("#lab-error"), err);
+    endJob();
+    return;
+  }
+  if (job !== mine) return; // another lab was picked meanwhile
+  progress(body);
+  if (!FINISHED.includes(body.state)) {
+    timer = setTimeout(poll, 300);
+    return;
+  }
+  const lab = catalogue.find((l) => l.name === body.lab);
+  endJob();
+  if (body.state === "done") show(lab, body.shown);
+  else if (body.state === "failed") showError($("#lab-error"), new Error(body.error));
+  else $("#lab-status").textContent = `${lab.title}: stopped at step ${body.step} of ${body.steps}; no result.`;
+}
+
+async function startJob(lab) {
+  const made = await api("/api/runs", { method: "POST", body: { lab: lab.name, params: values(lab) } });
+  job = { id: made.id, lab: lab.name };
+  $("#lab-job").hidden = false;
+  $("#lab-progress").value = 0;
+  $("#lab-stop").focus();
+  poll();
+}
+
+async function stopJob() {
+  if (!job) return;
+  try {
+    progress(await api(`/api/runs/${job.id}`, { method: "DELETE" }));
+    const lab = current;
+    endJob();
+    $("#lab-status").textContent = `${lab.title}: stopped; no result.`;
+    $("#lab-run").focus();
+  } catch (err) {
+    showError($("#lab-error"), err);
+  }
 }
 
 async function run(event) {
   event.preventDefault();
   const lab = current;
   $("#lab-status").textContent = `Running ${lab.title}…`;
+  $("#lab-claim").hidden = true;
   $("#lab-run").disabled = true;
+  delete root.dataset.lab;
   try {
-    const result = await api(`/api/labs/${lab.name}?${query(lab)}`);
-    clearError($("#lab-error"));
-    showFigure(result.plot);
-    drawTable(result.table);
-    $("#lab-words").replaceChildren(...result.summary.map((line) => el("span", { text: `${line} ` })));
-    $("#lab-status").textContent = `${lab.title}: done.`;
-    root.dataset.lab = lab.name;
+    if (lab.training) {
+      await startJob(lab); // the button comes back when the job ends
+      return;
+    }
+    show(lab, await api(`/api/labs/${lab.name}?${query(lab)}`));
   } catch (err) {
     showError($("#lab-error"), err);
     $("#lab-status").textContent = "";
-  } finally {
-    $("#lab-run").disabled = false;
   }
+  if (!job) $("#lab-run").disabled = false;
 }
 
 function onTabKey(event) {
@@ -124,5 +230,6 @@ export async function init() {
     onclick: () => select(lab.name), onkeydown: onTabKey,
   }, lab.title)));
   $("#lab-form").addEventListener("submit", run);
+  $("#lab-stop").addEventListener("click", stopJob);
   select(catalogue[0].name);
 }

@@ -3,6 +3,7 @@ import { chartsDrawn, chartsWanted, config, fillConfig, loadPlotly, setDigits } 
 import * as equation from "./equation.js";
 import { onUrlChange, readUrl, redrawAll, writeUrl } from "./state.js";
 import * as stepper from "./stepper.js";
+import "./print.js"; // the folds open for a printed handout
 
 // The digits every number shows (digits= in the URL, 4 when absent), set before any figure draws.
 const digitsBox = document.querySelector("#digits");

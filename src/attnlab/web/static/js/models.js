@@ -4,7 +4,8 @@
 // shows only when GET /api/models lists a model; while one loads, its progress is polled.
 // URL: mh.model (its name), mh.text or mh.ids, mh.kind (the score shown), mh.layer, mh.head,
 // mh.query (a position, counted from 0 as the model counts).
-import { api, clearError, el, fmt, showError } from "./common.js";
+import { api, clearError, config, el, fmt, matrixTable, showError } from "./common.js";
+import { heatTables } from "./heatmap.js";
 import { readUrl, writeUrl } from "./state.js";
 import { openLearned } from "./stepper.js";
 
@@ -98,6 +99,22 @@ function summary() {
   const top = row.indexOf(Math.max(...row));
   $("#model-pick-note").textContent = `Layer ${pick.layer}, head ${pick.head}, query at position ${label(pick.query)}: ` +
     `its largest weight, ${fmt(row[top])}, is on position ${label(top)}.`;
+  pickMap();
+}
+
+// A token as a row or column name: its 0-based position and its text, spaces made visible.
+const named = (i) => `${i} ${(data.tokens[i] || "∅").replace(/ /g, "␣").replace(/\n/g, "⏎").replace(/\t/g, "⇥")}`;
+
+// The picked head's weights with its tokens on both axes: queries down, keys across. Wider than
+// the config's heatmap_columns it is shaded as a heatmap (each cell's number its title), else its
+// numbers show.
+function pickMap() {
+  const names = data.tokens.map((_, i) => named(i));
+  const table = matrixTable({ caption: `Layer ${pick.layer}, head ${pick.head}: each query's weights on the keys`,
+    rows: names, cols: names, values: data.weights[pick.layer][pick.head] });
+  table.querySelectorAll(`tbody tr:nth-child(${pick.query + 1}) th`).forEach((th) => th.classList.add("picked-row"));
+  $("#model-pick-map").replaceChildren(table);
+  config().then((c) => heatTables($("#model-pick-map"), true, c.stepper.heatmap_columns));
 }
 
 // The picked head as BertViz's head view draws it: tokens twice, queries left and keys right, a

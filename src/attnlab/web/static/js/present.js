@@ -5,7 +5,9 @@ let current = null;
 
 // The part of each presented figure that grows or shrinks to fill the screen: its font size,
 // which its tables and squares are sized by (em). Other figures keep the CSS's sizes.
-const FIT = { "figure-attention-stepper": "#stepper-tables", "figure-multi-head": "#mh-learned:not([hidden]) #learned-layers" };
+// The stepper's whole stage grows: its title, formula, words and the tables' headers and token
+// labels scale with the values, not the values alone.
+const FIT = { "figure-attention-stepper": ".stage", "figure-multi-head": "#mh-learned:not([hidden]) #learned-layers" };
 // The range of font sizes tried, as shares of the CSS's: at most 2.4 times (a 3-token table is
 // not a poster), at least a quarter (an 8 x 32 table still fits 1280 x 720).
 const SCALE = { shrink: 0.25, grow: 2.4 };

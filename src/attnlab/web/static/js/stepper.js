@@ -4,6 +4,8 @@
 // stale, with the refusal named, until an accepted input replaces it.
 import { api, clearError, config, digitsShown, el, fmt, formatNumber, grouped, isMasked, matrixTable, showError } from "./common.js";
 import { figureTools } from "./export.js";
+import { heatTables } from "./heatmap.js";
+import { player } from "./play.js";
 import { isPresenting } from "./present.js";
 import { listFromUrl, matrixFromUrl, matrixToUrl, onUrlChange, readUrl, writeUrl } from "./state.js";
 import { checkEntry, makeEditable, parseMatrix, toText } from "./stepper-input.js";
@@ -16,9 +18,18 @@ const root = document.getElementById("figure-attention-stepper");
 const $ = (sel) => root.querySelector(sel);
 // The accepted input (what the figure shows), where the reader is, and the server's answer.
 // grad_output: the upstream gradient dO of the backward steps; null means all ones.
-const state = { q: [], k: [], v: [], causal: true, scaled: true, blocked: [], grad_output: null, step: 0, sel: { i: 1, j: 0 }, fig: null };
+// softcap, sink: a real model's head's cap (Gemma 2) and sink logit (gpt-oss); null for none.
+// query_labels, key_labels: a real or learned head's row names (0-based position and token).
+const state = { q: [], k: [], v: [], causal: true, scaled: true, blocked: [], grad_output: null, softcap: null, sink: null, query_labels: null, key_labels: null, step: 0, sel: { i: 1, j: 0 }, fig: null };
+// The variants and a head's labels off: the chapter's example, typed or random input.
+const PLAIN = { softcap: null, sink: null, query_labels: null, key_labels: null };
 
 const sub = (n) => String(n + 1);
+// A query's and a key's name in the words below the tables: a head's own label (its 0-based
+// position and token) where it has one, else the chapter's "query 1", "key 2".
+const qname = (i) => (state.fig?.tables.q.rows[i] && state.query_labels ? `query ${state.fig.tables.q.rows[i]}` : `query ${sub(i)}`);
+const rname = (i) => (state.query_labels ? `row ${state.fig.tables.q.rows[i]}` : `row ${sub(i)}`);
+const kname = (j) => (state.key_labels ? `key ${state.fig.tables.k.rows[j]}` : `key ${sub(j)}`);
 const NAMES = { q: "Q", k: "K", v: "V", grad_output: "dO" };
 // The steps of the pass (name, phase, what a row is), from GET /api/config's stages.
 const stageOf = (name) => stages.find((s) => s.name === name);
@@ -125,18 +136,25 @@ function detail(step, i, j) {
   const k = T.k.values[j];
   switch (step.result) {
     case "scores":
-      return `score of query ${sub(i)} and key ${sub(j)}: q${sub(i)} · k${sub(j)} = ${q.map((x, d) => `(${fmt(x)})(${fmt(k[d])})`).join(" + ")} = ${fmt(T.scores.values[i][j])}`;
+      return `score of ${qname(i)} and ${kname(j)}: q${sub(i)} · k${sub(j)} = ${q.map((x, d) => `(${fmt(x)})(${fmt(k[d])})`).join(" + ")} = ${fmt(T.scores.values[i][j])}`;
     case "scaled":
       return `${fmt(T.scores.values[i][j])} × ${fmt(fig.scale)} = ${fmt(T.scaled.values[i][j])}`;
+    case "capped":
+      return `${fmt(fig.softcap)} · tanh(${fmt(T.scaled.values[i][j])} / ${fmt(fig.softcap)}) = ${fmt(T.capped.values[i][j])}: never past ±${fmt(fig.softcap)}`;
     case "masked": {
       const m = T.mask.values[i][j];
-      const why = isMasked(m) ? (fig.causal && j > i ? `: key ${sub(j)} comes after query ${sub(i)}` : ": blocked by hand") : "";
-      return `${fmt(T.scaled.values[i][j])} + ${isMasked(m) ? "(-inf)" : "0"} = ${fmt(T.masked.values[i][j])}${why}`;
+      const why = isMasked(m) ? (fig.causal && j > i ? `: ${kname(j)} comes after ${qname(i)}` : ": blocked by hand") : "";
+      const before = (T.capped ?? T.scaled).values[i][j];
+      return `${fmt(before)} + ${isMasked(m) ? "(-inf)" : "0"} = ${fmt(T.masked.values[i][j])}${why}`;
     }
     case "weights":
-      return `softmax of row ${sub(i)}, [${T.masked.values[i].map((x) => fmt(x)).join(", ")}], gives [${T.weights.values[i].map((x) => fmt(x)).join(", ")}]: the weights add up to 1.`;
+      if (T.sink) {
+        const share = T.sink.values[i][1];
+        return `softmax of ${rname(i)}, [${T.masked.values[i].map((x) => fmt(x)).join(", ")}] with the sink ${fmt(fig.sink)} in the divisor, gives [${T.weights.values[i].map((x) => fmt(x)).join(", ")}]: the weights add up to 1 − ${fmt(share)}, the sink's share.`;
+      }
+      return `softmax of ${rname(i)}, [${T.masked.values[i].map((x) => fmt(x)).join(", ")}], gives [${T.weights.values[i].map((x) => fmt(x)).join(", ")}]: the weights add up to 1.`;
     case "output":
-      return `output ${sub(i)}, feature ${sub(j)}: weights of query ${sub(i)} times column ${sub(j)} of V = ${T.weights.values[i].map((a, m) => `(${fmt(a)})(${fmt(T.v.values[m][j])})`).join(" + ")} = ${fmt(T.output.values[i][j])}`;
+      return `output ${sub(i)}, feature ${sub(j)}: weights of ${qname(i)} times column ${sub(j)} of V = ${T.weights.values[i].map((a, m) => `(${fmt(a)})(${fmt(T.v.values[m][j])})`).join(" + ")} = ${fmt(T.output.values[i][j])}`;
     default:
       return "";
   }
@@ -210,11 +228,14 @@ function working() {
     if (!row) return el("li", { "data-row": i }, `Row ${sub(i)}: no allowed key, so no weights.`);
     const shift = row.shift ? ` − ${fmt(row.shift)}` : "";
     const d = divisionDigits(row);
-    const exps = T.masked.values[i].map((x, j) => (isMasked(x) ? "e^(−∞) = 0" : `e^(${fmt(x)}${shift}) = ${formatNumber(row.exps[j], d)}`)).join(", ");
-    const divs = row.exps.map((e, j) => (e === null ? null : `${formatNumber(e, d)} / ${formatNumber(row.total, d)} = ${fmt(row.weights[j])}`)).filter(Boolean).join(", ");
+    const sunk = state.fig.sink !== null && state.fig.sink !== undefined; // the last entry is the sink's
+    const keys = T.masked.values[i].length;
+    const sinkExp = sunk ? `, sink: e^(${fmt(state.fig.sink)}${shift}) = ${formatNumber(row.exps[keys], d)}` : "";
+    const exps = T.masked.values[i].map((x, j) => (isMasked(x) ? "e^(−∞) = 0" : `e^(${fmt(x)}${shift}) = ${formatNumber(row.exps[j], d)}`)).join(", ") + sinkExp;
+    const divs = row.exps.map((e, j) => (e === null ? null : `${sunk && j === keys ? "sink's share " : ""}${formatNumber(e, d)} / ${formatNumber(row.total, d)} = ${fmt(row.weights[j])}`)).filter(Boolean).join(", ");
     const gap = row.gap === null ? "" : ` Gap between the top two scores: ${fmt(row.gap)}, so the top key gets e^${fmt(row.gap)} ≈ ${row.gap_ratio === null ? "more than 10^300" : Math.round(row.gap_ratio) >= 1e3 ? grouped(row.gap_ratio) : fmt(row.gap_ratio)} times the weight of the next.`;
     return el("li", { "data-row": i, "data-total": String(row.total), "data-gap-ratio": String(row.gap_ratio) },
-      el("strong", { text: `Row ${sub(i)}: ` }), `${exps}; sum = ${formatNumber(row.total, d)}; ${divs}.${gap}`);
+      el("strong", { text: `${rname(i).replace("row", "Row")}: ` }), `${exps}; sum = ${formatNumber(row.total, d)}; ${divs}.${gap}`);
   });
 }
 
@@ -251,6 +272,7 @@ function render(focusGrid = false) {
   $("#stepper-causal").checked = state.causal;
   $("#stepper-scaled").checked = state.scaled;
   root.dataset.step = step.id;
+  heatTables($("#stepper-tables"), isPresenting(root), cfg.heatmap_columns); // wide, presented: a heatmap
   highlight(state.sel.i, state.sel.j, true);
   if (focusGrid) $("#stepper-tables .step-result td[tabindex='0']")?.focus();
 }
@@ -306,7 +328,9 @@ function onGridKey(event) {
   select(Math.max(0, Math.min(rows - 1, state.sel.i + di)), Math.max(0, Math.min(cols - 1, state.sel.j + dj)), true);
 }
 
-function go(n, focusButton = false) {
+let play = null; // Play/Pause (js/play.js), made in init
+function go(n, focusButton = false, byPlay = false) {
+  if (!byPlay) play?.stop(); // a step taken by hand ends the play
   const next = Math.max(0, Math.min(state.fig.steps.length - 1, n));
   if (next === state.step) return;
   state.step = next;
@@ -353,6 +377,7 @@ function fromUrl() {
       scaled: readUrl("stepper.scaled") !== "0",
       blocked,
       grad_output: matrixFromUrl(readUrl("stepper.do")) ?? null,
+      ...PLAIN,
     },
     step: readUrl("stepper.step"),
     sel: cell.length === 2 && cell.every((x) => Number.isInteger(x) && x >= 0) ? { i: cell[0], j: cell[1] } : { i: 1, j: 0 },
@@ -360,7 +385,7 @@ function fromUrl() {
 }
 
 // -- asking the server ------------------------------------------------------------------------
-const inputs = () => ({ q: state.q, k: state.k, v: state.v, causal: state.causal, scaled: state.scaled, blocked: state.blocked, grad_output: state.grad_output });
+const inputs = () => ({ q: state.q, k: state.k, v: state.v, causal: state.causal, scaled: state.scaled, blocked: state.blocked, grad_output: state.grad_output, softcap: state.softcap, sink: state.sink, query_labels: state.query_labels, key_labels: state.key_labels });
 
 // Only the latest request's answer is drawn: the worked example's comes at once, from the page
 // itself, and may overtake an earlier one still with the server (Back twice, quickly).
@@ -428,14 +453,16 @@ async function apply(event) {
     refused(err);
     return;
   }
-  await submit({ ...inputs(), ...next, blocked: [], grad_output: null });
+  // A head's row names stay while its rows do; other shapes are plain rows again.
+  const kept = next.q.length === state.q.length && next.k.length === state.k.length;
+  await submit({ ...inputs(), ...next, blocked: [], grad_output: null, ...(kept ? {} : { query_labels: null, key_labels: null }) });
 }
 
 function randomExample() {
   const { random_tokens: n, random_width: d, random_range: r } = cfg;
   const entry = () => Math.floor(Math.random() * (2 * r + 1)) - r; // a whole number in -r..r
   const draw = () => Array.from({ length: n }, () => Array.from({ length: d }, entry));
-  submit({ ...inputs(), q: draw(), k: draw(), v: draw(), blocked: [], grad_output: null }).then(fillEditors);
+  submit({ ...inputs(), q: draw(), k: draw(), v: draw(), blocked: [], grad_output: null, ...PLAIN }).then(fillEditors);
 }
 
 async function restore() {
@@ -494,13 +521,15 @@ function learnedNote() {
   note.hidden = !ref;
   if (ref?.model) {
     const keys = learned.keys;
-    note.textContent = `Model head: layer ${ref.layer}, head ${ref.head} of ${ref.model}, query at position ${ref.query}. Q is its one query row` +
-      `${learned.scaled ? "" : ` times the model's scale ${fmt(learned.scale)} (so scaling here is off)`}; K and V rows 1 to ${keys.length} are positions ${keys[0]} to ${keys[keys.length - 1]}, ` +
-      `the keys the model's mask allows, so the stepper's own mask is off. d_k = ${learned.q[0].length}.`;
+    const variants = [learned.softcap ? ` Its scores are capped at ±${fmt(learned.softcap)} (a step of its own, after scaling).` : "",
+      learned.sink !== null && learned.sink !== undefined ? ` It has a sink of ${fmt(learned.sink)}: its share of each row's divisor is its own column at the softmax step.` : ""].join("");
+    note.textContent = `Model head: layer ${ref.layer}, head ${ref.head} of ${ref.model}, query at position ${ref.query} (${state.query_labels?.[0] ?? ""}). Q is its one query row` +
+      `${learned.scaled ? "" : ` times the model's scale ${fmt(learned.scale)} (so scaling here is off)`}; K and V are positions ${keys[0]} to ${keys[keys.length - 1]}, each row named by its 0-based position and token (␣ marks a leading space), ` +
+      `the keys the model's mask allows, so the stepper's own mask is off. d_k = ${learned.q[0].length}.${variants}`;
   } else if (ref) {
     const model = ref.run ? `the induction model trained on this page (run ${ref.run})` : `the shipped induction model${ref.checkpoint === null ? "" : ` (checkpoint ${ref.checkpoint})`}`;
     note.textContent = `Learned head: layer ${ref.layer}, head ${ref.head} of ${model}, ` +
-      `query at position ${ref.query} (token ${ref.tokens[ref.query]}). Q is its one query row; K and V rows 1 to ${ref.query + 1} are positions 0 to ${ref.query}, ` +
+      `query at position ${ref.query} (token ${ref.tokens[ref.query]}). Q is its one query row; K and V are positions 0 to ${ref.query}, each row named by its 0-based position and token id, ` +
       "the keys the model's causal mask allows, so the stepper's own mask is off. d_k = " + `${learned.q[0].length}.`;
   }
 }
@@ -524,10 +553,10 @@ export async function openLearned(ref, { push = true } = {}) {
     return false;
   }
   lost = null;
-  const opened = { q: head.q, k: head.k, v: head.v, causal: false, scaled: head.scaled, blocked: [], grad_output: null };
+  const opened = { q: head.q, k: head.k, v: head.v, causal: false, scaled: head.scaled, blocked: [], grad_output: null, softcap: head.softcap ?? null, sink: head.sink ?? null, query_labels: head.query_labels ?? null, key_labels: head.key_labels ?? null };
   // The keys in learnedFromUrl's order: restore compares the two as JSON.
   const kept = { layer: ref.layer, head: ref.head, query: ref.query, tokens: ref.tokens, checkpoint: ref.run ? null : ref.checkpoint ?? null, model: ref.model ?? null, run: ref.run ?? null };
-  learned = { ref: kept, q: head.q, k: head.k, v: head.v, keys: head.keys, scaled: head.scaled, scale: head.scale };
+  learned = { ref: kept, q: head.q, k: head.k, v: head.v, keys: head.keys, scaled: head.scaled, scale: head.scale, softcap: head.softcap ?? null, sink: head.sink ?? null };
   if (!(await submit(opened, { push }))) return false;
   fillEditors();
   learnedNote();
@@ -552,24 +581,32 @@ export async function init() {
   saturated = all.histogram.threshold;
   $("#stepper-random").textContent = `Random ${cfg.random_tokens} tokens`;
   const stepBy = (d) => { go(state.step + d); };
+  // Play: one step forward per tick; false at the last step, which ends the play.
+  play = player({ button: $("#stepper-play"), pace: $("#stepper-pace"), step: () => {
+    if (!state.fig || state.step >= state.fig.steps.length - 1) return false;
+    go(state.step + 1, false, true);
+    return true;
+  } });
   $("#stepper-back").addEventListener("click", () => stepBy(-1));
   $("#stepper-next").addEventListener("click", () => stepBy(1));
   $("#stepper-causal").addEventListener("change", (e) => submit({ ...inputs(), causal: e.target.checked }));
   $("#stepper-scaled").addEventListener("change", (e) => submit({ ...inputs(), scaled: e.target.checked }));
   $("#stepper-form").addEventListener("submit", apply);
-  $("#stepper-reset").addEventListener("click", () => submit({ ...inputs(), ...structuredClone(cfg.example), blocked: [], grad_output: null }).then(fillEditors));
+  $("#stepper-reset").addEventListener("click", () => submit({ ...inputs(), ...structuredClone(cfg.example), blocked: [], grad_output: null, ...PLAIN }).then(fillEditors));
   $("#stepper-random").addEventListener("click", randomExample);
   // Presenting: the arrow keys step (unless a grid or a text box has them).
   document.addEventListener("keydown", (event) => {
     if (!isPresenting(root) || event.target.closest("input, textarea, [role='grid']")) return;
+    if (event.key === "p" || event.key === "P") { event.preventDefault(); $("#stepper-play").click(); return; }
     const d = { ArrowRight: 1, ArrowLeft: -1, PageDown: 1, PageUp: -1 }[event.key];
     if (d) { event.preventDefault(); stepBy(d); }
   });
   figureTools(root, { name: "attention-stepper", data: tableData });
+  root.addEventListener("presentchange", () => state.fig && render());
   onUrlChange(restore);
   await restore();
   if (!state.fig) {
-    await submit({ ...structuredClone(cfg.example), causal: true, scaled: true, blocked: [], grad_output: null }, { push: null });
+    await submit({ ...structuredClone(cfg.example), causal: true, scaled: true, blocked: [], grad_output: null, ...PLAIN }, { push: null });
     if (lost) showError($("#stepper-error"), lost); // the head the URL names could not be opened: say so
   }
 }
