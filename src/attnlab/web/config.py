@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from attnlab.core.stages import stages_data
 from attnlab.figures import histogram, permutation, stepper
+from attnlab.web import inside
 
 __all__ = ["ExplorerConfig", "explorer_config", "router"]
 
@@ -73,6 +74,13 @@ class StageConfig(BaseModel):
     phase: str = Field(description="forward or backward.")
 
 
+class InsideConfig(BaseModel):
+    """The real-model mode's Generate: what it asks for at first, and at most."""
+
+    new_default: int
+    new_max: int
+
+
 class ExplorerConfig(BaseModel):
     """Everything the page would otherwise have to declare as a literal."""
 
@@ -80,6 +88,7 @@ class ExplorerConfig(BaseModel):
     stepper: StepperConfig
     histogram: HistogramConfig
     permutation: PermutationConfig
+    inside: InsideConfig
 
 
 def _read(model: type[BaseModel], module, **given) -> BaseModel:
@@ -104,6 +113,7 @@ def explorer_config() -> ExplorerConfig:
         stepper=_read(StepperConfig, stepper, example=example),
         histogram=_read(HistogramConfig, histogram),
         permutation=_read(PermutationConfig, permutation),
+        inside=InsideConfig(new_default=inside.NEW_DEFAULT, new_max=inside.MAX_NEW),
     )
 
 

@@ -39,7 +39,15 @@ from attnlab.models import ablate as ablate_heads
 from attnlab.web import realmodels as rm
 from attnlab.web.models import FieldError
 
-__all__ = ["MAX_ABLATED", "MAX_NEW", "MAX_TOKENS", "MAX_TOP", "STREAM_SECONDS", "router"]
+__all__ = [
+    "MAX_ABLATED",
+    "MAX_NEW",
+    "MAX_TOKENS",
+    "MAX_TOP",
+    "NEW_DEFAULT",
+    "STREAM_SECONDS",
+    "router",
+]
 
 router = APIRouter(prefix="/api/models", tags=["real models"])
 
@@ -47,6 +55,7 @@ router = APIRouter(prefix="/api/models", tags=["real models"])
 # tokens is 12 unembeds of (64, 768) by (768, 50257), ~2 s on one thread, and its cache ~35 MB.
 MAX_TOKENS = 64
 MAX_NEW = 64  # tokens one Generate may ask for
+NEW_DEFAULT = 16  # what the page's Generate asks for until the reader changes it
 MAX_TOP = 10  # top tokens an ablation answer lists
 MAX_ABLATED = 64  # heads knocked out at once (GPT-2 small has 144; the page toggles a few)
 STREAM_SECONDS = 60.0  # a stream ends after this long even if tokens remain
@@ -239,7 +248,7 @@ def _ablate(shelf, entry, text, ids, position: int, heads: str, top: int) -> dic
 async def generate(
     request: Request,
     model: rm.Name,
-    new: Annotated[int, Query(ge=1, le=MAX_NEW, description="Tokens to generate.")] = 16,
+    new: Annotated[int, Query(ge=1, le=MAX_NEW, description="Tokens to generate.")] = NEW_DEFAULT,
     text: rm.Text = None,
     ids: rm.Ids = None,
 ):

@@ -7,7 +7,7 @@
 // URL: mh.pos (the position read, counted from 0; absent: the last), mh.tok (the token whose logit
 // is split; absent: the top prediction), mh.off (heads knocked out, "layer.head" joined by commas),
 // mh.new (tokens to generate; absent: 16).
-import { api, clearError, el, fmt, showError } from "./common.js";
+import { api, clearError, config, el, fmt, showError } from "./common.js";
 import { readUrl, writeUrl } from "./state.js";
 
 let root = null;
@@ -18,10 +18,9 @@ let lens = null; // the last /api/models/lens answer
 let attr = null; // the last /api/models/attribution answer
 let knocked = null; // the last /api/models/ablate answer
 let asked = { lens: null, attr: null, off: null }; // the requests those answered
-const state = { pos: null, tok: null, off: [], new: 16 };
+const state = { pos: null, tok: null, off: [], new: null };
 let source = null; // the AbortController of a generation under way
-const NEW_DEFAULT = 16;
-const NEW_MAX = 64;
+let limits = null; // { new_default, new_max }: GET /api/config's inside (web/inside.py)
 
 const whole = (text) => { const x = Number(text ?? NaN); return text !== null && text !== "" && Number.isInteger(x) && x >= 0 ? x : null; };
 const position = () => Math.min(state.pos ?? run.ids.length - 1, run.ids.length - 1);
@@ -35,12 +34,12 @@ function readState() {
   state.tok = whole(readUrl("mh.tok"));
   const off = (readUrl("mh.off") || "").split(",").filter((p) => /^\d+\.\d+$/.test(p));
   state.off = [...new Set(off)];
-  state.new = Math.min(NEW_MAX, Math.max(1, whole(readUrl("mh.new")) ?? NEW_DEFAULT));
+  state.new = Math.min(limits.new_max, Math.max(1, whole(readUrl("mh.new")) ?? limits.new_default));
 }
 
 const stateEntries = () => ({
   "mh.pos": state.pos, "mh.tok": state.tok, "mh.off": state.off.join(",") || null,
-  "mh.new": state.new === NEW_DEFAULT ? null : state.new,
+  "mh.new": state.new === limits.new_default ? null : state.new,
 });
 
 // -- the logit lens: layers x positions, each cell the top token and its probability ------------
@@ -187,8 +186,8 @@ const ENDED = { done: ".", time: ", then the server's time limit.", busy: ", the
 async function generate(event) {
   event.preventDefault();
   const n = whole($("#inside-gen").elements.new.value);
-  if (n === null || n < 1 || n > NEW_MAX) {
-    showError($("#inside-error"), new Error(`new: expected 1 to ${NEW_MAX} tokens, but got “${$("#inside-gen").elements.new.value}”`));
+  if (n === null || n < 1 || n > limits.new_max) {
+    showError($("#inside-error"), new Error(`new: expected 1 to ${limits.new_max} tokens, but got “${$("#inside-gen").elements.new.value}”`));
     return;
   }
   clearError($("#inside-error"));
@@ -341,7 +340,7 @@ function build() {
     el("table", { id: "inside-ablate", class: "data" }),
     el("h4", { text: "Generate" }),
     el("form", { id: "inside-gen", class: "learned-form", onsubmit: generate },
-      el("label", {}, "New tokens ", el("input", { name: "new", type: "number", min: "1", max: String(NEW_MAX), value: String(NEW_DEFAULT) })),
+      el("label", {}, "New tokens ", el("input", { name: "new", type: "number", min: "1", max: String(limits.new_max), value: String(limits.new_default) })),
       el("button", { type: "submit", id: "inside-go" }, "Generate"),
       el("button", { type: "button", id: "inside-stop", disabled: true, onclick: () => stop(`Stopped after ${$("#inside-out").querySelectorAll(".new-token").length} tokens.`) }, "Stop")),
     el("p", { id: "inside-out", class: "generated", "aria-live": "polite" }),
@@ -354,14 +353,14 @@ export function init(section) {
   root = section;
   box = section.querySelector("#model-inside");
   if (!box) return;
-  box.replaceChildren(...build());
-  root.addEventListener("modelshown", (event) => {
+  const ready = config().then((cfg) => { limits = cfg.inside; box.replaceChildren(...build()); });
+  root.addEventListener("modelshown", (event) => ready.then(() => {
     const changed = !run || run.model !== event.detail.model || run.ids.join() !== event.detail.ids.join();
     run = event.detail;
     if (changed) { asked = { lens: null, attr: null, off: null }; stop(""); $("#inside-out").replaceChildren(); }
     readState();
     refresh();
-  });
+  }));
   const layers = root.querySelector("#model-layers");
   layers.addEventListener("mousemove", hover);
   layers.addEventListener("mouseleave", () => { $("#inside-tip").hidden = true; });
