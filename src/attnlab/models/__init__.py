@@ -15,7 +15,8 @@ softcap, sinks), so each weight can be traced back to its scores (``ModelRun.tra
 from __future__ import annotations
 
 from attnlab.models._config import FAMILIES, Shape
-from attnlab.models._model import Model, load
+from attnlab.models._load import load
+from attnlab.models._model import Model
 from attnlab.models._run import ModelRun
 from attnlab.models.heads import HEAD_KINDS, HeadScores, head_scores
 from attnlab.models.tiny import write_tiny_gpt2

@@ -19,6 +19,7 @@ import math
 import numpy as np
 
 from attnlab.errors import AttnlabError
+from attnlab.models._config import HUGE, TINY, shown
 
 __all__ = ["ROPE_TYPES", "Rope"]
 
@@ -28,7 +29,11 @@ ROPE_TYPES = ("default", "linear", "llama3", "yarn")
 def _parameters(cfg) -> tuple[dict, str]:
     """(the rope parameters, the config key they came from): transformers 5 writes
     ``rope_parameters``; older configs ``rope_theta`` and ``rope_scaling``."""
-    if isinstance(cfg.get("rope_parameters"), dict):
+    for key in ("rope_parameters", "rope_scaling"):
+        value = cfg.get(key)
+        if value is not None and not isinstance(value, dict):  # a string or list: no schedule
+            raise cfg._bad(key, "an object of rotary parameters", value)
+    if cfg.get("rope_parameters") is not None:
         return dict(cfg.get("rope_parameters")), "rope_parameters"
     params = dict(cfg.get("rope_scaling") or {})
     params.setdefault("rope_theta", cfg.get("rope_theta", 10000.0))
@@ -36,9 +41,19 @@ def _parameters(cfg) -> tuple[dict, str]:
 
 
 def _number(params: dict, name: str, where: str, default=None) -> float:
+    """A finite positive parameter: inf, NaN or 1e-300 would reach log or a division as a
+    math error or a NaN frequency."""
     value = params.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise AttnlabError(f"expected {where}[{name!r}] to be a number > 0, but got {value!r}")
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    try:
+        ok = ok and math.isfinite(value) and TINY <= value <= HUGE
+    except OverflowError:  # an int too large for a float
+        ok = False
+    if not ok:
+        raise AttnlabError(
+            f"expected {where}[{name!r}] to be a finite number from {TINY:g} to {HUGE:g}, "
+            f"but got {shown(value)} instead"
+        )
     return float(value)
 
 
@@ -49,9 +64,9 @@ class Rope:
         params, key = _parameters(cfg)
         where = f"{cfg.path}'s {key}"
         kind = params.get("rope_type", params.get("type", "default"))
-        if kind not in ROPE_TYPES:
+        if not isinstance(kind, str) or kind not in ROPE_TYPES:
             raise AttnlabError(
-                f"expected {where}['rope_type'] to be one of {ROPE_TYPES}, but got {kind!r}: "
+                f"expected {where}['rope_type'] to be one of {ROPE_TYPES}, but got {shown(kind)}: "
                 "attnlab cannot run this rotary embedding"
             )
         if params.get("partial_rotary_factor", 1.0) != 1.0:
@@ -63,6 +78,10 @@ class Rope:
                 f"expected an even head width for the rotary embedding, but got {head_dim}"
             )
         theta = _number(params, "rope_theta", where)
+        if theta <= 1:  # YaRN divides by log(θ); a base of 1 or less is no rotary schedule
+            raise AttnlabError(
+                f"expected {where}['rope_theta'] to be a number > 1, but got {theta!r} instead"
+            )
         self.freqs = theta ** -(np.arange(0, head_dim, 2, dtype=np.float64) / head_dim)  # (d/2,)
         self.factor = 1.0
         self.kind = kind
@@ -94,6 +113,11 @@ def _llama3(freqs: np.ndarray, params: dict, where: str) -> np.ndarray:
     low = _number(params, "low_freq_factor", where)
     high = _number(params, "high_freq_factor", where)
     context = _number(params, "original_max_position_embeddings", where)
+    if high <= low:  # the blend divides by their difference
+        raise AttnlabError(
+            f"expected {where}['high_freq_factor'] to be larger than its low_freq_factor "
+            f"{low!r}, but got {high!r} instead"
+        )
     wavelen = 2 * math.pi / freqs
     # Long wavelengths (low frequencies) are slowed by the factor, short ones kept as trained.
     out = np.where(wavelen > context / low, freqs / factor, freqs)
@@ -118,9 +142,15 @@ def _yarn(freqs, params: dict, where: str, cfg, head_dim: int, theta: float):
     attention = params.get("attention_factor")
     if attention is None:
         m, m_all = params.get("mscale"), params.get("mscale_all_dim")
-        attention = mscale(factor, m) / mscale(factor, m_all) if m and m_all else mscale(factor)
-    fast = float(params.get("beta_fast") or 32)
-    slow = float(params.get("beta_slow") or 1)
+        if m and m_all:
+            m, m_all = _number(params, "mscale", where), _number(params, "mscale_all_dim", where)
+            attention = mscale(factor, m) / mscale(factor, m_all)
+        else:
+            attention = mscale(factor)
+    else:
+        attention = _number(params, "attention_factor", where)
+    fast = _number(params, "beta_fast", where, 32) if params.get("beta_fast") else 32.0
+    slow = _number(params, "beta_slow", where, 1) if params.get("beta_slow") else 1.0
 
     def dim_of(rotations):  # the pair index whose wavelength fits `rotations` times in context
         return head_dim * math.log(context / (rotations * 2 * math.pi)) / (2 * math.log(theta))

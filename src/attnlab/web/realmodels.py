@@ -40,7 +40,7 @@ from attnlab.figures import stepper
 from attnlab.models import HEAD_KINDS, load
 from attnlab.models._checkpoint import COMPUTE_DTYPES, Checkpoint
 from attnlab.models._config import Config
-from attnlab.models._model import read_folder
+from attnlab.models._load import check_layers, read_folder
 from attnlab.web.labs import LabQueue
 from attnlab.web.models import FieldError
 
@@ -68,8 +68,10 @@ def check_folder(path) -> tuple[str, Config]:
     """(family, config) of model folder ``path`` after the checks that need no weights read:
     config.json, a family attnlab runs, a shape the family can build, the safetensors files'
     headers. An AttnlabError naming the file otherwise (what ``attnlab serve`` refuses)."""
-    folder, data, cfg, _ = read_folder(path)
-    Checkpoint(folder, COMPUTE_DTYPES["float32"])  # every file's header, no tensor read
+    folder, data, cfg, module = read_folder(path)
+    # Every file's header, no tensor read: declared bytes past half the memory are refused here,
+    # before the server answers, as are more layers than the checkpoint holds tensors for.
+    check_layers(cfg, module, Checkpoint(folder, COMPUTE_DTYPES["float32"]))
     return data["model_type"], cfg
 
 

@@ -18,7 +18,7 @@ shape_of = llama.shape_of
 def build(cfg: Config, ck: Checkpoint) -> Decoder:
     layers = cfg.int("num_hidden_layers")
     sliding = cfg.get("use_sliding_window", False) and cfg.get("sliding_window") is not None
-    first = cfg.get("max_window_layers", layers)
+    first = cfg.int("max_window_layers", layers, low=0)
     default = [
         "sliding_attention" if sliding and i >= first else "full_attention" for i in range(layers)
     ]
