@@ -79,8 +79,9 @@ class Model:
         return self._check_ids(ids_or_text)
 
     def detokenize(self, ids) -> str:
-        """The text of token ids (N,)."""
-        return self._tokenizer().decode([int(i) for i in np.asarray(ids).reshape(-1)])
+        """The text of token ids (N,), special tokens kept (as transformers' ``decode``)."""
+        flat = [int(i) for i in np.asarray(ids).reshape(-1)]
+        return self._tokenizer().decode(flat, skip_special_tokens=False)
 
     def run(self, ids, *, weights: bool = True) -> ModelRun:
         """Run token ids (N,) or (B, N), or a text (tokenized first). With ``weights`` (default)
