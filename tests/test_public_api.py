@@ -61,7 +61,7 @@ LAZY_NAMES = {
     "labs": {"variance_scaling", "saturation", "permutation", "proof", "gradient"},
     "exercises": {"check"},
     # Real Hugging Face checkpoints: lazy, since safetensors and tokenizers load with it.
-    "models": {"load", "Model", "ModelRun", "head_scores", "FAMILIES"},
+    "models": {"load", "Model", "ModelRun", "head_scores", "FAMILIES", "ablate", "patch"},
 }
 
 
@@ -161,6 +161,37 @@ def test_signatures_of_design_md():
          ("query", POS, EMPTY), ("batch", POS, 0)],
     )  # fmt: skip
     assert [p[0] for p in _params(al.cost.crossover_length)] == ["d_model"]
+    _starts_with(
+        al.models.Model.run,
+        [("self", POS, EMPTY), ("ids_or_text", POS, EMPTY), ("cache", KW, False), ("hooks", KW, None),
+         ("attention_mask", KW, None)],
+    )  # fmt: skip
+    _starts_with(
+        al.models.Model.generate,
+        [("self", POS, EMPTY), ("ids_or_text", POS, EMPTY), ("max_new_tokens", POS, EMPTY),
+         ("temperature", KW, 0.0), ("top_k", KW, None), ("top_p", KW, None), ("seed", KW, None),
+         ("stop", KW, None)],
+    )  # fmt: skip
+    assert _params(al.models.Model.stream) == _params(al.models.Model.generate)
+    _starts_with(
+        al.models.ModelRun.logit_attribution,
+        [("self", POS, EMPTY), ("position", POS, EMPTY), ("token", POS, EMPTY), ("batch", POS, 0)],
+    )  # fmt: skip
+    _starts_with(al.models.ModelRun.logit_lens, [("self", POS, EMPTY), ("layer", POS, EMPTY)])
+    _starts_with(
+        al.models.ModelRun.logit_difference,
+        [("self", POS, EMPTY), ("position", POS, EMPTY), ("a", POS, EMPTY), ("b", POS, EMPTY),
+         ("batch", POS, 0)],
+    )  # fmt: skip
+    _starts_with(
+        al.models.ablate,
+        [("model", POS, EMPTY), ("ids", POS, EMPTY), ("heads", POS, EMPTY), ("how", POS, "zero")],
+    )  # fmt: skip
+    _starts_with(
+        al.models.patch,
+        [("model", POS, EMPTY), ("clean", POS, EMPTY), ("corrupt", POS, EMPTY),
+         ("metric", POS, EMPTY), ("over", KW, "heads"), ("activation", KW, "z")],
+    )  # fmt: skip
 
 
 def test_import_is_light():

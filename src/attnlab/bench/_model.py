@@ -38,6 +38,7 @@ TARGET = 0.5
 class ModelReport:
     rows: list[dict] = field(default_factory=list)  # {n, library, seconds, peak_mib, ...}
     machine: dict = field(default_factory=dict)
+    inside: list[dict] = field(default_factory=list)  # bench._inside's rows
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -59,7 +60,32 @@ class ModelReport:
                 f"{ours['max_diff']:>14.2e}  {verdict}"
             )
         lines.append(f"target: attnlab >= {TARGET}x transformers' speed at N = 256")
-        return "\n".join(lines)
+        return "\n".join(lines + _inside_lines(self.inside))
+
+
+def _inside_lines(rows: list[dict]) -> list[str]:
+    from attnlab.bench._inside import INSIDE_TARGETS
+
+    if not rows:
+        return []
+    lines = [
+        "",
+        "Inside the model: cache (N = 256), patch over heads (N = 64, 144 runs), greedy "
+        "generate (32 + 64 tokens)",
+        f"{'what':>9} {'attnlab ms':>11} {'other ms':>10} {'ratio':>7} {'attnlab MiB':>12} "
+        f"{'other MiB':>10}  target",
+    ]
+    for r in rows:
+        target, words = INSIDE_TARGETS[r["what"]]
+        ok = r["ratio"] <= target if r["what"] == "cache" else r["ratio"] >= target
+        other = "-" if r["other_mib"] is None else f"{r['other_mib']:.0f}"
+        lines.append(
+            f"{r['what']:>9} {r['attnlab_s'] * 1e3:>11.1f} {r['other_s'] * 1e3:>10.1f} "
+            f"{r['ratio']:>7.2f} {r['attnlab_mib']:>12.0f} {other:>10}  {words} {target} "
+            f"{'PASS' if ok else 'FAIL'}{'; ' + r['agree'] if r['agree'] else ''}"
+        )
+    lines.append("cache's other column is the plain run; patch's and generate's transformers'")
+    return lines
 
 
 def _worker(library: str, folder: str, n: int, repeats: int) -> dict:
@@ -107,15 +133,23 @@ def _save_model(folder: Path) -> None:
 
 
 def _child(*args) -> dict:
-    code = f"import json, sys; from attnlab.bench._model import _worker; print(json.dumps(_worker(*{args!r})))"
+    worker = "_worker"
+    if args[0] == "inside":  # ("inside", what, library, folder, repeats): bench._inside's
+        worker, args = "inside_worker", args[1:]
+    module = "attnlab.bench._inside" if worker == "inside_worker" else "attnlab.bench._model"
+    code = (
+        f"import json, sys; from {module} import {worker}; print(json.dumps({worker}(*{args!r})))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     if done.returncode:
-        raise RuntimeError(f"the {args[0]} run failed: {done.stderr.strip()[-400:]}")
+        raise RuntimeError(f"the {args[:2]} run failed: {done.stderr.strip()[-400:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def model(ns=DEFAULT_NS, repeats: int = 3, progress=None) -> ModelReport:
-    """Time both libraries at each N (see the module docstring). Needs torch and transformers."""
+def model(ns=DEFAULT_NS, repeats: int = 3, progress=None, inside: bool = True) -> ModelReport:
+    """Time both libraries at each N (see the module docstring), then, with ``inside``, the
+    cache, patching and generation (``attnlab.bench._inside``). Needs torch and
+    transformers."""
     import numpy as np
 
     report = ModelReport(machine=machine_info())
@@ -142,4 +176,8 @@ def model(ns=DEFAULT_NS, repeats: int = 3, progress=None) -> ModelReport:
                 report.rows.append(row)
                 if progress is not None:
                     progress(row)
+        if inside:
+            from attnlab.bench._inside import inside_rows
+
+            report.inside = inside_rows(tmp, repeats, _child, progress)
     return report

@@ -9,7 +9,9 @@
 tokenizer.json; the families are ``FAMILIES``. Every layer's attention goes through
 ``attnlab.attention`` with the model's own options (grouped-query heads, sliding windows,
 softcap, sinks), so each weight can be traced back to its scores (``ModelRun.trace``).
-``write_tiny_gpt2`` writes a small random GPT-2 folder for trying this without a download.
+``Model.run(ids, cache=True, hooks={...})`` keeps and changes any named activation
+(TransformerLens's names); ``ablate`` and ``patch`` knock heads out and patch activations
+(docs/inside.md). ``write_tiny_gpt2`` writes a small random GPT-2 folder for trying this without a download.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from attnlab.models._load import load
 from attnlab.models._model import Model
 from attnlab.models._run import ModelRun
 from attnlab.models.heads import HEAD_KINDS, HeadScores, head_scores
+from attnlab.models.inside import ablate, patch
 from attnlab.models.tiny import write_tiny_gpt2
 
 __all__ = [
@@ -28,7 +31,9 @@ __all__ = [
     "Model",
     "ModelRun",
     "Shape",
+    "ablate",
     "head_scores",
     "load",
+    "patch",
     "write_tiny_gpt2",
 ]

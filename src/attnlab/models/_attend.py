@@ -3,6 +3,11 @@
 Shape legend: B batch, h query heads, h_kv key/value heads, g = h / h_kv heads per group,
 N tokens (queries = keys), d head width.
 
+``attend_points`` is a layer's attention between its named points (hook_q, hook_k, hook_v,
+hook_attn_scores, hook_pattern, hook_z). The output comes from ``attnlab.attention`` unless a
+hook changes the scores or the pattern: then the pattern is the softmax of the (hooked) scores,
+computed here, and z = pattern · v, so the change really flows on.
+
 Grouped-query attention never copies k or v per head: q (B, h, N, d) is viewed as
 (B, h_kv, g, N, d) against k and v of shape (B, h_kv, 1, N, d), and attnlab broadcasts the
 group axis. Query head j uses key/value head j // g, as in every Hugging Face model.
@@ -17,7 +22,7 @@ import numpy as np
 import attnlab as al
 from attnlab.errors import AttnlabError
 
-__all__ = ["LayerAttention", "attend"]
+__all__ = ["LayerAttention", "attend", "attend_points"]
 
 
 @dataclass
@@ -30,6 +35,7 @@ class LayerAttention:
         window: the sliding window (keys per query, itself included), or None: causal.
         scale: the factor on q kᵀ.   softcap: Gemma 2's cap on the scaled scores, or None.
         sinks: gpt-oss's per-head sink logits, (h,), or None.
+        keys: which keys are real tokens, (B, N) bool (``attention_mask``), or None: all.
     """
 
     q: np.ndarray
@@ -39,6 +45,7 @@ class LayerAttention:
     scale: float
     softcap: float | None = None
     sinks: np.ndarray | None = None
+    keys: np.ndarray | None = None
     _weights: np.ndarray | None = None
 
     @property
@@ -55,21 +62,65 @@ class LayerAttention:
             parts.append("sinks")
         return ", ".join(parts)
 
+    def allowed(self) -> np.ndarray:
+        """Which keys each query may see, (B or 1, 1, N, N): the mask, and real keys only."""
+        n = self.q.shape[2]
+        table = self.mask.allowed(n, n)[None, None]  # (1, 1, N, N)
+        if self.keys is None:
+            return table
+        return table & self.keys[:, None, None, :]  # (B, 1, N, N)
+
     def _call(self, weights: bool):
         b, h, n, d = self.q.shape
         h_kv = self.k.shape[1]
         q = self.q.reshape(b, h_kv, h // h_kv, n, d)  # (B, h_kv, g, N, d), a view
         sinks = None if self.sinks is None else self.sinks.reshape(h_kv, h // h_kv)
+        mask, empty = self.mask, "raise"
+        if self.keys is not None:
+            # A left-padded query sees only pad keys: its row is empty, its output 0.
+            mask, empty = self.allowed()[:, :, None], "zero"  # (B, 1, 1, N, N)
         return al.attention(
             q,
             self.k[:, :, None],  # (B, h_kv, 1, N, d): broadcast over the group, not copied
             self.v[:, :, None],
-            self.mask,
+            mask,
             scale=self.scale,
             softcap=self.softcap,
             sinks=sinks,
             return_weights=weights,
+            fully_masked=empty,
         )
+
+    def scores(self) -> np.ndarray:
+        """The scaled (and capped) scores, -inf where the mask blocks, (B, h, N, N)."""
+        b, h, n, d = self.q.shape
+        h_kv = self.k.shape[1]
+        q = self.q.reshape(b, h_kv, h // h_kv, n, d)  # (B, h_kv, g, N, d)
+        s = (q @ self.k[:, :, None].swapaxes(-1, -2)).reshape(b, h, n, n) * self.scale
+        if self.softcap is not None:
+            s = self.softcap * np.tanh(s / self.softcap)
+        return np.where(self.allowed(), s, -np.inf)  # (B, h, N, N)
+
+    def softmax(self, scores: np.ndarray) -> np.ndarray:
+        """The pattern of ``scores`` (B, h, N, N): each row's softmax, a sink in its divisor;
+        a row with no key left is all 0."""
+        top = scores.max(-1, keepdims=True)  # (B, h, N, 1)
+        sink = None if self.sinks is None else self.sinks[:, None, None]  # (h, 1, 1)
+        if sink is not None:
+            top = np.maximum(top, sink)
+        top = np.where(np.isfinite(top), top, 0.0)
+        e = np.exp(scores - top)
+        total = e.sum(-1, keepdims=True)
+        if sink is not None:
+            total = total + np.exp(sink - top)
+        return np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+
+    def apply(self, pattern: np.ndarray) -> np.ndarray:
+        """pattern (B, h, N, N) · v: the output (B, h, N, d), each head on its kv head."""
+        b, h, n, _ = pattern.shape
+        h_kv = self.k.shape[1]
+        p = pattern.reshape(b, h_kv, h // h_kv, n, n)  # (B, h_kv, g, N, N)
+        return (p @ self.v[:, :, None]).reshape(b, h, n, -1)  # (B, h, N, d)
 
     def output(self, weights: bool) -> np.ndarray:
         """The attention output, (B, h, N, d); with ``weights`` the weights are kept."""
@@ -97,7 +148,8 @@ class LayerAttention:
             if not 0 <= value < size:
                 raise AttnlabError(f"expected 0 <= {name} < {size}, but got {name}={value}")
         kv = head // (h // self.k.shape[1])
-        allowed = self.mask.allowed(n, n)[query : query + 1]  # (1, N)
+        table = self.allowed()  # (B or 1, 1, N, N)
+        allowed = table[min(batch, len(table) - 1), 0, query : query + 1]  # (1, N)
         sink = None if self.sinks is None else self.sinks[head]
         return al.trace_attention(
             self.q[batch, head, query : query + 1],  # (1, d)
@@ -110,8 +162,42 @@ class LayerAttention:
         )
 
 
-def attend(q, k, v, *, window=None, scale, softcap=None, sinks=None, weights=True):
+def attend(q, k, v, *, window=None, scale, softcap=None, sinks=None, weights=True, keys=None):
     """(output (B, h, N, d), LayerAttention) for one layer: causal (or sliding-window)
     attention of q (B, h, N, d) over k, v (B, h_kv, N, d) through ``attnlab.attention``."""
-    layer = LayerAttention(q, k, v, window, scale, softcap, sinks)
+    layer = LayerAttention(q, k, v, window, scale, softcap, sinks, keys)
     return layer.output(weights), layer
+
+
+def _tl(points, name: str, x: np.ndarray) -> np.ndarray:
+    """x (B, heads, N, d) through point ``name``, which shows it as (B, N, heads, d)."""
+    return points(name, x.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)  # back to (B, heads, N, d)
+
+
+def attend_points(q, k, v, points, prefix: str, *, weights: bool, **options):
+    """(z (B, N, h, d) after ``hook_z``, LayerAttention) for q (B, h, N, d) and k, v
+    (B, h_kv, N, d), through the points ``{prefix}hook_q`` ... ``{prefix}hook_z``.
+    ``options``: window, scale, softcap, sinks, keys as ``LayerAttention`` takes them."""
+    if points.active:
+        q, k, v = (
+            _tl(points, prefix + f"hook_{c}", x) for c, x in zip("qkv", (q, k, v), strict=True)
+        )
+    layer = LayerAttention(q, k, v, **options)
+    s_name, p_name = prefix + "hook_attn_scores", prefix + "hook_pattern"
+    if points.hooked(s_name):
+        pattern = points(p_name, layer.softmax(points(s_name, layer.scores())))
+        layer._weights = pattern
+        out = layer.apply(pattern)
+    elif points.hooked(p_name):
+        if points.wants(s_name):
+            points(s_name, layer.scores())
+        layer.output(True)
+        layer._weights = points(p_name, layer._weights)
+        out = layer.apply(layer._weights)
+    else:
+        if points.wants(s_name):
+            points(s_name, layer.scores())
+        out = layer.output(weights or points.wants(p_name))
+        if points.wants(p_name):
+            points(p_name, layer._weights)
+    return points(prefix + "hook_z", out.transpose(0, 2, 1, 3)), layer  # (B, N, h, d)

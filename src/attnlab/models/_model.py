@@ -83,13 +83,82 @@ class Model:
         flat = [int(i) for i in np.asarray(ids).reshape(-1)]
         return self._tokenizer().decode(flat, skip_special_tokens=False)
 
-    def run(self, ids, *, weights: bool = True) -> ModelRun:
-        """Run token ids (N,) or (B, N), or a text (tokenized first). With ``weights`` (default)
-        every layer's attention weights are kept as computed; without, ``run.attention``
-        computes them on first use."""
-        ids = self.as_ids(ids)
-        logits, layers = self.network.forward(ids, weights)
-        return ModelRun(ids=ids, logits=logits, layers=layers)
+    def run(
+        self,
+        ids_or_text,
+        *,
+        cache: bool = False,
+        hooks=None,
+        attention_mask=None,
+        weights: bool = True,
+    ) -> ModelRun:
+        """Run token ids ``ids_or_text`` (N,) or (B, N).
+
+        Args:
+            cache: keep every named activation in ``run.cache`` (TransformerLens's names:
+                ``blocks.0.hook_resid_pre``, ``blocks.0.attn.hook_z``, ...; docs/inside.md).
+            hooks: {name: fn(value, name)}: fn returns the value to flow on (or None to keep
+                it); any cache name can be hooked.
+            attention_mask: (B, N) of 1 (real token) and 0 (padding), left or right, as
+                transformers takes it: pad keys get weight 0. Positions stay 0 .. N - 1, as in
+                transformers' plain forward.
+            weights: keep every layer's attention weights as computed (default); without,
+                ``run.attention`` computes them on first use.
+        """
+        from attnlab.models.inside._points import Pass, Points, names
+
+        ids = self.as_ids(ids_or_text)
+        keys = self._check_mask(attention_mask, ids.shape)
+        valid = names(self.shape.layers, self.network.learned_positions) if hooks else ()
+        points = Points(valid, cache=bool(cache), hooks=hooks)
+        logits, layers = self.network.forward(ids, Pass(weights, points, keys))
+        return ModelRun(
+            ids=ids, logits=logits, layers=layers, cache=points.cache, model=self, keys=keys,
+            hooks=points.hooks or None,
+        )  # fmt: skip
+
+    def generate(
+        self, ids_or_text, max_new_tokens: int, *, temperature: float = 0.0, top_k: int | None = None,
+        top_p: float | None = None, seed: int | None = None, stop=None,
+    ) -> np.ndarray:  # fmt: skip
+        """(B, N + new) ids: the prompt ``ids_or_text`` (N,) or (B, N) followed by up to ``max_new_tokens`` new
+        tokens, as transformers' ``generate`` returns them. temperature 0 (default) is greedy,
+        equal to ``generate(do_sample=False)``; otherwise sampling with ``top_k`` / ``top_p``
+        and ``seed``. ``stop``: a token id or ids that end a sequence. Each new token runs
+        alone against a key/value cache (docs/inside.md)."""
+        from attnlab.models.inside.generate import generate
+
+        return generate(
+            self, ids_or_text, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+            seed=seed, stop=stop,
+        )  # fmt: skip
+
+    def stream(
+        self, ids_or_text, max_new_tokens: int, *, temperature: float = 0.0, top_k: int | None = None,
+        top_p: float | None = None, seed: int | None = None, stop=None,
+    ):  # fmt: skip
+        """``generate`` one step at a time: yields each step's new tokens (B,) as they come."""
+        from attnlab.models.inside.generate import stream
+
+        return stream(
+            self, ids_or_text, max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+            seed=seed, stop=stop,
+        )  # fmt: skip
+
+    def _check_mask(self, mask, shape) -> np.ndarray | None:
+        """attention_mask as (B, N) bool, or None when it is None or all ones."""
+        if mask is None:
+            return None
+        arr = np.asarray(mask)
+        if arr.ndim == 1:
+            arr = arr[None]  # (1, N)
+        if arr.shape != shape or arr.dtype.kind not in "biuf" or not np.isin(arr, (0, 1)).all():
+            raise AttnlabError(
+                f"expected attention_mask of 1 and 0 with the ids' shape {shape}, but got "
+                f"shape {arr.shape} of dtype {arr.dtype} instead"
+            )
+        keys = arr.astype(bool)
+        return None if keys.all() else keys
 
     def _check_ids(self, ids) -> np.ndarray:
         try:

@@ -24,11 +24,19 @@ class ModelRun:
         logits: the next-token logits, (B, N, V).
         layers: each layer's ``LayerAttention`` (q, k after the rotary embedding, v, mask,
             scale, softcap, sinks), for reading any row back.
+        cache: with ``run(..., cache=True)``, every named activation (docs/inside.md), else None.
+        model: the ``Model`` that ran (for the logit lens and attribution).
+        keys: the real tokens (B, N) bool of an ``attention_mask`` with padding, else None.
+        hooks: the hooks the run was made with, or None.
     """
 
     ids: np.ndarray
     logits: np.ndarray
     layers: list[LayerAttention] = field(repr=False)
+    cache: dict | None = field(default=None, repr=False)
+    model: object | None = field(default=None, repr=False)
+    keys: np.ndarray | None = field(default=None, repr=False)
+    hooks: dict | None = field(default=None, repr=False)
 
     @property
     def attention(self) -> list[np.ndarray]:
@@ -50,6 +58,28 @@ class ModelRun:
         if not 0 <= layer < len(self.layers):
             raise AttnlabError(f"expected 0 <= layer < {len(self.layers)}, but got layer={layer}")
         return self.layers[layer].trace(head, query, batch)
+
+    def logit_lens(self, layer: int) -> np.ndarray:
+        """(B, N, V): layer ``layer``'s ``hook_resid_post`` through the final norm and the
+        output head (and final softcap); the last layer's is ``logits`` (docs/inside.md)."""
+        from attnlab.models.inside.lens import logit_lens
+
+        return logit_lens(self, layer)
+
+    def logit_attribution(self, position: int, token: int, batch: int = 0) -> dict[str, float]:
+        """{component: its share of the logit of ``token`` at ``position``}: ``embed``,
+        ``pos_embed``, every head ``L{l}H{h}``, each ``L{l}.mlp`` and the bias terms, the final
+        norm's scale frozen at this run's value. The shares add up to the logit before a final
+        softcap (docs/inside.md)."""
+        from attnlab.models.inside.lens import logit_attribution
+
+        return logit_attribution(self, position, token, batch)
+
+    def logit_difference(self, position: int, a: int, b: int, batch: int = 0) -> dict[str, float]:
+        """``logit_attribution`` of logit[a] - logit[b] at ``position``."""
+        from attnlab.models.inside.lens import logit_difference
+
+        return logit_difference(self, position, a, b, batch)
 
     def head_scores(self, batch: int = 0):
         """Previous-token, induction, duplicate-token and first-token scores of every head

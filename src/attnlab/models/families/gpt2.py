@@ -1,5 +1,6 @@
 """GPT-2: learned positions, pre-norm LayerNorm blocks, fused q/k/v, a gelu MLP, and the
-output head tied to the token embedding.
+output head tied to the token embedding (unless config.json sets ``tie_word_embeddings: false``
+and the checkpoint has its own ``lm_head.weight``: then that head).
 
 Shape legend: B batch, N tokens, d_model hidden width, h heads, d = d_model / h, V vocabulary.
 
@@ -14,10 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from attnlab.models._attend import LayerAttention, attend
+from attnlab.models._attend import attend_points
 from attnlab.models._checkpoint import Checkpoint
 from attnlab.models._config import Config, Shape
 from attnlab.models._layers import activation, layer_norm
+from attnlab.models.inside._points import Pass
 
 __all__ = ["GPT2", "build", "shape_of"]
 
@@ -47,29 +49,86 @@ class GPT2:
         float
     ]  # per layer: 1/sqrt(d), over (layer + 1) with scale_attn_by_inverse_layer_idx
 
-    def forward(self, ids: np.ndarray, weights: bool) -> tuple[np.ndarray, list[LayerAttention]]:
-        """(logits (B, N, V), each layer's attention) for token ids (B, N)."""
-        w, s = self.w, self.shape
-        b, n = ids.shape
-        x = w["wte.weight"][ids] + w["wpe.weight"][:n]  # (B, N, d_model)
+    head: np.ndarray | None = None  # (V, d_model): lm_head.weight when not tied to wte
+
+    learned_positions = True  # hook_pos_embed
+
+    @property
+    def lm_head(self) -> np.ndarray:
+        """The output head (V, d_model): the token embedding unless the checkpoint unties it."""
+        return self.w["wte.weight"] if self.head is None else self.head
+
+    def forward(self, ids: np.ndarray, how: Pass | None = None):
+        """(logits (B, N, V), each run layer's attention) for token ids (B, N), every
+        activation through its named point (``how.points``)."""
+        how = how or Pass()
+        w, pt = self.w, how.points
+        n = ids.shape[1]
+        if how.start == 0:
+            x = pt("hook_embed", w["wte.weight"][ids])  # (B, N, d_model)
+            pos = pt("hook_pos_embed", w["wpe.weight"][how.offset : how.offset + n][None])
+            x = x + pos  # (B, N, d_model); pos (1, N, d_model) as TransformerLens keeps it
+        else:
+            x = how.resid
         layers = []
-        for i in range(s.layers):
-            p = f"h.{i}."
-            h = layer_norm(x, w[p + "ln_1.weight"], w[p + "ln_1.bias"], self.eps)
-            qkv = h @ w[p + "attn.c_attn.weight"] + w[p + "attn.c_attn.bias"]  # (B, N, 3 d_model)
-            q, k, v = (
-                t.reshape(b, n, s.heads, s.head_dim).transpose(0, 2, 1, 3)  # (B, h, N, d)
-                for t in np.split(qkv, 3, axis=-1)
-            )
-            out, layer = attend(q, k, v, scale=self.scales[i], weights=weights)
-            out = out.transpose(0, 2, 1, 3).reshape(b, n, s.d_model)  # (B, N, d_model)
-            x = x + (out @ w[p + "attn.c_proj.weight"] + w[p + "attn.c_proj.bias"])
-            h = layer_norm(x, w[p + "ln_2.weight"], w[p + "ln_2.bias"], self.eps)
-            h = self.act(h @ w[p + "mlp.c_fc.weight"] + w[p + "mlp.c_fc.bias"])  # (B, N, d_ff)
-            x = x + (h @ w[p + "mlp.c_proj.weight"] + w[p + "mlp.c_proj.bias"])
+        for i in range(how.start, self.shape.layers):
+            x, layer = self._block(i, x, how)
             layers.append(layer)
-        x = layer_norm(x, w["ln_f.weight"], w["ln_f.bias"], self.eps)
-        return x @ w["wte.weight"].T, layers  # (B, N, V): the head is the embedding
+        x = pt("ln_final.hook_normalized", self.normalize_final(x))
+        return self.unembed(x), layers
+
+    def normalize_final(self, x: np.ndarray) -> np.ndarray:
+        return layer_norm(x, self.w["ln_f.weight"], self.w["ln_f.bias"], self.eps)
+
+    def out_weights(self, i: int) -> np.ndarray:
+        """Layer ``i``'s output projection per head, (h, d, d_model)."""
+        s = self.shape
+        return self.w[f"h.{i}.attn.c_proj.weight"].reshape(s.heads, s.head_dim, s.d_model)
+
+    def out_bias(self, i: int) -> np.ndarray:
+        return self.w[f"h.{i}.attn.c_proj.bias"]
+
+    def attn_out_norm(self, i: int) -> None:
+        return None
+
+    def final_norm_parts(self) -> dict:
+        w = self.w
+        return dict(kind="layer", weight=w["ln_f.weight"], bias=w["ln_f.bias"], eps=self.eps)
+
+    def unembed(self, normalized: np.ndarray) -> np.ndarray:
+        """The logits (..., V) of the final norm's output (..., d_model)."""
+        return normalized @ self.lm_head.T  # (..., V)
+
+    def _block(self, i: int, x: np.ndarray, how: Pass):
+        """Layer ``i`` on the residual stream x (B, N, d_model): (new x, its attention)."""
+        w, s, pt = self.w, self.shape, how.points
+        p, name = f"h.{i}.", f"blocks.{i}."
+        b, n, _ = x.shape
+        x = pt(name + "hook_resid_pre", x)
+        h = layer_norm(x, w[p + "ln_1.weight"], w[p + "ln_1.bias"], self.eps)
+        h = pt(name + "ln1.hook_normalized", h)
+        qkv = h @ w[p + "attn.c_attn.weight"] + w[p + "attn.c_attn.bias"]  # (B, N, 3 d_model)
+        q, k, v = (
+            t.reshape(b, n, s.heads, s.head_dim).transpose(0, 2, 1, 3)  # (B, h, N, d)
+            for t in np.split(qkv, 3, axis=-1)
+        )
+        if how.kv is not None:
+            z, layer = how.kv.attend(i, q, k, v, window=None, scale=self.scales[i]), None
+        else:
+            z, layer = attend_points(
+                q, k, v, pt, name + "attn.", weights=how.weights, keys=how.keys,
+                scale=self.scales[i], window=None,
+            )  # fmt: skip
+        out = z.reshape(b, n, s.d_model)  # (B, N, d_model): the heads side by side
+        attn = pt(
+            name + "hook_attn_out", out @ w[p + "attn.c_proj.weight"] + w[p + "attn.c_proj.bias"]
+        )
+        x = pt(name + "hook_resid_mid", x + attn)
+        h = layer_norm(x, w[p + "ln_2.weight"], w[p + "ln_2.bias"], self.eps)
+        h = pt(name + "ln2.hook_normalized", h)
+        h = self.act(h @ w[p + "mlp.c_fc.weight"] + w[p + "mlp.c_fc.bias"])  # (B, N, d_ff)
+        mlp = pt(name + "hook_mlp_out", h @ w[p + "mlp.c_proj.weight"] + w[p + "mlp.c_proj.bias"])
+        return pt(name + "hook_resid_post", x + mlp), layer
 
 
 def _tensors(shape: Shape, d_ff: int) -> dict[str, tuple[int, ...]]:
@@ -100,8 +159,12 @@ def build(cfg: Config, ck: Checkpoint) -> GPT2:
     w = {name: ck.get(prefix + name, size) for name, size in _tensors(shape, d_ff).items()}
     scale = shape.head_dim**-0.5 if cfg.get("scale_attn_weights", True) else 1.0
     by_layer = bool(cfg.get("scale_attn_by_inverse_layer_idx", False))
+    head = None
+    if not cfg.get("tie_word_embeddings", True) and "lm_head.weight" in ck:
+        head = ck.get("lm_head.weight", (shape.vocab, shape.d_model))
     return GPT2(
         shape=shape,
+        head=head,
         w=w,
         eps=cfg.number("layer_norm_epsilon", 1e-5),
         act=activation(cfg, "activation_function", "gelu_new"),
