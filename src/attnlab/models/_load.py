@@ -177,11 +177,15 @@ def _download(repo: str, revision: str | None) -> Path:
             allow_patterns=HUB_FILES,
         )
     except Exception as exc:  # the hub's errors: not cached, not found, gated, no connection
-        why = "the network is off (HF_HUB_OFFLINE)" if offline else type(exc).__name__
+        at = f" at revision {revision!r}" if revision else ""
+        if offline:
+            raise AttnlabError(
+                f"expected the model {repo!r}{at} in the Hugging Face cache, but it is not there "
+                f"and the network is off (HF_HUB_OFFLINE); {how}"
+            ) from None
+        detail = " ".join(str(exc).split())[:160] or "no detail"
         raise AttnlabError(
-            f"expected the model {repo!r}"
-            + (f" at revision {revision!r}" if revision else "")
-            + f" in the Hugging Face cache or on the hub, but it is not available ({why}: "
-            f"{str(exc).splitlines()[0][:160] if str(exc) else 'no detail'}); {how}"
+            f"expected the model {repo!r}{at} in the Hugging Face cache or on the hub, but it "
+            f"is not available ({type(exc).__name__}: {detail}); {how}"
         ) from None
     return Path(folder)
