@@ -5,7 +5,8 @@
                                the reason); an empty list without ``--model``
     GET /api/models/run        one model on a text or token ids (at most MAX_TOKENS): the tokens,
                                each layer's attention kind, every head's (N, N) weights rounded
-                               to 4 places and its head scores (attnlab.models.heads)
+                               to 4 places and its head scores (attnlab.models.heads); past
+                               GRID_TOKENS, one layer's weights (``layer``) as bytes instead
     GET /api/models/head       one head's row for one query, as the stepper takes it: q (1, d),
                                k and v of the keys the model's mask lets that query see, the
                                scale, and the weights ``run.trace`` gives for that row
@@ -21,6 +22,7 @@ one worker thread with a bounded queue, as the learned routes are, and the last 
 from __future__ import annotations
 
 import asyncio
+import base64
 import gzip
 import json
 import re
@@ -48,8 +50,13 @@ __all__ = ["MAX_TOKENS", "Shelf", "check_folder", "router"]
 
 router = APIRouter(prefix="/api/models", tags=["real models"])
 
-MAX_TOKENS = 64  # a GPT-2 small run at this length is well inside a request's time (docs)
-MAX_TEXT = 1000  # characters of text, before it is tokenized
+MAX_TOKENS = 512  # a GPT-2 small run at this length is well inside a request's time (docs)
+# Up to GRID_TOKENS every head of every layer is sent (GPT-2 small at 64 tokens: 3.2 MB of
+# JSON). Past it the same would be 250 MB at 512 tokens, so one layer is sent at a time, each
+# weight as one byte (round(255 w), 3.1 MB for GPT-2 small's 12 heads at 512 tokens, base64):
+# enough for a heatmap, and the stepper still reads the exact row from /api/models/head.
+GRID_TOKENS = 64
+MAX_TEXT = 4000  # characters of text, before it is tokenized
 DEFAULT_TEXT = "The cat sat on the mat. The cat sat on the mat."
 ANSWER_S = 1.0  # an answer's seconds, for Retry-After (a small model answers in milliseconds)
 KEPT_RUNS = 8  # runs kept per server: a GPT-2 small run at MAX_TOKENS holds ~2 MB of q, k, v
@@ -89,7 +96,8 @@ class Entry:
 
     def as_dict(self) -> dict:
         out = {"name": self.name, "path": str(self.path), "status": self.status,
-               "message": self.message, "max_tokens": MAX_TOKENS}  # fmt: skip
+               "message": self.message, "max_tokens": MAX_TOKENS,
+               "grid_tokens": GRID_TOKENS}  # fmt: skip
         out["seconds"] = round(
             self.seconds if self.seconds is not None else time.monotonic() - self.started, 1
         )
@@ -197,10 +205,9 @@ def _ids(model, text: str | None, ids: str | None) -> tuple[int, ...]:
 
 
 def _pieces(model, ids) -> list[str]:
-    """Each token as text (its id when the folder has no tokenizer)."""
-    if model.tokenizer_path is None:
-        return [str(i) for i in ids]
-    return [model.detokenize([i]) for i in ids]
+    """Each token as text (its id when the folder has no tokenizer); a token that decodes to
+    nothing alone (a BOS such as "<s>") is shown by its name, never as a blank."""
+    return model.tokens(list(ids))
 
 
 def _encoded(content: dict, packed: bool) -> Response:
@@ -242,20 +249,38 @@ def models(request: Request) -> dict:
 
 
 @router.get("/run", summary="Every head of a model on a text or token ids", responses=REFUSED)
-async def model_run(request: Request, model: Name, text: Text = None, ids: Ids = None):
-    return await _queued(request, model, lambda shelf, entry: _run(shelf, entry, text, ids))
+async def model_run(
+    request: Request,
+    model: Name,
+    text: Text = None,
+    ids: Ids = None,
+    layer: Annotated[
+        int, Query(ge=0, le=10_000, description="The layer sent past grid_tokens (one at a time).")
+    ] = 0,
+):
+    return await _queued(request, model, lambda shelf, entry: _run(shelf, entry, text, ids, layer))
 
 
-def _run(shelf: Shelf, entry: Entry, text, ids) -> dict:
+def _run(shelf: Shelf, entry: Entry, text, ids, layer: int = 0) -> dict:
     tokens = _ids(entry.model, text, ids)
     run = shelf.run(entry.name, tokens)
     scores = run.head_scores().as_dict()["attnlab"]  # kind -> (L, h), None where undefined
     scores = {k: [[x if x is None else round(x, 4) for x in row] for row in table]
               for k, table in scores.items()}  # fmt: skip
-    weights = [np.round(w[0].astype(float), 4).tolist() for w in run.attention]  # L x (h, N, N)
-    return {"model": entry.name, "ids": list(tokens), "tokens": _pieces(entry.model, tokens),
-            "kinds": run.kinds, "heads": len(weights[0]), "weights": weights,
-            "score_kinds": list(HEAD_KINDS), "scores": scores}  # fmt: skip
+    out = {"model": entry.name, "ids": list(tokens), "tokens": _pieces(entry.model, tokens),
+           "kinds": run.kinds, "heads": run.layers[0].q.shape[1], "score_kinds": list(HEAD_KINDS),
+           "scores": scores}  # fmt: skip
+    if len(tokens) <= GRID_TOKENS:
+        out["weights"] = [np.round(w[0].astype(float), 4).tolist() for w in run.attention]
+        return out  # weights: L x (h, N, N)
+    if layer >= len(run.layers):
+        raise FieldError(
+            "layer", f"expected layer from 0 to {len(run.layers) - 1}, but got {layer}"
+        )
+    quantised = np.rint(run.attention[layer][0] * 255).astype(np.uint8)  # (h, N, N) bytes
+    out["layer"] = layer
+    out["weights_u8"] = [base64.b64encode(w.tobytes()).decode("ascii") for w in quantised]
+    return out
 
 
 @router.get("/head", summary="One head's q, k and v for one query", responses=REFUSED)
