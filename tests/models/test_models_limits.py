@@ -170,3 +170,19 @@ def test_checkpoint_under_the_bound_is_not_refused(tmp_path, folders):
         "extra.weight": "extra.safetensors",
         **{k: "model.safetensors" for k in _keys(folders["gpt2"])}}}))  # fmt: skip
     assert load(folder).shape.layers == 2
+
+
+def test_serve_refuses_the_bomb_before_the_server_starts(tmp_path, folders, monkeypatch):
+    import uvicorn
+    from typer.testing import CliRunner
+
+    from attnlab.cli import app
+
+    started = []
+    monkeypatch.setattr(uvicorn.Server, "run", lambda self, sockets=None: started.append(1))
+    monkeypatch.setattr("attnlab.figures.histogram.warm", lambda: None)
+    folder = _bomb(tmp_path, folders)
+    result = CliRunner().invoke(app, ["serve", "--model", str(folder), "--port", "1"])
+    assert result.exit_code == 2, result.output
+    assert "memory" in result.output and "extra.weight" in " ".join(result.output.split())
+    assert started == []
