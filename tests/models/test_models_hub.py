@@ -9,6 +9,8 @@ import shutil
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from attnlab.errors import AttnlabError
 from attnlab.models import load
@@ -68,6 +70,27 @@ def test_hostile_hub_ids_are_one_error(hub, bad):
     with pytest.raises(AttnlabError) as info:
         load(bad)
     assert "\n" not in str(info.value)
+
+
+ID_PARTS = st.sampled_from(["org", "tiny", "..", ".", "", "/", "//", "~", "-", "--", "a" * 97,
+                            "\\", "C:", "ｏ", " ", "\x00", "%2e%2e", "org/tiny", "tiny/", "x"])  # fmt: skip
+
+
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    parts=st.lists(ID_PARTS, max_size=5), revision=st.sampled_from([None, "main", "..", "", COMMIT])
+)
+def test_any_string_is_a_model_or_one_error_offline(hub, parts, revision):
+    # Offline and in a folder of our own: a string is the cached org/tiny, or one AttnlabError.
+    path = "".join(parts)
+    try:
+        model = load(path, revision=revision)
+    except AttnlabError as exc:
+        assert "\n" not in str(exc)
+        return
+    assert model.path == hub / "snapshots" / COMMIT
 
 
 def test_hostile_revision_and_revision_with_a_folder(hub):

@@ -88,7 +88,7 @@ def read_folder(path):
     """(folder, config.json's dict, its Config, the family's module) of model folder ``path``,
     after the checks that read no tensor: config.json, a family attnlab runs, and a config
     that describes a model of that family. An AttnlabError naming the file otherwise."""
-    folder = Path(path).expanduser()
+    folder, _ = local(path)
     data = read_config(folder)
     cfg = Config(data, folder / "config.json")
     family = data.get("model_type")
@@ -112,20 +112,23 @@ def check_layers(cfg: Config, module, ck: Checkpoint) -> None:
 def resolve(path, revision: str | None = None) -> Path:
     """The local folder of ``path``: itself when it is a folder, else the hub id's snapshot."""
     if isinstance(path, Path) or (isinstance(path, str) and _looks_local(path)):
-        folder = Path(path).expanduser()
+        folder, is_dir = local(path)
         if revision is not None:
             raise AttnlabError(
-                f"expected revision only with a hub id, but got a folder path {str(path)[:80]!r}"
+                f"expected revision only with a hub id, but got a folder path {shown(str(path))}"
             )
-        if not folder.is_dir():
-            raise AttnlabError(f"expected a model folder, but {folder} is not a directory")
+        if not is_dir:
+            raise AttnlabError(
+                f"expected a model folder, but {shown(str(folder))} is not a directory"
+            )
         return folder
     if not isinstance(path, str):
         raise AttnlabError(
             f"expected path to be a folder or a hub id, but got {type(path).__name__} instead"
         )
-    if Path(path).expanduser().is_dir():  # a folder that exists wins over a hub id
-        return Path(path).expanduser()
+    folder, is_dir = local(path)
+    if is_dir:  # a folder that exists wins over a hub id
+        return folder
     if not _HUB_ID.fullmatch(path):
         raise AttnlabError(
             "expected a model folder or a hub id like 'org/name' (letters, digits, '-', '_', "
@@ -139,6 +142,19 @@ def resolve(path, revision: str | None = None) -> Path:
             "instead"
         )
     return _download(path, revision)
+
+
+def local(path) -> tuple[Path, bool]:
+    """(``path`` with ~ expanded, whether it is a directory), or an AttnlabError when no file
+    system could hold it (a NUL byte, a name too long, ~user of no such user)."""
+    try:
+        folder = Path(path).expanduser()
+        return folder, folder.is_dir()
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise AttnlabError(
+            f"expected a model folder or a hub id, but {shown(str(path))} can be neither "
+            f"({type(exc).__name__}: {shown(str(exc), 80)})"
+        ) from None
 
 
 def _looks_local(path: str) -> bool:
