@@ -322,3 +322,17 @@ def test_long_input_sends_one_layer_as_bytes_and_bos_is_named(tmp_path):
         np.testing.assert_allclose(got, exact[h], atol=0.5 / 255 + 1e-9)
     assert too_long.status_code == 422 and "expected 1 to 512 tokens" in too_long.json()["message"]
     assert bad_layer.status_code == 422 and bad_layer.json()["message"].startswith("layer: ")
+
+
+def test_kept_runs_are_bounded_in_bytes(client, monkeypatch):
+    shelf = client.app.state.models
+    first = _run(client, ids="1 2 3 4 5 6")
+    held = realmodels._held(shelf.run("tiny", tuple(first["ids"])))
+    q_k_v_w = sum(
+        layer.q.nbytes + layer.k.nbytes + layer.v.nbytes + 4 * 6 * 6 * layer.q.shape[1]
+        for layer in shelf.run("tiny", tuple(first["ids"])).layers
+    )  # the weights (1, h, 6, 6) as float32, counted by hand
+    assert held == q_k_v_w
+    monkeypatch.setattr(realmodels, "KEPT_BYTES", held + 1)  # room for one such run, not two
+    _run(client, ids="2 3 4 5 6 7")
+    assert list(shelf.runs) == [("tiny", (2, 3, 4, 5, 6, 7))]

@@ -59,7 +59,10 @@ GRID_TOKENS = 64
 MAX_TEXT = 4000  # characters of text, before it is tokenized
 DEFAULT_TEXT = "The cat sat on the mat. The cat sat on the mat."
 ANSWER_S = 1.0  # an answer's seconds, for Retry-After (a small model answers in milliseconds)
-KEPT_RUNS = 8  # runs kept per server: a GPT-2 small run at MAX_TOKENS holds ~2 MB of q, k, v
+KEPT_RUNS = 8  # runs kept per server: a GPT-2 small run at 64 tokens holds ~2 MB of q, k, v
+# ... and at most this many bytes of them: a GPT-2 small run at 512 tokens keeps 151 MB of
+# weights (144 heads of 512 x 512 float32), so eight such runs would hold 1.2 GB.
+KEPT_BYTES = 512 * 2**20
 QUEUE = LabQueue(waiting=8)
 GZIP_LEVEL = 1  # GPT-2's 3.2 MB at 64 tokens: 0.65 MB in 0.02 s (level 9: 0.52 MB in 1.3 s)
 REFUSED = {
@@ -163,9 +166,20 @@ class Shelf:
         run = self.entries[name].model.run(np.array(ids))  # weights (1, h, N, N) per layer
         with self._lock:
             self.runs[key] = run
-            while len(self.runs) > KEPT_RUNS:
-                self.runs.popitem(last=False)
+            while len(self.runs) > 1 and (
+                len(self.runs) > KEPT_RUNS or sum(map(_held, self.runs.values())) > KEPT_BYTES
+            ):
+                self.runs.popitem(last=False)  # the oldest; the newest always stays
         return run
+
+
+def _held(run) -> int:
+    """Bytes a kept run holds: each layer's q, k, v and its (B, h, N, N) weights."""
+    total = 0
+    for layer in run.layers:
+        total += layer.q.nbytes + layer.k.nbytes + layer.v.nbytes
+        total += layer._weights.nbytes if layer._weights is not None else 0
+    return total
 
 
 def _unavailable(entry: Entry) -> JSONResponse | None:
