@@ -173,6 +173,17 @@ class Shelf:
         return run
 
 
+def _scores(run) -> dict:
+    """The run's head scores, kind -> (L, h) rounded to 4 places (None where undefined),
+    computed once per kept run: at 512 tokens they cost as much as the layer's bytes, and
+    picking another layer asks again."""
+    if getattr(run, "explorer_scores", None) is None:
+        scores = run.head_scores().as_dict()["attnlab"]
+        run.explorer_scores = {k: [[x if x is None else round(x, 4) for x in row] for row in t]
+                               for k, t in scores.items()}  # fmt: skip
+    return run.explorer_scores
+
+
 def _held(run) -> int:
     """Bytes a kept run holds: each layer's q, k, v and its (B, h, N, N) weights."""
     total = 0
@@ -278,12 +289,9 @@ async def model_run(
 def _run(shelf: Shelf, entry: Entry, text, ids, layer: int = 0) -> dict:
     tokens = _ids(entry.model, text, ids)
     run = shelf.run(entry.name, tokens)
-    scores = run.head_scores().as_dict()["attnlab"]  # kind -> (L, h), None where undefined
-    scores = {k: [[x if x is None else round(x, 4) for x in row] for row in table]
-              for k, table in scores.items()}  # fmt: skip
     out = {"model": entry.name, "ids": list(tokens), "tokens": _pieces(entry.model, tokens),
            "kinds": run.kinds, "heads": run.layers[0].q.shape[1], "score_kinds": list(HEAD_KINDS),
-           "scores": scores}  # fmt: skip
+           "scores": _scores(run)}  # fmt: skip
     if len(tokens) <= GRID_TOKENS:
         out["weights"] = [np.round(w[0].astype(float), 4).tolist() for w in run.attention]
         return out  # weights: L x (h, N, N)
