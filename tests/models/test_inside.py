@@ -167,3 +167,13 @@ def test_bad_generation_arguments(model, kwargs, words):
     with pytest.raises(AttnlabError, match=r"^expected") as err:
         model.generate(IDS, **kwargs)
     assert words in str(err.value)
+
+
+def test_a_hook_writing_in_place_leaves_the_weights_alone(model):
+    before = model.run(IDS).logits
+
+    def scribble(value, name):
+        value[...] = 0  # in place, returning None
+
+    model.run(IDS, hooks={"hook_pos_embed": scribble, "hook_embed": scribble})
+    np.testing.assert_array_equal(model.run(IDS).logits, before)

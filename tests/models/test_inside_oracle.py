@@ -387,3 +387,16 @@ def test_greedy_generation_is_transformers_token_for_token(hf, saved, family):
     np.testing.assert_array_equal(got, theirs)
     steps = list(ours.stream(IDS, 3))
     np.testing.assert_array_equal(np.stack(steps, 1), theirs[:, IDS.shape[1] : IDS.shape[1] + 3])
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma2", "gpt_oss", "qwen2"])
+@pytest.mark.parametrize("point", ["attn.hook_attn_scores", "attn.hook_pattern"])
+def test_scores_and_pattern_taken_by_hand_are_transformers(hf, saved, family, point):
+    """A hook that returns its value unchanged sends the layer down the by-hand path (softmax
+    with sinks of the hooked scores, pattern · v per kv head); it must still be the model."""
+    from attnlab.models import load
+
+    folder, model = saved(family)
+    hooks = {f"blocks.{i}.{point}": lambda x, name: x.copy() for i in range(2)}
+    run = load(folder, dtype="float64").run(IDS, hooks=hooks)
+    close(run.logits, reference_logits(hf, model, IDS), rtol(family))

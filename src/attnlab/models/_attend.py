@@ -21,6 +21,7 @@ import numpy as np
 
 import attnlab as al
 from attnlab.errors import AttnlabError
+from attnlab.kernels._threads import one_blas_thread
 
 __all__ = ["LayerAttention", "attend", "attend_points"]
 
@@ -93,10 +94,10 @@ class LayerAttention:
 
     def scores(self) -> np.ndarray:
         """The scaled (and capped) scores, -inf where the mask blocks, (B, h, N, N)."""
-        b, h, n, d = self.q.shape
-        h_kv = self.k.shape[1]
-        q = self.q.reshape(b, h_kv, h // h_kv, n, d)  # (B, h_kv, g, N, d)
-        s = (q @ self.k[:, :, None].swapaxes(-1, -2)).reshape(b, h, n, n) * self.scale
+        with (
+            one_blas_thread()
+        ):  # a threaded OpenBLAS is many times slower on these per-head products
+            s = (self.q @ self._per_head(self.k).swapaxes(-1, -2)) * self.scale  # (B, h, N, N)
         if self.softcap is not None:
             s = self.softcap * np.tanh(s / self.softcap)
         return np.where(self.allowed(), s, -np.inf)  # (B, h, N, N)
@@ -117,10 +118,14 @@ class LayerAttention:
 
     def apply(self, pattern: np.ndarray) -> np.ndarray:
         """pattern (B, h, N, N) · v: the output (B, h, N, d), each head on its kv head."""
-        b, h, n, _ = pattern.shape
-        h_kv = self.k.shape[1]
-        p = pattern.reshape(b, h_kv, h // h_kv, n, n)  # (B, h_kv, g, N, N)
-        return (p @ self.v[:, :, None]).reshape(b, h, n, -1)  # (B, h, N, d)
+        with one_blas_thread():
+            return pattern @ self._per_head(self.v)  # (B, h, N, d)
+
+    def _per_head(self, x: np.ndarray) -> np.ndarray:
+        """k or v (B, h_kv, N, d) as one contiguous copy per query head (B, h, N, d): a
+        broadcast group axis would keep numpy's matmul off BLAS, many times slower."""
+        g = self.q.shape[1] // x.shape[1]
+        return np.ascontiguousarray(np.repeat(x, g, axis=1) if g > 1 else x)  # (B, h, N, d)
 
     def output(self, weights: bool) -> np.ndarray:
         """The attention output, (B, h, N, d); with ``weights`` the weights are kept."""

@@ -66,7 +66,9 @@ class GPT2:
         n = ids.shape[1]
         if how.start == 0:
             x = pt("hook_embed", w["wte.weight"][ids])  # (B, N, d_model)
-            pos = pt("hook_pos_embed", w["wpe.weight"][how.offset : how.offset + n][None])
+            pos = w["wpe.weight"][how.offset : how.offset + n][None]  # (1, N, d_model), a view
+            if pt.active:  # a hook changing it in place must not change the weights
+                pos = pt("hook_pos_embed", pos.copy())
             x = x + pos  # (B, N, d_model); pos (1, N, d_model) as TransformerLens keeps it
         else:
             x = how.resid
