@@ -204,7 +204,7 @@ Opt = typer.Option
 @app.command()
 @friendly_errors
 def model(
-    path: Annotated[str, typer.Argument(
+    path: Annotated[str, typer.Argument(metavar="PATH|ID",
         help="A Hugging Face model folder (config.json, safetensors) or a hub id 'org/name'.")],
     text: Annotated[str | None, Opt(help="Text to tokenize (the folder's tokenizer).")] = None,
     ids: Annotated[str | None, Opt(help="Token ids instead of text: '464, 3797, 3332'.")] = None,

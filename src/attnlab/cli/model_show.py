@@ -59,7 +59,7 @@ def show_summary(data: dict) -> None:
 
 
 def show_tokens(tokens: list[str], ids: list[int]) -> None:
-    """The tokens as one row that wraps: "position:token" pairs, the ids below on request."""
+    """The tokens as one row that wraps at the terminal's width: "position:token" pairs."""
     console.print(f"[bold]{len(tokens)} tokens[/]", highlight=False)
     row = Text()
     for i, token in enumerate(tokens):
