@@ -180,3 +180,25 @@ def test_merges_without_vocab_is_no_tokenizer(tmp_path, gpt2_bpe):
     assert model.tokenizer_path is None
     with pytest.raises(AttnlabError, match=r"vocab\.json"):
         model.tokenize("the cat")
+
+
+def test_serve_takes_a_hub_id_from_the_cache(hub, monkeypatch):
+    import uvicorn
+    from typer.testing import CliRunner
+
+    from attnlab.cli import app
+
+    apps = []
+    monkeypatch.setattr(
+        uvicorn.Server, "run", lambda self, sockets=None: apps.append(self.config.app)
+    )
+    monkeypatch.setattr("attnlab.cli.serve._check_port", lambda host, port: None)
+    monkeypatch.setattr("attnlab.figures.histogram.warm", lambda: None)
+    result = CliRunner().invoke(app, ["serve", "--model", "org/tiny"])
+    assert result.exit_code == 0, result.output
+    (entry,) = apps[0].state.models.entries.values()
+    assert entry.name == "tiny" and entry.path == hub / "snapshots" / COMMIT  # not the commit
+    apps[0].state.models.wait()
+    assert entry.status == "ready"
+    missing = CliRunner().invoke(app, ["serve", "--model", "org/absent"])
+    assert missing.exit_code == 2 and "hf download org/absent" in " ".join(missing.output.split())

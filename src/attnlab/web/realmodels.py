@@ -120,9 +120,10 @@ class Shelf:
         self.entries: dict[str, Entry] = {}
         for path in paths:
             folder = Path(path).expanduser()
-            name, n = folder.resolve().name or "model", 2
+            base = _name(folder)
+            name, n = base, 2
             while name in self.entries:
-                name, n = f"{folder.resolve().name}-{n}", n + 1
+                name, n = f"{base}-{n}", n + 1
             self.entries[name] = Entry(name, folder)
         self.runs: OrderedDict = OrderedDict()  # (name, ids) -> ModelRun, newest last
         self._lock = threading.Lock()
@@ -191,6 +192,15 @@ def _held(run) -> int:
         total += layer.q.nbytes + layer.k.nbytes + layer.v.nbytes
         total += layer._weights.nbytes if layer._weights is not None else 0
     return total
+
+
+def _name(folder: Path) -> str:
+    """A model's name: its folder's, or for a Hugging Face cache snapshot
+    (models--org--name/snapshots/<commit>) the hub name, not the commit."""
+    folder = folder.resolve()
+    if folder.parent.name == "snapshots" and folder.parent.parent.name.startswith("models--"):
+        return folder.parent.parent.name.split("--")[-1]
+    return folder.name or "model"
 
 
 def _unavailable(entry: Entry) -> JSONResponse | None:
