@@ -64,15 +64,20 @@ def load(path, *, dtype: str = "float32", revision: str | None = None) -> Model:
         memory, a hub id that is not one or not in the cache while offline. Nothing
         half-loaded is returned.
     """
+    _check_dtype(dtype)  # before a download, not after
     return open_folder(resolve(path, revision), dtype)
 
 
-def open_folder(folder: Path, dtype: str = "float32", progress=None) -> Model:
-    """``load`` of a local folder; ``progress(done, total)`` is called after each tensor read."""
+def _check_dtype(dtype) -> None:
     if not isinstance(dtype, str) or dtype not in COMPUTE_DTYPES:
         raise AttnlabError(
             f"expected dtype to be one of {tuple(COMPUTE_DTYPES)}, but got {shown(dtype)} instead"
         )
+
+
+def open_folder(folder: Path, dtype: str = "float32", progress=None) -> Model:
+    """``load`` of a local folder; ``progress(done, total)`` is called after each tensor read."""
+    _check_dtype(dtype)
     folder, data, cfg, module = read_folder(folder)
     ck = Checkpoint(folder, COMPUTE_DTYPES[dtype])  # headers only: declared bytes bounded
     check_layers(cfg, module, ck)
@@ -115,11 +120,11 @@ def resolve(path, revision: str | None = None) -> Path:
         folder, is_dir = local(path)
         if revision is not None:
             raise AttnlabError(
-                f"expected revision only with a hub id, but got a folder path {shown(str(path))}"
+                f"expected revision only with a hub id, but got a folder path {shown(str(path), 300)}"
             )
         if not is_dir:
             raise AttnlabError(
-                f"expected a model folder, but {shown(str(folder))} is not a directory"
+                f"expected a model folder, but {shown(str(folder), 300)} is not a directory"
             )
         return folder
     if not isinstance(path, str):
@@ -152,7 +157,7 @@ def local(path) -> tuple[Path, bool]:
         return folder, folder.is_dir()
     except (OSError, ValueError, RuntimeError) as exc:
         raise AttnlabError(
-            f"expected a model folder or a hub id, but {shown(str(path))} can be neither "
+            f"expected a model folder or a hub id, but {shown(str(path), 300)} can be neither "
             f"({type(exc).__name__}: {shown(str(exc), 80)})"
         ) from None
 
