@@ -155,9 +155,9 @@ def _load(path: str, revision: str | None, dtype: str, quiet: bool):
     """The model, with a spinner while a hub id resolves and a bar while tensors are read."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
-    from attnlab.models._load import _check_dtype, open_folder, resolve
+    from attnlab.models._load import check_dtype, open_folder, resolve
 
-    _check_dtype(dtype)  # before a download
+    check_dtype(dtype)  # before a download
     with err_console.status(f"finding {path}", spinner="dots") if not quiet else _nothing():
         folder = resolve(path, revision)
     bar = Progress(TextColumn("loading {task.description}"), BarColumn(), MofNCompleteColumn(),

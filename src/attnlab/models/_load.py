@@ -27,7 +27,15 @@ from attnlab.models._checkpoint import COMPUTE_DTYPES, Checkpoint, read_config, 
 from attnlab.models._config import FAMILIES, Config, shown, unsupported_family
 from attnlab.models._model import Model
 
-__all__ = ["HUB_FILES", "check_layers", "load", "open_folder", "read_folder", "resolve"]
+__all__ = [
+    "HUB_FILES",
+    "check_dtype",
+    "check_layers",
+    "load",
+    "open_folder",
+    "read_folder",
+    "resolve",
+]
 
 #: What a hub download fetches: everything ``load`` reads, and nothing that could run code.
 HUB_FILES = [
@@ -64,11 +72,11 @@ def load(path, *, dtype: str = "float32", revision: str | None = None) -> Model:
         memory, a hub id that is not one or not in the cache while offline. Nothing
         half-loaded is returned.
     """
-    _check_dtype(dtype)  # before a download, not after
+    check_dtype(dtype)  # before a download, not after
     return open_folder(resolve(path, revision), dtype)
 
 
-def _check_dtype(dtype) -> None:
+def check_dtype(dtype) -> None:
     if not isinstance(dtype, str) or dtype not in COMPUTE_DTYPES:
         raise AttnlabError(
             f"expected dtype to be one of {tuple(COMPUTE_DTYPES)}, but got {shown(dtype)} instead"
@@ -77,7 +85,7 @@ def _check_dtype(dtype) -> None:
 
 def open_folder(folder: Path, dtype: str = "float32", progress=None) -> Model:
     """``load`` of a local folder; ``progress(done, total)`` is called after each tensor read."""
-    _check_dtype(dtype)
+    check_dtype(dtype)
     folder, data, cfg, module = read_folder(folder)
     ck = Checkpoint(folder, COMPUTE_DTYPES[dtype])  # headers only: declared bytes bounded
     check_layers(cfg, module, ck)
