@@ -139,9 +139,9 @@ class Checkpoint:
             largest = max(need, key=need.get)
             raise AttnlabError(
                 f"expected a checkpoint that fits in half of this machine's memory "
-                f"({total / 2**30 / 2:.1f} GiB), but the tensors in {self.folder} declare "
-                f"{declared / 2**30:.1f} GiB at {self.dtype}; the largest is {largest!r} of "
-                f"shape {self.sizes[largest]} ({need[largest] / 2**30:.1f} GiB)"
+                f"({total / 2**30 / 2:.1f} GiB), but got {declared / 2**30:.1f} GiB at "
+                f"{self.dtype} declared by the tensors in {self.folder} instead; the largest is "
+                f"{largest!r} of shape {self.sizes[largest]} ({need[largest] / 2**30:.1f} GiB)"
             )
 
     def _locate(self) -> dict[str, Path]:
