@@ -147,3 +147,30 @@ def test_hub_id_offline_is_one_line(tmp_path, monkeypatch):
     assert result.exit_code == 2
     assert "hf download org/absent" in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_a_download_draws_rich_bars(folder, tmp_path, monkeypatch):
+    import huggingface_hub
+    from rich.console import Console
+
+    from attnlab.cli import _app, model
+
+    seen = {}
+
+    def fake(repo, **kwargs):  # what snapshot_download does with its tqdm_class
+        bar = kwargs["tqdm_class"](total=0, desc="Downloading bytes", unit="B")
+        bar.total = 1000
+        bar.update(400)
+        bar.update(600)
+        bar.close()
+        seen["bar"] = bar
+        return str(folder)
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", fake)
+    monkeypatch.setattr(_app, "err_console", Console(file=__import__("io").StringIO()))
+    monkeypatch.setattr(model, "err_console", _app.err_console)
+    loaded = model._load("org/tiny", None, "float32", quiet=False)
+    assert loaded.path == folder and seen["bar"].n == 1000
+    assert isinstance(seen["bar"], __import__("tqdm").tqdm)
+    assert seen["bar"].fp.getvalue().strip() == ""  # tqdm itself drew no bar: Rich did

@@ -152,28 +152,48 @@ def ablation(model, run, ids, heads, position: int) -> dict:
 
 
 def _load(path: str, revision: str | None, dtype: str, quiet: bool):
-    """The model, with a spinner while a hub id resolves and a bar while tensors are read."""
+    """The model, with a bar for each download (a hub id not yet cached) and one while its
+    tensors are read, on stderr."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
     from attnlab.models._load import check_dtype, open_folder, resolve
 
     check_dtype(dtype)  # before a download
-    with err_console.status(f"finding {path}", spinner="dots") if not quiet else _nothing():
-        folder = resolve(path, revision)
-    bar = Progress(TextColumn("loading {task.description}"), BarColumn(), MofNCompleteColumn(),
-                   console=err_console, transient=True, disable=quiet)  # fmt: skip
-    with bar:
-        task = bar.add_task(folder.name, total=None)
-        return open_folder(folder, dtype, lambda done, total: bar.update(task, completed=done,
-                                                                        total=total))  # fmt: skip
+    bars = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    console=err_console, transient=True, disable=quiet)  # fmt: skip
+    with bars:
+        folder = resolve(path, revision, tqdm_class=_download_bars(bars))
+        task = bars.add_task(f"loading {folder.name}", total=None)
+        return open_folder(folder, dtype, lambda done, total: bars.update(task, completed=done,
+                                                                         total=total))  # fmt: skip
 
 
-class _nothing:
-    def __enter__(self):
-        return self
+def _download_bars(bars):
+    """A tqdm class (what huggingface_hub takes) that draws each of its bars as a task of the
+    Rich progress ``bars`` and writes nothing itself."""
+    import io
 
-    def __exit__(self, *exc):
-        return False
+    from tqdm import tqdm
+
+    class RichBar(tqdm):
+        def __init__(self, *args, **kwargs):
+            kwargs["file"] = io.StringIO()  # tqdm's own drawing goes nowhere
+            self.task = None
+            super().__init__(*args, **kwargs)
+            self.task = bars.add_task(self.desc or "downloading", total=self.total or None)
+
+        def display(self, msg=None, pos=None):
+            if self.task is not None:  # tqdm draws once before __init__ has made the task
+                bars.update(self.task, completed=self.n, total=self.total or None,
+                            description=self.desc or "downloading")  # fmt: skip
+            return True
+
+        def close(self):
+            if getattr(self, "task", None) is not None:
+                self.display()
+            super().close()
+
+    return RichBar
 
 
 def _generate(model, ids, n: int, as_json: bool) -> list[int]:

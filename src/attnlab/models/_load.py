@@ -122,8 +122,9 @@ def check_layers(cfg: Config, module, ck: Checkpoint) -> None:
         raise cfg._bad(key, f"at most {len(ck.where)} (the tensors its checkpoint holds)", layers)
 
 
-def resolve(path, revision: str | None = None) -> Path:
-    """The local folder of ``path``: itself when it is a folder, else the hub id's snapshot."""
+def resolve(path, revision: str | None = None, tqdm_class=None) -> Path:
+    """The local folder of ``path``: itself when it is a folder, else the hub id's snapshot
+    (``tqdm_class``: the download's progress bars, huggingface_hub's own by default)."""
     if isinstance(path, Path) or (isinstance(path, str) and _looks_local(path)):
         folder, is_dir = local(path)
         if revision is not None:
@@ -154,7 +155,7 @@ def resolve(path, revision: str | None = None) -> Path:
             f"expected revision to be a branch, tag or commit name, but got {shown(revision)} "
             "instead"
         )
-    return _download(path, revision)
+    return _download(path, revision, tqdm_class)
 
 
 def local(path) -> tuple[Path, bool]:
@@ -187,7 +188,7 @@ def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in {"1", "ON", "YES", "TRUE"}
 
 
-def _download(repo: str, revision: str | None) -> Path:
+def _download(repo: str, revision: str | None, tqdm_class=None) -> Path:
     """The snapshot folder of hub id ``repo``, from the cache or downloaded."""
     from huggingface_hub import snapshot_download
 
@@ -204,6 +205,7 @@ def _download(repo: str, revision: str | None) -> Path:
             cache_dir=os.environ.get("HF_HUB_CACHE") or None,
             local_files_only=offline,
             allow_patterns=HUB_FILES,
+            tqdm_class=tqdm_class,
         )
     except Exception as exc:  # the hub's errors: not cached, not found, gated, no connection
         at = f" at revision {revision!r}" if revision else ""
