@@ -186,3 +186,13 @@ def test_serve_refuses_the_bomb_before_the_server_starts(tmp_path, folders, monk
     assert result.exit_code == 2, result.output
     assert "memory" in result.output and "extra.weight" in " ".join(result.output.split())
     assert started == []
+
+
+def test_config_number_takes_signed_values_only_when_asked(tmp_path):
+    from attnlab.models._config import Config
+
+    cfg = Config({"shift": -0.5, "zero": 0, "nan": float("nan"), "big": 10**400}, tmp_path / "c")
+    assert cfg.number("shift", positive=False) == -0.5 and cfg.number("zero", positive=False) == 0
+    for key, positive in (("shift", True), ("zero", True), ("nan", False), ("big", False)):
+        with pytest.raises(AttnlabError, match=key):
+            cfg.number(key, positive=positive)

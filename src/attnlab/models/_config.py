@@ -86,9 +86,14 @@ class Config:
             raise self._bad(key, f"an integer from {low} to {high}", value)
         return value
 
-    def number(self, key: str, default=None, low: float = TINY, high: float = HUGE):
-        """A finite number in [low, high], or None when the key is absent and has no default
-        (NaN, inf and values float32 would round to 0 or inf are refused here)."""
+    def number(
+        self, key: str, default=None, low: float = TINY, high: float = HUGE, positive: bool = True
+    ):
+        """A finite number in [low, high] (with ``positive=False``, in [-high, high], 0 and
+        negatives included), or None when the key is absent and has no default. NaN, inf and
+        values float32 would round to 0 or inf are refused here."""
+        if not positive:
+            low = -high
         value = self.get(key, default)
         if value is None:
             return None
