@@ -33,8 +33,12 @@ DESIGN_NAMES = {
     "NonFiniteInputError",
 }
 # Added beside them on purpose: logsumexp (docs/style.md: written once, beside softmax), the version,
-# attention_backward (added in the second round) and verify (judges a kernel's output).
-EXTRA_NAMES = {"logsumexp", "__version__", "attention_backward", "verify"}
+# attention_backward (added in the second round), verify (judges a kernel's output) and
+# merge_attention_states (joins split-K partial states).
+EXTRA_NAMES = {"logsumexp", "__version__", "attention_backward", "verify", "merge_attention_states"}
+# FlexAttention (torch's names and signatures; the named mods live in attnlab.flex).
+FLEX_NAMES = {"flex", "flex_attention", "flex_attention_backward", "create_block_mask"}
+EXTRA_NAMES |= FLEX_NAMES
 LAZY = {"labs", "exercises"}
 HEAVY = [
     "torch",
@@ -54,6 +58,21 @@ SUBMODULE_NAMES = {
     "positions": {"sinusoidal"},
     "cost": {"mha_flops", "crossover_length", "breakdown", "score_memory_bytes"},
     "errors": {"AttnlabError", "ShapeError", "FullyMaskedRowError", "NonFiniteInputError"},
+    "flex": {
+        "BlockMask",
+        "create_block_mask",
+        "flex_attention",
+        "flex_attention_backward",
+        "noop_mask",
+        "alibi",
+        "and_masks",
+        "causal",
+        "document",
+        "or_masks",
+        "relative_bias",
+        "sliding_window",
+        "softcap",
+    },
 }
 # Lazy modules and the names the contract gives them (the lab functions stay callable: their
 # modules are named for what they hold, so no function hides a module).

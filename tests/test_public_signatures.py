@@ -29,7 +29,11 @@ FLASH_OPTIONS = (
 _OPTIONS = ", ".join(f"{name}={default!r}" for name, default in FLASH_OPTIONS)
 _PACKED = "cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k"
 FLASH = {
-    "flash_attn_func": f"(q, k, v, {_OPTIONS}, return_attn_probs=False, *, rng=None)",
+    # FlashAttention 3's FP8 descales, keyword-only after FlashAttention 2's order.
+    "flash_attn_func": (
+        f"(q, k, v, {_OPTIONS}, return_attn_probs=False, *, rng=None, "
+        "q_descale=None, k_descale=None, v_descale=None)"
+    ),
     "flash_attn_qkvpacked_func": f"(qkv, {_OPTIONS}, return_attn_probs=False, *, rng=None)",
     "flash_attn_kvpacked_func": f"(q, kv, {_OPTIONS}, return_attn_probs=False, *, rng=None)",
     "flash_attn_backward": f"(dout, q, k, v, out=None, softmax_lse=None, {_OPTIONS})",
@@ -74,6 +78,26 @@ def test_flashs_options_have_one_order_and_one_set_of_defaults(name):
         params = list(inspect.signature(getattr(flash, name)).parameters)
         start = params.index("dropout_p")
         assert params[start : start + len(names)] == list(names)
+
+
+# FlashMLA's functions, from its README and tests: its names, order and defaults (the
+# scheduling arguments default to None here, since attnlab's answer needs no schedule).
+FLASH_MLA = {
+    "flash_mla_with_kvcache": (
+        "(q, k_cache, block_table, cache_seqlens, head_dim_v, tile_scheduler_metadata=None, "
+        "num_splits=None, softmax_scale=None, causal=False)"
+    ),
+    "flash_mla_backward": (
+        "(dout, q, k_cache, block_table, cache_seqlens, head_dim_v, out=None, "
+        "softmax_lse=None, softmax_scale=None, causal=False)"
+    ),
+    "flash_mla_sparse_fwd": "(q, kv, indices, sm_scale, d_v=512)",
+}
+
+
+@pytest.mark.parametrize("name", sorted(FLASH_MLA))
+def test_flash_mla_signatures_are_flashmlas(name):
+    assert str(inspect.signature(getattr(flash, name))) == FLASH_MLA[name]
 
 
 def test_plain_definitions_bind_as_python_does():
@@ -169,3 +193,25 @@ def test_verify_and_flash_share_flashattentions_defaults():
     assert common.pop("dropout_p") is None and flash_defaults["dropout_p"] == 0.0
     assert sorted(common) == ["alibi_slopes", "causal", "softcap", "softmax_scale", "window_size"]
     assert all(flash_defaults[n] == d for n, d in common.items())
+
+
+# torch.nn.attention.flex_attention's signatures (torch 2.13), less the device and kernel
+# options numpy has no use for; the backward takes the forward's arguments and grad_out.
+FLEX = {
+    "flex_attention": (
+        "(query, key, value, score_mod=None, block_mask=None, scale=None, enable_gqa=False, "
+        "return_lse=False)"
+    ),
+    "flex_attention_backward": (
+        "(query, key, value, grad_out, score_mod=None, block_mask=None, scale=None, "
+        "enable_gqa=False)"
+    ),
+    "create_block_mask": "(mask_mod, B, H, Q_LEN, KV_LEN, BLOCK_SIZE=128)",
+}
+
+
+@pytest.mark.parametrize("name", sorted(FLEX))
+def test_flex_signatures_are_torchs(name):
+    fn = getattr(al, name)
+    assert fn is getattr(al.flex, name)
+    assert str(inspect.signature(fn)) == FLEX[name]

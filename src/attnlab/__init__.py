@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 from importlib.metadata import PackageNotFoundError, version
 
-from attnlab import cost, errors, masks, positions
+from attnlab import cost, errors, flex, masks, positions
 from attnlab.api.attention import (
     AttentionTrace,
     attention,
@@ -24,8 +24,10 @@ from attnlab.api.attention import (
 )
 from attnlab.api.backward import attention_backward
 from attnlab.api.multihead import MultiHeadAttention, multi_head_attention
+from attnlab.core.merge import merge_attention_states
 from attnlab.core.softmax import logsumexp, softmax
 from attnlab.errors import AttnlabError, FullyMaskedRowError, NonFiniteInputError, ShapeError
+from attnlab.flex import create_block_mask, flex_attention, flex_attention_backward
 from attnlab.verifier import verify
 
 try:
@@ -44,11 +46,16 @@ __all__ = [
     "attention",
     "attention_backward",
     "cost",
+    "create_block_mask",
     "errors",
     "exercises",
+    "flex",
+    "flex_attention",
+    "flex_attention_backward",
     "labs",
     "logsumexp",
     "masks",
+    "merge_attention_states",
     "multi_head_attention",
     "positions",
     "scaled_dot_product_attention",

@@ -6,6 +6,7 @@ in ``attnlab.core.interop`` and ``attnlab.core.interop_jax``; ``explain`` draws 
 grid (``attnlab.core.explain``).
 """
 
+from attnlab.core.chunks import Chunks
 from attnlab.core.explain import Explanation, explain
 from attnlab.core.interop import (
     from_hf,
@@ -29,6 +30,7 @@ from attnlab.core.masks import (
 __all__ = [
     "ALiBi",
     "Causal",
+    "Chunks",
     "Combined",
     "Dense",
     "Explanation",

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import attnlab as al
+from attnlab.core.chunks import Chunks
 from attnlab.core.masks import Causal, Dense, Mask, Padding, SlidingWindow, TileState
 
 FAST = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -31,10 +32,13 @@ def _expected_state(mask: Mask, n: int, m: int, rows, cols) -> TileState:
 
 @st.composite
 def single_masks(draw, n: int, m: int) -> Mask:
-    kind = draw(st.sampled_from(["causal", "window", "padding", "dense_bool", "dense_additive"]))
+    kinds = ["causal", "window", "chunks", "padding", "dense_bool", "dense_additive"]
+    kind = draw(st.sampled_from(kinds))
     align = draw(st.sampled_from(["top_left", "bottom_right"]))
     if kind == "causal":
         return Causal(align)
+    if kind == "chunks":
+        return Chunks(draw(st.integers(1, max(n, m) + 2)), align)
     if kind == "window":
         return SlidingWindow(draw(st.integers(1, m + 2)), align)
     if kind == "padding":

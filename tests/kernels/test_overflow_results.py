@@ -137,6 +137,23 @@ def test_a_gradient_whose_weighted_dp_overflows_float64_is_still_refused():
         assert (info.value.stage, info.value.array) == ("backward", "grad_weights")
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("method", METHODS)
+def test_values_at_the_dtypes_largest_finite_number_give_that_number_back(dtype, method):
+    """v = ±finfo.max everywhere: the running sum overflows, log2(max|v| · M) must be taken in
+    logarithms (the product is inf), and the weights' rounding must not carry the average past
+    max|v|. Equal rows average to themselves: the answer is v's row to the weights' rounding."""
+    big = np.finfo(dtype).max
+    rng = np.random.default_rng(3)
+    q, k = rng.standard_normal((4, 8)).astype(dtype), rng.standard_normal((6, 8)).astype(dtype)
+    v = np.full((6, 8), big, dtype)
+    v[:, ::2] *= -1
+    out = al.attention(q, k, v, method=method)
+    assert np.isfinite(out).all() and np.abs(out).max() <= big
+    eps = float(np.finfo(dtype).eps)
+    np.testing.assert_allclose(out, np.broadcast_to(v[0], out.shape), rtol=16 * eps)
+
+
 # -- the fuzz: magnitudes up to each dtype's largest finite value -----------------------------
 
 
@@ -148,6 +165,8 @@ def _matrix(dtype, rows: int, cols: int):
         st.floats(1.0, 1.7),
         st.integers(-3, top),
     )
+    largest = float(np.finfo(dtype).max)  # the corner itself: v at the dtype's largest value
+    entry = st.one_of(entry, st.sampled_from([largest, -largest]))
     return st.lists(entry, min_size=rows * cols, max_size=rows * cols).map(
         lambda xs: np.array(xs, dtype).reshape(rows, cols)
     )
@@ -261,3 +280,32 @@ def test_a_one_hot_row_with_a_huge_dp_and_key_answers_on_both_methods():
     # the blockwise pass gives the far keys its floor weight (about 2^-1016), not 0
     assert np.abs(bv[:3]).max() <= 2.0**-1000 * np.abs(g).max()
     assert np.abs(bq).max() <= 1e-40 and np.abs(bk).max() <= 1e-40
+
+
+@pytest.mark.parametrize("scale", [0.0, 1e-30, 1e-200])
+def test_a_tiny_scale_after_a_product_that_overflows_answers_as_blockwise_does(scale):
+    """q · kᵀ past float64's range (1.2e29 · 1.2e299 · 2) times a scale that brings it back: the
+    dense kernel formed the product first and answered NaN. The scale now goes into q first on
+    every method, so dense, blockwise and the small path agree on a finite answer: the three
+    equal keys share the weight (or, at scale 0, all four do)."""
+    q = np.full((3, 2), 1.2e29)
+    k = np.full((4, 2), 1.2e299)
+    k[1] *= -1
+    v = np.arange(8.0).reshape(4, 2)
+    want = v.mean(0) if scale == 0.0 else v[[0, 2, 3]].mean(0)
+    for method in (*METHODS, "auto"):
+        out = al.attention(q, k, v, scale=scale, method=method)
+        np.testing.assert_allclose(out, np.broadcast_to(want, out.shape), rtol=1e-12)
+        grads = al.attention_backward(q, k, v, np.ones((3, 2)), scale=scale, method=method)
+        assert all(np.isfinite(a).all() for a in grads), method
+        np.testing.assert_allclose(grads[2].sum(0), [3.0, 3.0], rtol=1e-12)  # Pᵀ dO sums to N
+
+
+def test_a_dense_score_table_past_the_machines_memory_is_refused_before_any_work():
+    """10^6 x 10^6 float32 scores (3.7 TB) on the dense method: refused at once, naming the
+    blockwise method, instead of running for hours."""
+    x = np.zeros((10**6, 4), np.float32)
+    with pytest.raises(AttnlabError, match="method='blockwise'"):
+        al.attention(x, x, x, method="dense")
+    with pytest.raises(AttnlabError, match="method='blockwise'"):
+        al.attention_backward(x, x, x, x, method="dense")

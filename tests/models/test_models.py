@@ -112,12 +112,15 @@ def test_llama_by_hand_runs_and_groups_heads(tmp_path):
 
 
 def test_other_model_type_names_the_file_and_families(tmp_path):
-    (tmp_path / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "t5"}))
     with pytest.raises(
-        AttnlabError, match=r"config\.json.*gpt2, llama, mistral, qwen2, gemma2, gpt_oss.*'bert'"
+        AttnlabError, match=r"config\.json.*gpt2, llama, mistral, qwen2, gemma2, gpt_oss.*'t5'"
     ):
         load(tmp_path)
-    assert FAMILIES == ("gpt2", "llama", "mistral", "qwen2", "gemma2", "gpt_oss")
+    assert FAMILIES == (
+        "gpt2", "llama", "mistral", "qwen2", "gemma2", "gpt_oss",
+        "gpt_neox", "qwen3", "gemma3_text", "olmo2", "phi3", "llama4_text",
+    )  # fmt: skip
 
 
 def test_truncated_shard(tmp_path, tiny):
@@ -153,8 +156,8 @@ def test_wrong_shape_is_refused(tmp_path):
 
 
 def test_unknown_rope_type(tmp_path):
-    folder = _llama(tmp_path / "llama", rope={"rope_type": "longrope", "rope_theta": 1e4})
-    with pytest.raises(AttnlabError, match=r"config\.json's rope_parameters.*'longrope'"):
+    folder = _llama(tmp_path / "llama", rope={"rope_type": "dynamic", "rope_theta": 1e4})
+    with pytest.raises(AttnlabError, match=r"config\.json's rope_parameters.*'dynamic'"):
         load(folder)
 
 
@@ -168,6 +171,49 @@ def test_bad_config_values(tmp_path, change, match):
     config = json.loads((folder / "config.json").read_text()) | change
     (folder / "config.json").write_text(json.dumps(config))
     with pytest.raises(AttnlabError, match=match):
+        load(folder)
+
+
+@pytest.mark.parametrize(("change", "match"), [
+    ({"model_type": "llama4_text", "no_rope_layers": [1, 0]},
+     r"'no_rope_layers' in .*config\.json to be a list of 1 entries 0 or 1"),
+    ({"model_type": "llama4_text", "layer_types": ["sliding_attention"]},
+     r"'layer_types' in .*'chunked_attention'"),
+    ({"model_type": "gemma3_text", "rope_parameters": {"full_attention": 5}},
+     r"rope_parameters\['sliding_attention'\] to be an object, but got None"),
+    ({"model_type": "gemma3_text", "use_bidirectional_attention": True},
+     r"'use_bidirectional_attention' in .*config\.json to be false"),
+    ({"model_type": "phi3", "rope_parameters": {
+        "rope_type": "longrope", "rope_theta": 1e4, "short_factor": [1.0], "long_factor": [1.0] * 2,
+        "original_max_position_embeddings": 4}, "max_position_embeddings": 8},
+     r"rope_parameters\['short_factor'\] to be a list of 2 finite numbers .* but got \[1\.0\]"),
+    ({"model_type": "gpt_neox", "rope_parameters": {"rope_theta": 1e4, "partial_rotary_factor": 0.3}},
+     r"an even rotated width of at most 4 .* but got 1 instead"),
+])  # fmt: skip
+def test_bad_config_values_of_the_newer_families(tmp_path, change, match):
+    """Options a family cannot run are refused before any tensor is read, naming the key."""
+    folder = _llama(tmp_path / "llama")
+    config = json.loads((folder / "config.json").read_text()) | change
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(AttnlabError, match=match):
+        load(folder)
+
+
+def test_a_tensor_no_family_reads_is_refused_but_a_rotary_table_is_not(tmp_path):
+    from safetensors.numpy import load_file
+
+    folder = _llama(tmp_path / "llama")
+    tensors = load_file(str(folder / "model.safetensors"))
+    tensors["model.layers.0.self_attn.rotary_emb.inv_freq"] = np.ones(2, np.float32)
+    save_file(tensors, str(folder / "model.safetensors"))
+    load(folder)  # an older export's rotary table is a buffer, not a weight
+    tensors["model.layers.0.self_attn.q_norm.weight"] = np.ones(4, np.float32)
+    save_file(tensors, str(folder / "model.safetensors"))
+    with pytest.raises(
+        AttnlabError,
+        match=r"every tensor in .*llama to be one the 'llama' family reads, but got "
+        r"'model\.layers\.0\.self_attn\.q_norm\.weight' instead",
+    ):
         load(folder)
 
 

@@ -28,6 +28,14 @@ EXTRA_KEYS = [
     "mlp_bias", "scale_attn_weights", "scale_attn_by_inverse_layer_idx", "n_inner",
     "sliding_window", "use_sliding_window", "max_window_layers", "max_position_embeddings",
     "swiglu_alpha", "swiglu_limit", "quantization_config", "partial_rotary_factor",
+    # gpt_neox, qwen3, gemma3_text, olmo2, phi3, llama4_text
+    "rotary_pct", "rotary_emb_base", "use_parallel_residual", "layer_norm_eps",
+    "sliding_window_pattern", "rope_local_base_freq", "query_pre_attn_scalar",
+    "attn_logit_softcapping", "final_logit_softcapping", "use_bidirectional_attention",
+    "original_max_position_embeddings", "no_rope_layers", "no_rope_layer_interval",
+    "attention_chunk_size", "attn_scale", "floor_scale", "attn_temperature_tuning",
+    "use_qk_norm", "interleave_moe_layer_step", "moe_layers", "num_local_experts",
+    "num_experts_per_tok", "intermediate_size_mlp",
 ]  # fmt: skip
 
 HOSTILE = st.one_of(
@@ -40,8 +48,12 @@ HOSTILE = st.one_of(
     st.dictionaries(
         st.sampled_from(["rope_type", "factor", "rope_theta", "beta_fast", "beta_slow",
                          "original_max_position_embeddings", "low_freq_factor",
-                         "high_freq_factor", "attention_factor", "mscale", "mscale_all_dim"]),
-        st.one_of(st.sampled_from(["yarn", "llama3", "linear", "default", "dynamic"]),
+                         "high_freq_factor", "attention_factor", "mscale", "mscale_all_dim",
+                         "partial_rotary_factor", "short_factor", "long_factor",
+                         "sliding_attention", "full_attention"]),
+        st.one_of(st.sampled_from(["yarn", "llama3", "linear", "default", "dynamic", "longrope"]),
+                  st.lists(st.sampled_from([1.0, 2, 0, math.nan, math.inf, 10**400]),
+                           min_size=1, max_size=3),
                   st.sampled_from([math.nan, math.inf, 0, -1, 1e-300, 1, 2, 4.0, 32, 10**30])),
         max_size=6,
     ),

@@ -89,6 +89,16 @@ def test_every_base_family_loads_and_answers_finite_logits(folders):
     ("gpt_oss", {"swiglu_limit": float("inf")}, "swiglu_limit"),
     ("gpt_oss", {"layer_types": [["sliding_attention"], "full_attention"]}, "layer_types"),
     ("gpt2", {"model_type": ["gpt2"]}, "model_type"),
+    ("gpt_neox", {"rope_scaling": "linear"}, "rope_scaling"),
+    ("gpt_neox", {"rotary_pct": float("nan")}, "partial_rotary_factor"),
+    ("gemma3_text", {"rope_parameters": ["full_attention"]}, "rope_parameters"),
+    ("phi3", {"rope_scaling": {"rope_type": "longrope", "short_factor": [1.0, 1.0],
+                               "long_factor": [1.0, float("inf")], "factor": 2.0,
+                               "original_max_position_embeddings": 8}}, "long_factor"),
+    ("phi3", {"rope_scaling": {"rope_type": "longrope", "short_factor": [1.0, 1.0],
+                               "long_factor": [1.0, 1.0], "attention_factor": float("nan"),
+                               "original_max_position_embeddings": 8}}, "attention_factor"),
+    ("llama4_text", {"attn_scale": float("nan")}, "attn_scale"),
 ])  # fmt: skip
 def test_config_value_out_of_range_names_config_and_key(tmp_path, folders, family, change, key):
     _refused(_with(tmp_path, folders[family], change), "config.json", repr(key)[1:-1])

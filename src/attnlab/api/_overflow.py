@@ -31,6 +31,7 @@ result here, and one check on the small result (never the N x M table) finds a n
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import replace
 
 import numpy as np
@@ -38,7 +39,14 @@ import numpy as np
 from attnlab.core._validate import Inputs
 from attnlab.errors import AttnlabError, NonFiniteResultError
 
-__all__ = ["checked_backward", "checked_forward", "checked_trace", "quiet"]
+__all__ = [
+    "checked_backward",
+    "checked_forward",
+    "checked_trace",
+    "fold_tiny_scale",
+    "quiet",
+    "refuse_impossible_table",
+]
 
 # The backward tables in the order the chain rule computes them, with what each one is.
 _BACKWARD = (
@@ -60,6 +68,47 @@ _DIAGNOSE_BYTES = 2**28
 def quiet():
     """numpy's overflow warnings off: an overflow is found on the result and named here."""
     return np.errstate(over="ignore", invalid="ignore", divide="ignore")
+
+
+def fold_tiny_scale(x: Inputs) -> tuple[Inputs, float]:
+    """(inputs, factor): q · kᵀ computed before a scale < 1 can overflow where the scaled score
+    fits (q = 1e29, k = 1e299, scale = 1e-30): the dense kernel would then meet inf · scale and
+    answer NaN. There the scale goes into q first, as the blockwise kernel always does, and the
+    factor (the scale) is what dQ of the folded q must be multiplied by; elsewhere the inputs
+    are unchanged (factor 1), so no result the dense kernel gave before changes a bit."""
+    if not 0 <= x.scale < 1 or x.q.size == 0 or x.k.size == 0:
+        return x, 1.0
+    top_q, top_k = float(np.abs(x.q).max()), float(np.abs(x.k).max())
+    if top_q == 0 or top_k == 0 or not math.isfinite(top_q * 0 + top_k * 0):
+        return x, 1.0
+    bound = math.log2(top_q) + math.log2(top_k) + math.log2(x.q.shape[-1])
+    if bound < math.log2(float(np.finfo(x.q.dtype).max)) - 2:
+        return x, 1.0
+    with quiet():
+        q = x.q * x.q.dtype.type(x.scale)  # (..., N, d_k)
+    return replace(x, q=q, scale=1.0), x.scale
+
+
+def _physical_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # not every system names these
+        return None
+
+
+def refuse_impossible_table(x: Inputs) -> None:
+    """An AttnlabError, before any work, for a dense call whose (..., N, M) score table could
+    not exist on this machine (past its physical memory): the blockwise path's memory grows
+    with N, not N · M."""
+    table = math.prod(x.table_lead()) * x.n * x.m * x.q.dtype.itemsize
+    memory = _physical_memory()
+    if memory is not None and table > memory:
+        raise AttnlabError(
+            f"expected a dense score table that fits in this machine's memory "
+            f"({memory / 2**30:.1f} GiB), but (..., N, M) = {x.table_lead() + (x.n, x.m)} "
+            f"takes {table / 2**30:.3g} GiB; use method='blockwise' (memory linear in N) or "
+            "method='auto'"
+        )
 
 
 def _finite(a: np.ndarray) -> bool:
@@ -91,13 +140,18 @@ def checked_forward(x: Inputs, result, rerun):
         return result
     # The true output is at most max|v| in size; the kernels' sums reach M · max|v|. Scale v
     # by 2^-shift (exact) so M · max|v| fits with room, run again, and scale the output back.
+    # In logarithms: top · M itself can overflow (v near the dtype's largest value).
     top = float(np.abs(x.v).max())
     room = float(np.finfo(x.v.dtype).max) / 4
-    shift = max(1, math.ceil(math.log2(top * x.m / room))) if top > 0 else 1
+    over = math.log2(top) + math.log2(x.m) - math.log2(room) if top > 0 else 0.0
+    shift = max(1, math.ceil(over))
     with quiet():
         again = rerun(replace(x, v=np.ldexp(x.v, -shift)))
         out2 = again[0] if isinstance(again, tuple) else again
         out2 = np.ldexp(out2, shift)
+        # A weighted average lies within ±max|v|; the weights' rounding (a sum of 1 + ε) can
+        # carry it one ulp past that, which at v = the dtype's largest value is inf.
+        np.clip(out2, -top, top, out=out2)
     if not _finite(out2):
         _refuse("forward", "output", out2, x.v.dtype, "rescale v")
     return (out2, *again[1:]) if isinstance(again, tuple) else out2

@@ -14,7 +14,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnlab.api._overflow import checked_forward, checked_trace, quiet
+from attnlab.api._overflow import (
+    checked_forward,
+    checked_trace,
+    fold_tiny_scale,
+    quiet,
+    refuse_impossible_table,
+)
 from attnlab.core._grad import check_grad_output
 from attnlab.core._validate import (
     as_real,
@@ -114,7 +120,8 @@ def attention(
         return _blockwise(x, block, n_threads, finite, empty, return_lse)
     if finite is not None:
         finite()
-    return _dense(x, n_threads, empty, return_weights, return_lse)
+    refuse_impossible_table(x)
+    return _dense(fold_tiny_scale(x)[0], n_threads, empty, return_weights, return_lse)
 
 
 def _blockwise(x, block, n_threads: int, finite, empty: str, return_lse: bool):

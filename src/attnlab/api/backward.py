@@ -15,7 +15,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from attnlab.api._overflow import checked_backward, checked_forward, quiet
+from attnlab.api._overflow import (
+    checked_backward,
+    checked_forward,
+    fold_tiny_scale,
+    quiet,
+    refuse_impossible_table,
+)
 from attnlab.api.attention import check_options, choose_method, plain_call
 from attnlab.core._grad import check_grad_output
 from attnlab.core._validate import (
@@ -109,7 +115,17 @@ def attention_backward(
     saved = check_lse(lse, x)  # (..., N) or None
     g = check_grad_output(x, grad_output)  # (..., N, d_v)
     method = choose_method(method, x.lead, x.n, x.m, x.q.dtype, budget, False, x.mask, True)
-    return _gradients(x, g, method, (block, n_threads, saved, empty, names))
+    if method == "blockwise":  # folds the scale into q itself
+        return _gradients(x, g, method, (block, n_threads, saved, empty, names))
+    refuse_impossible_table(x)
+    x, factor = fold_tiny_scale(x)
+    grads = _gradients(x, g, method, (block, n_threads, saved, empty, names))
+    if factor == 1.0:
+        return grads
+    # dQ of the folded q' = q · scale is dQ / scale: multiply back (dK, dV and the rest match)
+    return tuple(
+        a * a.dtype.type(factor) if n == "q" else a for n, a in zip(names, grads, strict=True)
+    )
 
 
 def _gradients(x, g, method: str, options):

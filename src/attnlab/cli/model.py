@@ -245,10 +245,10 @@ def model(
     dtype: Annotated[str, Opt(help="float32 or float64.")] = "float32",
     as_json: Annotated[bool, Opt("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:  # fmt: skip
-    """Run a Hugging Face checkpoint (gpt2, llama, mistral, qwen2, gemma2, gpt_oss) through
-    attnlab's attention: its shape, each layer's attention kind, the tokens and the strongest
-    heads; --layer, --head and --query trace one row; --lens, --attribute, --ablate and
-    --generate look inside."""
+    """Run a Hugging Face checkpoint (gpt2, llama, mistral, qwen2, gemma2, gpt_oss, gpt_neox,
+    qwen3, gemma3_text, olmo2, phi3, llama4_text) through attnlab's attention: its shape, each
+    layer's attention kind, the tokens and the strongest heads; --layer, --head and --query
+    trace one row; --lens, --attribute, --ablate and --generate look inside."""
     row = (layer, head, query)
     if any(x is not None for x in row) and any(x is None for x in row):
         raise fail("expected --layer, --head and --query together, or none of them")

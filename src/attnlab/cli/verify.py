@@ -68,7 +68,9 @@ def verify_command(
             help="A .npz or .safetensors file: q, k, v, out [, lse, do, dq, dk, dv] and options "
             "(causal, window_size, softcap, softmax_scale, alibi_slopes, sinks, "
             "cu_seqlens_q, cu_seqlens_k, dropout_p with dropout_mask or S_dmask); or a KV-cache "
-            "case (k_cache, v_cache, cache_seqlens, ...; docs/verify.md)."
+            "case (k_cache, v_cache, cache_seqlens, ...), an FP8 case (float8 q, k, v with "
+            "q/k/v_descale), split-K partials (out_partials, lse_partials, kv_splits) or a "
+            "FlashMLA case (head_dim_v, or indices); docs/verify.md."
         ),
     ],
     layout: Annotated[

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from attnlab.core._checks import positive_int
+from attnlab.core.chunks import Chunks
 from attnlab.core.masks import Causal, Dense, Mask, Padding, SlidingWindow, as_mask
 from attnlab.errors import ShapeError
 
@@ -181,6 +182,11 @@ def _words(part: Mask, n: int, m: int) -> str:
         return f"{part!r}: query i sees keys {lo}..{hi}".replace("i+0", "i")
     if isinstance(part, Padding):
         return f"{part!r}: batch element b sees keys 0..lengths[b]-1"
+    if isinstance(part, Chunks):
+        where = "i" if part.align == "top_left" else _offset(part, n, m)
+        return (
+            f"{part!r}: query i sees the keys j with j // {part.size} == ({where}) // {part.size}"
+        )
     if isinstance(part, Dense) and part.boolean:
         return f"{part!r}: an explicit table, False blocks"
     if isinstance(part, Dense):

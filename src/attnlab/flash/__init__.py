@@ -10,6 +10,8 @@ can take attnlab as its reference::
 Every option becomes an argument of ``attnlab.attention`` (bottom-right ``masks.Causal``,
 ``masks.SlidingWindow``, ``masks.ALiBi``, ``softcap=``, ``return_lse=``), so the dense and the
 blockwise paths both serve it. docs/kernels.md ("attnlab.flash") maps each option and lists what differs.
+FlashMLA's dense paged decoding and sparse prefill (``flash_mla_with_kvcache``,
+``flash_mla_sparse_fwd``, ``flash_mla_backward``) are in ``attnlab.flash.mla``.
 """
 
 from attnlab.flash.interface import (
@@ -19,6 +21,7 @@ from attnlab.flash.interface import (
     flash_attn_qkvpacked_func,
 )
 from attnlab.flash.kvcache import flash_attn_with_kvcache
+from attnlab.flash.mla import flash_mla_backward, flash_mla_sparse_fwd, flash_mla_with_kvcache
 from attnlab.flash.rotary import apply_rotary
 from attnlab.flash.varlen import (
     flash_attn_varlen_backward,
@@ -38,4 +41,7 @@ __all__ = [
     "flash_attn_varlen_kvpacked_func",
     "flash_attn_varlen_qkvpacked_func",
     "flash_attn_with_kvcache",
+    "flash_mla_backward",
+    "flash_mla_sparse_fwd",
+    "flash_mla_with_kvcache",
 ]

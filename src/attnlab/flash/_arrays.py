@@ -6,13 +6,14 @@ headdim)") and the axis count it requires.
 Callers pass numpy arrays, ``ml_dtypes.bfloat16`` arrays, or torch tensors (FlashAttention's
 own tests pass those). attnlab never imports torch: a tensor is known by its ``detach`` method.
 A tensor that requires grad is read detached (nothing here is differentiated by autograd); one
-on another device is copied to the CPU; a bfloat16 tensor, which numpy cannot take, is read
-through its bits, so its memory stays shared (the KV cache writes into it).
+on another device is copied to the CPU; a bfloat16 or float8 tensor, which numpy cannot take,
+is read through its bits, so its memory stays shared (the KV cache writes into it).
 
 Precision, as FlashAttention has it: q, k, v (and dout) share one dtype; float16 and bfloat16
 are computed in float64 and rounded once at the end into that dtype (their log-sum-exp comes
 back in float32, as FlashAttention's); float32 and float64 stay themselves; integers compute
-and return in float64.
+and return in float64; float8 (FlashAttention 3's FP8, read with its descales) computes in
+float64 and returns bfloat16.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ __all__ = [
 
 BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 _HALF = (np.dtype(np.float16), BFLOAT16)
+# FlashAttention 3's FP8 inputs (see _fp8.py): taken only where a call reads their descales.
+_FP8 = (np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2))
 
 
 def as_numpy(name: str, x, *, shared: bool = False):
@@ -62,42 +65,60 @@ def as_numpy(name: str, x, *, shared: bool = False):
     t = x.detach()
     if device != "cpu":
         t = t.cpu()
-    if str(getattr(t, "dtype", "")) == "torch.bfloat16":
-        return _bfloat16_of(t)
+    kind = _TORCH_BITS.get(str(getattr(t, "dtype", "")))
+    if kind is not None:  # a dtype numpy cannot take: read through its bits
+        return _bits_of(t, kind)
     try:
         return np.asarray(t)  # a CPU tensor: numpy shares its memory
     except (RuntimeError, TypeError, ValueError) as err:
         raise AttnlabError(f"expected {name} to convert to a numpy array, but: {err}") from None
 
 
-def _bfloat16_of(t) -> np.ndarray:
-    """A bfloat16 CPU tensor's memory as an ml_dtypes.bfloat16 array (shared, not copied)."""
+# torch dtypes numpy has no name for, read as ml_dtypes arrays over the same bytes.
+_TORCH_BITS = {
+    "torch.bfloat16": BFLOAT16,
+    "torch.float8_e4m3fn": _FP8[0],
+    "torch.float8_e5m2": _FP8[1],
+}
+
+
+def _bits_of(t, dtype: np.dtype) -> np.ndarray:
+    """A CPU tensor's memory as an ml_dtypes array of ``dtype`` (shared, not copied)."""
     shape = tuple(int(s) for s in t.shape)
     if 0 in shape:
-        return np.zeros(shape, BFLOAT16)
-
-    # numpy's array interface over the tensor's 2-byte words; the array's base keeps t alive.
+        return np.zeros(shape, dtype)
+    size = dtype.itemsize
+    # numpy's array interface over the tensor's words; the array's base keeps t alive.
     bits = SimpleNamespace(
         tensor=t,
         __array_interface__={
             "version": 3,
             "shape": shape,
-            "typestr": "=u2",
+            "typestr": f"=u{size}",
             "data": (t.data_ptr(), False),
-            "strides": tuple(2 * int(s) for s in t.stride()),
+            "strides": tuple(size * int(s) for s in t.stride()),
         },
     )
-    return np.asarray(bits).view(BFLOAT16)
+    return np.asarray(bits).view(dtype)
 
 
-def real_array(name: str, x, ndims: tuple[int, ...], layout: str, *, shared=False) -> np.ndarray:
-    """``x`` as an array of real numbers with one of ``ndims`` axes, or a ShapeError."""
+def real_array(
+    name: str, x, ndims: tuple[int, ...], layout: str, *, shared=False, fp8=False
+) -> np.ndarray:
+    """``x`` as an array of real numbers with one of ``ndims`` axes, or a ShapeError.
+    ``fp8``: float8 arrays are welcome (the call reads their descales)."""
     x = as_numpy(name, x, shared=shared)  # its own AttnlabError (a ValueError) goes on
     try:
         arr = np.asarray(x)
     except (ValueError, TypeError):
         raise ShapeError(f"expected {name} to be a rectangular array of numbers") from None
-    if arr.dtype.kind not in "iuf" and arr.dtype != BFLOAT16:
+    if arr.dtype in _FP8 and not fp8:
+        raise AttnlabError(
+            f"expected {name} in a dtype of 16 bits or more, but got {arr.dtype} instead: "
+            "float8 inputs need their descales, which flash_attn_func takes (q_descale, "
+            "k_descale, v_descale)"
+        )
+    if arr.dtype.kind not in "iuf" and arr.dtype not in (BFLOAT16, *_FP8):
         raise AttnlabError(f"expected {name} to hold real numbers, but got dtype {arr.dtype}")
     if arr.ndim not in ndims:
         raise ShapeError(
@@ -132,6 +153,8 @@ class Precision:
         f32, f64 = np.dtype(np.float32), np.dtype(np.float64)
         if dtype in _HALF:
             return cls(compute=f64, out=dtype, lse=f32)
+        if dtype in _FP8:  # FlashAttention 3 returns an FP8 call's output in bfloat16
+            return cls(compute=f64, out=BFLOAT16, lse=f32)
         if dtype in (f32, f64):
             return cls(compute=dtype, out=dtype, lse=dtype)
         return cls(compute=f64, out=f64, lse=f64)  # integers, longdouble

@@ -12,14 +12,16 @@ the memory budget; docs/kernels.md ("attnlab.flash") maps every option and what 
 Each signature is FlashAttention's, written out (its names, order and defaults); the bodies
 share the checks (``_options.read_options``, ``_arrays``) and the computation (``_forward``).
 float16 and bfloat16 are computed in float64 and rounded once into q's dtype at the end.
+``flash_attn_func`` also takes FlashAttention 3's FP8 inputs with their descales (``_fp8.py``):
+computed on the dequantised values in float64, returned in bfloat16.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from attnlab.errors import ShapeError
-from attnlab.flash import _attend
+from attnlab.errors import AttnlabError, ShapeError
+from attnlab.flash import _attend, _fp8
 from attnlab.flash._arrays import Precision, backward_arrays, one_dtype, real_array, unstack
 from attnlab.flash._options import check_heads, read_backward_options, read_options
 
@@ -45,6 +47,9 @@ def flash_attn_func(
     return_attn_probs=False,
     *,
     rng=None,
+    q_descale=None,
+    k_descale=None,
+    v_descale=None,
 ):
     """FlashAttention 2's ``flash_attn_func``: exact attention for q (B, N, h, d).
 
@@ -62,6 +67,10 @@ def flash_attn_func(
         deterministic: accepted for compatibility; attnlab is always deterministic.
         return_attn_probs: also return the log-sum-exp and the attention weights.
         rng: a ``numpy.random.Generator``, required when dropout_p > 0.
+        q_descale, k_descale, v_descale: FlashAttention 3's FP8 descales, for q, k, v in
+            ``float8_e4m3fn`` or ``float8_e5m2``: each None (1), a scalar or (B, h_k); the
+            kernel's tensor is the stored value times the descale of its key/value head (a
+            query head takes its group's). out is then bfloat16.
 
     Returns:
         out (B, N, h, d_v); with return_attn_probs, (out, softmax_lse (B, h, N), probs
@@ -72,7 +81,7 @@ def flash_attn_func(
     opts = read_options(
         dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic, rng
     )
-    return _forward(q, k, v, opts, return_attn_probs)
+    return _forward(q, k, v, opts, return_attn_probs, (q_descale, k_descale, v_descale))
 
 
 def flash_attn_qkvpacked_func(
@@ -160,10 +169,13 @@ def flash_attn_backward(
     )
 
 
-def _forward(q, k, v, opts, return_attn_probs: bool):
-    """``flash_attn_func`` after its options are read: every forward form ends here."""
-    q, k, v = _fixed_arrays(q, k, v, opts)
+def _forward(q, k, v, opts, return_attn_probs: bool, descales=None):
+    """``flash_attn_func`` after its options are read: every forward form ends here.
+    ``descales``: (q_descale, k_descale, v_descale) of flash_attn_func, which alone takes FP8."""
+    q, k, v = _fixed_arrays(q, k, v, opts, fp8=descales is not None)
     prec = Precision.of(q.dtype)
+    if descales is not None:
+        q, k, v = _descaled(q, k, v, descales)
     q, k, v = (_heads_first(x).astype(prec.compute, copy=False) for x in (q, k, v))
     res = _attend.forward(q, k, v, opts, lse=return_attn_probs, probs=return_attn_probs)
     out = prec.rounded("out", _seq_first(res.out))  # (B, N, h, d_v)
@@ -172,11 +184,28 @@ def _forward(q, k, v, opts, return_attn_probs: bool):
     return out, prec.rounded("softmax_lse", res.lse, prec.lse), prec.rounded("probs", res.probs)
 
 
-def _fixed_arrays(q, k, v, opts):
+def _descaled(q, k, v, descales):
+    """FP8 q, k, v times their descales, in float64; other dtypes as they are (no descale)."""
+    fp8 = _fp8.is_fp8(q.dtype)
+    batch, kv_heads = k.shape[0], k.shape[2]
+    out = []
+    for name, x, given in zip(_fp8.DESCALES, (q, k, v), descales, strict=True):
+        if given is not None and not fp8:
+            raise AttnlabError(
+                f"expected {name} only with float8 inputs (it undoes their scaling), but got "
+                f"q.dtype={q.dtype} instead"
+            )
+        out.append(
+            _fp8.dequantised(x, _fp8.read_descale(name, given, batch, kv_heads)) if fp8 else x
+        )
+    return out
+
+
+def _fixed_arrays(q, k, v, opts, fp8=False):
     """q (B, N, h, d), k (B, M, h_k, d), v (B, M, h_k, d_v), checked against each other."""
-    q = real_array("q", q, (4,), "(batch_size, seqlen_q, nheads, headdim)")
-    k = real_array("k", k, (4,), "(batch_size, seqlen_k, nheads_k, headdim)")
-    v = real_array("v", v, (4,), "(batch_size, seqlen_k, nheads_k, headdim_v)")
+    q = real_array("q", q, (4,), "(batch_size, seqlen_q, nheads, headdim)", fp8=fp8)
+    k = real_array("k", k, (4,), "(batch_size, seqlen_k, nheads_k, headdim)", fp8=fp8)
+    v = real_array("v", v, (4,), "(batch_size, seqlen_k, nheads_k, headdim_v)", fp8=fp8)
     if not q.shape[0] == k.shape[0] == v.shape[0] or k.shape[1] != v.shape[1]:
         raise ShapeError(
             "expected q, k and v to share the batch size and k and v the key count, but got "

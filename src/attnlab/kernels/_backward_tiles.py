@@ -15,7 +15,25 @@ import threading
 
 import numpy as np
 
-__all__ = ["keep_tiles", "may_have_one_key", "scratch"]
+from attnlab.kernels._tiles import TileMask
+
+__all__ = ["keep_tiles", "may_have_one_key", "scratch", "tile_steps"]
+
+
+def tile_steps(x, rows: tuple[int, int], steps) -> list:
+    """A query block's plan (``_tiles.plan``) as (row slice, column slice, its ``TileMask`` or
+    None where the tile needs no mask arithmetic), the form the backward sweeps read."""
+    r0, lead_ndim = rows[0], len(x.lead)
+    return [
+        (
+            slice(a, b),
+            slice(c0, c1),
+            TileMask(x.mask, (r0 + a, r0 + b), (c0, c1), x.n, x.m, lead_ndim, x.q.dtype)
+            if masked
+            else None,
+        )
+        for a, b, (c0, c1), masked in steps
+    ]
 
 
 def may_have_one_key(steps, height: int) -> bool:

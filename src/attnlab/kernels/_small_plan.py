@@ -192,7 +192,9 @@ def _finite_and_safe(scale: float, dtype, q, k, v, g) -> Peaks | None:
     limit = _LIMIT[dtype.char]
     top = top_q * abs(scale)
     bound = top * top_k * q.shape[-1]
-    if not (top < limit and bound < limit):
+    # q · kᵀ is formed before the scale: a scale < 1 must not hide a product that overflows
+    raw = top_q * top_k * q.shape[-1]
+    if not (top < limit and bound < limit and raw < limit):
         return None
     return Peaks(top_q, top_k, top_v, bound, top_g[0] if top_g else 0.0)
 

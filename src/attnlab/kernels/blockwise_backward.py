@@ -34,12 +34,14 @@ block runs again against each row's maximum rounded up to an integer (one more s
 maxima), its weights clipped to [2^floor, 1] before exp2, so that every row sum is in [1/2, M].
 
 Parallel work: each work item is one query block for a group of lead elements, so dQ_i is
-summed privately; dK_j and dV_j gather from every query block, each tile's product added under
-one lock, held only for that (Bk, d) add. Time per tile and per call: docs/fast-kernels.md.
+summed privately; dK_j and dV_j gather from every query block, each tile's product added in
+block order (``_ordered.Turns``), so no bit depends on the threads' timing. Time per tile and
+per call: docs/fast-kernels.md.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 
@@ -51,15 +53,15 @@ from attnlab.core._variants import float_bias
 from attnlab.core.masks import tile_at
 from attnlab.kernels import blockwise
 from attnlab.kernels._backward_tiles import keep_tiles as _keep
-from attnlab.kernels._backward_tiles import may_have_one_key
+from attnlab.kernels._backward_tiles import may_have_one_key, tile_steps
 from attnlab.kernels._backward_tiles import scratch as _buffers
 from attnlab.kernels._fused import tile_kernels
+from attnlab.kernels._ordered import Turns, in_block_order
 from attnlab.kernels._precision import matmul, narrow, too_wide, widen
 from attnlab.kernels._threads import pool_map
 from attnlab.kernels._tiles import (
     LN2,
     LOG2E,
-    TileMask,
     exp2_floor,
     lead_at,
     natural_exp,
@@ -107,26 +109,21 @@ def run(
         bq //= 2  # shorter blocks keep all their tiles; shorter still, matmuls slow down
     blocks = [(r0, min(n, r0 + bq)) for r0 in range(0, n, bq)]
     plans = {rows: plan(x.mask, rows, n, m, bk, len(lead)) for rows in blocks}
+    kernel.turns = Turns(plans, bk, ("v", "k") + (("sink",) if kernel.dsinks is not None else ()))
 
     def work(item) -> None:
         (r0, r1), group = item
-        steps = [
-            (
-                slice(a, b),
-                slice(c0, c1),
-                TileMask(x.mask, (r0 + a, r0 + b), (c0, c1), n, m, len(lead), dtype)
-                if masked
-                else None,
-            )
-            for a, b, (c0, c1), masked in plans[r0, r1]
-        ]
+        steps = tile_steps(x, (r0, r1), plans[r0, r1])
         kept = _keep(steps, budget, dtype)
         lone = may_have_one_key(steps, r1 - r0)
         with np.errstate(all="ignore"):  # overflow is detected and redone; per thread
             for idx in group:
-                kernel.block(idx, r0, r1, steps, kept, lone)
+                try:
+                    kernel.block(idx, r0, r1, steps, kept, lone)
+                finally:
+                    kernel.turns.finish(idx, (r0, r1))
 
-    items = work_items(blocks, plans, lead, threads)
+    items = in_block_order(work_items(blocks, plans, lead, threads))
     with pool_map(threads, len(items)) as each:
         each(work, items)
     if kernel.empty:  # a row that allows no key: the forward pass raises its error, naming it
@@ -170,15 +167,13 @@ class _Kernel:
         # over a small l overflow. Such a row takes the exact sweep too (there l is in [1/2, M]).
         self.g_range = (finfo.tiny * 2.0 ** (finfo.nmant + 1), finfo.max / 2.0**8)
         self.floor = exp2_floor(dtype)  # exp2's fast path
-        # Where numpy vectorises exp and not exp2 (``_tiles.natural_exp``), a tile's weights
-        # are exp(s · ln 2): one quick multiply saves half of a scalar exp2's time.
-        # The compiled exp (kernels/_fused.py) also works in natural units, fusing the multiply.
+        # Where numpy vectorises exp and not exp2 (``_tiles.natural_exp``), or the compiled exp
+        # runs (kernels/_fused.py), a tile's weights are exp(s · ln 2): half a scalar exp2's time.
         self.fused = tile_kernels(dtype, math.prod(x.lead) * x.n * x.m)
         self.ln2 = dtype.type(LN2) if natural_exp(dtype) or self.fused is not None else None
         self.lock = threading.Lock()
-        self.empty = False
+        self.empty = self.wide = False
         self.watch = dtype == np.float32 and x.check_finite  # for scores far from 0
-        self.wide = False
         # Every row against its maximum (the exact sweep) from the start: the float64 redo of a
         # float32 call does this, so a row's top weight is exactly 1 and dP − δ cancels exactly
         # there; a weight of 1 − 2⁻⁵³ leaves |dO||V|·2⁻⁵³, which rounds to inf in float32 when
@@ -259,24 +254,27 @@ class _Kernel:
         d_row = np.vecdot(gl, acc) * (inv if norm else 1)  # (Bq,): D from the tiles not kept
         dv_i, dk_i, dq_i = self.dv[idx], self.dk[idx], self.dq[idx][r0:r1]
         # B1) P = p / l, dP and dV of the kept tiles, and D from them
-        for (rows, cols, _), tiles in zip(steps, kept, strict=True):
+        turn = functools.partial(self.turns.adding, idx, (r0, r1))
+        for i, ((rows, cols, _), tiles) in enumerate(zip(steps, kept, strict=True)):
             if tiles is not None:
                 if norm:
                     np.divide(tiles[0], l[rows, None], out=tiles[0])  # (rows, cols) P
-                d_row[rows] += self._dp_dv(tiles, gl[rows], v_i[cols], dv_i[cols], bufs)
+                with turn(i, "v"):
+                    d_row[rows] += self._dp_dv(tiles, gl[rows], v_i[cols], dv_i[cols], bufs)
         if self.dsinks is not None:  # dσ = −Σ_i P_iσ D_i, P_iσ = exp2(σ − base) / l
             share = self._sink(idx, base) * inv  # (Bq,)
-            with self.lock:
+            with turn(None, "sink"):
                 self.dsinks[idx] -= np.vecdot(share, d_row)
         d_row = d_row if norm else d_row * inv  # D, or D / l against dP / l
         # B2) dS, dQ and dK; a tile not kept is computed again
-        for (rows, cols, tm), tiles in zip(steps, kept, strict=True):
+        for i, ((rows, cols, tm), tiles) in enumerate(zip(steps, kept, strict=True)):
             p, dp, tq, tk = bufs(rows.stop - rows.start, cols.stop - cols.start, q_i.shape[-1])
             if tiles is None:
                 self._weights(p, qs[rows], k_i[cols], tm, idx, base if base is None else base[rows])
                 if norm:
                     np.divide(p, l[rows, None], out=p)  # (rows, cols) P
-                self._dp_dv((p, dp), gl[rows], v_i[cols], dv_i[cols], bufs)
+                with turn(i, "v"):
+                    self._dp_dv((p, dp), gl[rows], v_i[cols], dv_i[cols], bufs)
             else:
                 p, dp = tiles
             if self.fused is None:
@@ -295,7 +293,7 @@ class _Kernel:
             np.matmul(dp.T, q_i[rows], out=tk)  # (cols, d_k)
             np.matmul(dp, k_i[cols], out=tq)  # (rows, d_k)
             dq_i[rows] += tq  # this item's own rows
-            with self.lock:
+            with turn(i, "k"):
                 dk_i[cols] += tk
 
     def _add_bias(self, ds, idx, row0: int, cols: slice) -> None:
@@ -370,8 +368,7 @@ class _Kernel:
         matmul(g_rows, v_cols.T, out=dp)  # (rows, cols)
         tv = bufs.tv(p.shape[1], g_rows.shape[-1])
         np.matmul(p.T, g_rows, out=tv)  # (cols, d_v)
-        with self.lock:
-            dv_cols += tv
+        dv_cols += tv  # in the block's turn (see block)
         return np.vecdot(p, dp)  # (rows,)
 
     def _row_max(self, qs, k_i, steps, idx, bufs) -> np.ndarray:

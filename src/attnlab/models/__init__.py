@@ -8,7 +8,7 @@
 ``load`` reads config.json, the safetensors weights (one file or shards) and, when present,
 tokenizer.json; the families are ``FAMILIES``. Every layer's attention goes through
 ``attnlab.attention`` with the model's own options (grouped-query heads, sliding windows,
-softcap, sinks), so each weight can be traced back to its scores (``ModelRun.trace``).
+chunks, softcap, sinks), so each weight can be traced back to its scores (``ModelRun.trace``).
 ``Model.run(ids, cache=True, hooks={...})`` keeps and changes any named activation
 (TransformerLens's names); ``ablate`` and ``patch`` knock heads out and patch activations
 (docs/inside.md). ``write_tiny_gpt2`` writes a small random GPT-2 folder for trying this without a download.

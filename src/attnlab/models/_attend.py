@@ -34,6 +34,8 @@ class LayerAttention:
         q: queries after the rotary embedding (if any), (B, h, N, d).
         k, v: keys (after the rotary embedding) and values, (B, h_kv, N, d).
         window: the sliding window (keys per query, itself included), or None: causal.
+        chunk: Llama 4's chunked local attention: query i sees the keys j <= i of its own
+            chunk (j // chunk == i // chunk), or None.
         scale: the factor on q kᵀ.   softcap: Gemma 2's cap on the scaled scores, or None.
         sinks: gpt-oss's per-head sink logits, (h,), or None.
         keys: which keys are real tokens, (B, N) bool (``attention_mask``), or None: all.
@@ -47,16 +49,21 @@ class LayerAttention:
     softcap: float | None = None
     sinks: np.ndarray | None = None
     keys: np.ndarray | None = None
+    chunk: int | None = None
     _weights: np.ndarray | None = None
 
     @property
     def mask(self):
+        if self.chunk is not None:  # Llama 4: the earlier keys of the query's own chunk
+            return al.masks.Causal() + al.masks.Chunks(self.chunk)
         return al.masks.Causal() if self.window is None else al.masks.SlidingWindow(self.window)
 
     @property
     def kind(self) -> str:
-        """'full', 'sliding 4096', with ', softcap 50' and ', sinks' as they apply."""
+        """'full', 'sliding 4096', 'chunked 8192', with ', softcap 50' and ', sinks' as they apply."""
         parts = ["full" if self.window is None else f"sliding {self.window}"]
+        if self.chunk is not None:
+            parts = [f"chunked {self.chunk}"]
         if self.softcap is not None:
             parts.append(f"softcap {self.softcap:g}")
         if self.sinks is not None:
@@ -167,10 +174,13 @@ class LayerAttention:
         )
 
 
-def attend(q, k, v, *, window=None, scale, softcap=None, sinks=None, weights=True, keys=None):
-    """(output (B, h, N, d), LayerAttention) for one layer: causal (or sliding-window)
-    attention of q (B, h, N, d) over k, v (B, h_kv, N, d) through ``attnlab.attention``."""
-    layer = LayerAttention(q, k, v, window, scale, softcap, sinks, keys)
+def attend(
+    q, k, v, *, window=None, scale, softcap=None, sinks=None, weights=True, keys=None, chunk=None
+):
+    """(output (B, h, N, d), LayerAttention) for one layer: causal (or sliding-window, or
+    chunked) attention of q (B, h, N, d) over k, v (B, h_kv, N, d) through
+    ``attnlab.attention``."""
+    layer = LayerAttention(q, k, v, window, scale, softcap, sinks, keys, chunk)
     return layer.output(weights), layer
 
 
@@ -182,7 +192,7 @@ def _tl(points, name: str, x: np.ndarray) -> np.ndarray:
 def attend_points(q, k, v, points, prefix: str, *, weights: bool, **options):
     """(z (B, N, h, d) after ``hook_z``, LayerAttention) for q (B, h, N, d) and k, v
     (B, h_kv, N, d), through the points ``{prefix}hook_q`` ... ``{prefix}hook_z``.
-    ``options``: window, scale, softcap, sinks, keys as ``LayerAttention`` takes them."""
+    ``options``: window, scale, softcap, sinks, keys, chunk as ``LayerAttention`` takes them."""
     if points.active:
         q, k, v = (
             _tl(points, prefix + f"hook_{c}", x) for c, x in zip("qkv", (q, k, v), strict=True)

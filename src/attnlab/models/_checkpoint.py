@@ -11,6 +11,12 @@ Before any tensor is read, the headers' declared sizes are summed at the compute
 checkpoint past half of this machine's memory is refused (``memory_bytes``), naming its largest
 tensor; config.json and the shard index are refused past a few MB without being read whole.
 
+Every tensor of the folder must be read by the family that builds the model: a tensor no
+family module reads (a Qwen3 folder whose config.json says "llama", say) is refused by name,
+since running without it would compute another model. Buffers a checkpoint may carry that are
+not weights (``BUFFERS``: a rotary table, a causal-mask table) are neither read, bounded nor
+refused.
+
 Every problem is one ``AttnlabError`` naming the file and, where there is one, the key.
 """
 
@@ -27,6 +33,7 @@ import numpy as np
 from attnlab.errors import AttnlabError
 
 __all__ = [
+    "BUFFERS",
     "COMPUTE_DTYPES",
     "Checkpoint",
     "memory_bytes",
@@ -40,6 +47,12 @@ __all__ = [
 COMPUTE_DTYPES = {"float32": np.float32, "float64": np.float64}
 #: The dtypes a checkpoint may store its weights in.
 STORED = {"F32", "F16", "BF16", "F64"}
+#: Name endings of buffers older exports saved beside the weights: causal-mask tables (bool in
+#: Pythia's), their fill value, rotary frequencies. They are not weights: never read, any dtype.
+BUFFERS = (
+    ".attn.bias", ".attn.masked_bias", ".attention.bias", ".attention.masked_bias",
+    ".rotary_emb.inv_freq",
+)  # fmt: skip
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
 #: config.json is a few KB in every real model; the largest shard indexes (hundreds of
@@ -124,7 +137,23 @@ class Checkpoint:
         self.progress = None  # progress(done, total) after each tensor read, for a bar
         self.done = 0
         self.where = self._locate()  # tensor name -> shard file
+        self.read: set[str] = set()  # the names ``get`` has handed out, or ``skip`` excused
         self._bound()
+
+    def skip(self, *suffixes: str) -> None:
+        """Count the tensors whose names end in one of ``suffixes`` as read: buffers that are
+        not weights (older exports save ``rotary_emb.inv_freq``, say)."""
+        self.read.update(k for k in self.where if k.endswith(suffixes))
+
+    def check_all_read(self, family: str) -> None:
+        """An AttnlabError naming the first tensor ``family`` never read, if there is one."""
+        unread = sorted(set(self.where) - self.read)
+        if unread:
+            more = f" (and {len(unread) - 1} more)" if len(unread) > 1 else ""
+            raise AttnlabError(
+                f"expected every tensor in {self.folder} to be one the {family!r} family reads, "
+                f"but got {unread[0]!r}{more} instead: is config.json's 'model_type' right?"
+            )
 
     def _bound(self) -> None:
         """Refuse a checkpoint whose tensors, at the compute dtype, pass half of this machine's
@@ -194,6 +223,8 @@ class Checkpoint:
             for key in keys:
                 part = f.get_slice(key)
                 stored = part.get_dtype()
+                if key.endswith(BUFFERS):  # not a weight: any dtype, never read nor bounded
+                    continue
                 self.sizes[key] = tuple(int(x) for x in part.get_shape())
                 if stored not in STORED:
                     raise AttnlabError(
@@ -226,10 +257,11 @@ class Checkpoint:
                 f"expected tensor {key!r} in {file} of shape {tuple(shape)} (from config.json), "
                 f"but got {tuple(stored.shape)} instead"
             )
+        self.read.add(key)
         out = stored.astype(self.dtype, copy=False)  # converted once; the stored copy is freed
         self.done += 1
         if self.progress is not None:
-            self.progress(self.done, len(self.where))
+            self.progress(self.done, len(self.sizes))
         if not np.isfinite(out).all():
             raise AttnlabError(
                 f"expected finite numbers in tensor {key!r} of {file}, but got NaN or inf"

@@ -28,12 +28,17 @@ def shown(value, width: int = 60) -> str:
     try:
         text = repr(value)
     except ValueError:  # an int past Python's digit limit refuses to print itself
+        if not isinstance(value, int):  # a list or object holding one
+            return f"a {type(value).__name__} holding an integer past Python's digit limit"
         return f"an integer of about {value.bit_length() * 0.30103:.0f} digits"
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
 #: The config.json ``model_type`` values attnlab runs, each a module of ``attnlab.models``.
-FAMILIES = ("gpt2", "llama", "mistral", "qwen2", "gemma2", "gpt_oss")
+FAMILIES = (
+    "gpt2", "llama", "mistral", "qwen2", "gemma2", "gpt_oss",
+    "gpt_neox", "qwen3", "gemma3_text", "olmo2", "phi3", "llama4_text",
+)  # fmt: skip
 
 
 def unsupported_family(path: Path, model_type) -> AttnlabError:

@@ -52,12 +52,23 @@ def _gelu_tanh(x: np.ndarray) -> np.ndarray:
     return 0.5 * x * (1.0 + np.tanh(c * (x + 0.044715 * (x * x * x))))
 
 
+#: math.erf on each element: numpy has no erf, and BERT's exact gelu needs it correctly
+#: rounded in float64 (a polynomial fit would miss the 1e-9 match to transformers).
+_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def _gelu_erf(x: np.ndarray) -> np.ndarray:
+    # BERT's gelu ("gelu"): x·Φ(x) exactly, Φ(x) = (1 + erf(x / √2)) / 2.
+    return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)).astype(x.dtype))
+
+
 def _silu(x: np.ndarray) -> np.ndarray:
     return x / (1.0 + np.exp(-x))
 
 
-#: config.json activation names attnlab computes (exact gelu needs erf, which numpy lacks).
+#: config.json activation names attnlab computes.
 ACTIVATIONS = {
+    "gelu": _gelu_erf,
     "gelu_new": _gelu_tanh,
     "gelu_pytorch_tanh": _gelu_tanh,
     "gelu_fast": _gelu_tanh,

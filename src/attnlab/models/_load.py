@@ -23,7 +23,13 @@ from pathlib import Path
 import numpy as np
 
 from attnlab.errors import AttnlabError
-from attnlab.models._checkpoint import COMPUTE_DTYPES, Checkpoint, read_config, tokenizer_file
+from attnlab.models._checkpoint import (
+    BUFFERS,
+    COMPUTE_DTYPES,
+    Checkpoint,
+    read_config,
+    tokenizer_file,
+)
 from attnlab.models._config import FAMILIES, Config, shown, unsupported_family
 from attnlab.models._model import Model
 
@@ -68,9 +74,11 @@ def load(path, *, dtype: str = "float32", revision: str | None = None) -> Model:
 
     Raises:
         AttnlabError naming the file and key: a folder of another model type, a missing or
-        corrupt file, a config value out of range, a checkpoint past half of this machine's
-        memory, a hub id that is not one or not in the cache while offline. Nothing
-        half-loaded is returned.
+        corrupt file, a config value out of range, a missing tensor or one of the wrong
+        shape, an option attnlab cannot run (an unknown rotary schedule, say), a tensor the
+        family does not read (the folder holds another kind of model), a checkpoint past half
+        of this machine's memory, a hub id that is not one or not in the cache while offline.
+        Nothing half-loaded is returned.
     """
     check_dtype(dtype)  # before a download, not after
     return open_folder(resolve(path, revision), dtype)
@@ -91,6 +99,8 @@ def open_folder(folder: Path, dtype: str = "float32", progress=None) -> Model:
     check_layers(cfg, module, ck)
     ck.progress = progress
     network = module.build(cfg, ck)
+    ck.skip(*BUFFERS)  # older exports' masks and rotary tables: not weights
+    ck.check_all_read(data["model_type"])  # a tensor nothing read: another model
     return Model(
         data["model_type"], data, folder, network, np.dtype(COMPUTE_DTYPES[dtype]),
         tokenizer_file(folder),

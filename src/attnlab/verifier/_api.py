@@ -30,6 +30,7 @@ from attnlab.verifier._baseline import baseline, score_pairs
 from attnlab.verifier._case import Case, CaseError, make_case
 from attnlab.verifier._cluster import cluster_answers
 from attnlab.verifier._dropout_stats import dropout_variance, statistical
+from attnlab.verifier._fp8 import is_fp8, verify_fp8
 from attnlab.verifier._hint import OTHER, layout_hint, reinterpreted, transposed_hint
 from attnlab.verifier._judging import (
     DEFAULT_MEMORY_BUDGET,
@@ -40,9 +41,11 @@ from attnlab.verifier._judging import (
 )
 from attnlab.verifier._kvcache import is_kvcache, verify_kvcache
 from attnlab.verifier._load import read_case_file
+from attnlab.verifier._mla import is_mla, verify_mla
 from attnlab.verifier._repeat import repeat_check
 from attnlab.verifier._report import VerifyReport
 from attnlab.verifier._rounding import load_ahead
+from attnlab.verifier._splits import is_split, verify_splits
 from attnlab.verifier._truth import truth
 
 __all__ = ["DEFAULT_MEMORY_BUDGET", "verify", "verify_case", "verify_file"]
@@ -181,8 +184,17 @@ def _judged(entries: dict, layout: str, repeat=None, client=None, **judging) -> 
     the other layout."""
     entries = {name: value for name, value in entries.items() if value is not None}
     same = None if repeat is None else repeat_check(entries, repeat)  # refused before any work
-    if is_kvcache(entries):
-        report = verify_kvcache(entries, layout, **judging)
+    if is_split(entries):  # each partial state judged, then the rest as any case
+
+        def rest(whole, form):
+            return _judged(whole, form, None, client, **judging)
+
+        report = verify_splits(entries, layout, rest, **judging)
+        return report if same is None else dataclasses.replace(report, repeat=same)
+    kinds = ((is_mla, verify_mla), (is_kvcache, verify_kvcache), (is_fp8, verify_fp8))
+    kind = next((judged for test, judged in kinds if test(entries)), None)
+    if kind is not None:  # a case kind of its own: its exact answer from attnlab.flash
+        report = kind(entries, layout, **judging)
         return report if same is None else dataclasses.replace(report, repeat=same)
     case = make_case(entries, layout)
     report = verify_case(case, client=client, **judging)

@@ -102,8 +102,10 @@ class Case:
 def _dtype_name(name: str, arr: np.ndarray) -> str:
     kind = arr.dtype.name
     if kind not in DTYPES:
+        # One-byte entries are most often float8 stored as bytes (.npz cannot name float8).
+        fp8 = " (float8 bytes: add fp8_format)" if arr.dtype.itemsize == 1 else ""
         raise CaseError(
-            f"{name}: expected float64, float32, float16 or bfloat16, but got {kind} instead"
+            f"{name}: expected float64, float32, float16 or bfloat16, but got {kind}{fp8} instead"
         )
     return kind
 

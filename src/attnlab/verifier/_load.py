@@ -16,7 +16,10 @@ size is checked before a byte of data is read:
 
 numpy has no bfloat16 of its own, so ``np.savez`` stores an ``ml_dtypes.bfloat16`` array as raw
 2-byte records (dtype ``V2``); those are read back as bfloat16, the only 2-byte float numpy
-cannot name (float16 is stored as itself).
+cannot name (float16 is stored as itself). 1-byte records are float8 (``float8_e4m3fn``), read
+back as their bytes (uint8) for an FP8 case's ``fp8_format`` to name. A ``.safetensors`` file
+with F8_E4M3 or F8_E5M2 tensors is read from its checked byte spans, since the
+``safetensors`` package's numpy API cannot make float8 arrays.
 """
 
 from __future__ import annotations
@@ -144,9 +147,11 @@ def _read_npz(path: Path, budget: int) -> dict[str, np.ndarray]:
 
 _ST_ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2}
 _ST_ITEMSIZE.update({"I8": 1, "U8": 1, "U16": 2, "U32": 4, "U64": 8, "BOOL": 1})
+_ST_ITEMSIZE.update({"F8_E4M3": 1, "F8_E5M2": 1})  # FP8 cases (verifier/_fp8.py)
+_ST_FP8 = {"F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
 
 
-def _safetensors_header(path: Path, budget: int) -> None:
+def _safetensors_header(path: Path, budget: int) -> dict:
     """Check the declared spans of a .safetensors file against each other, the file and the
     budget, reading only its header."""
     size = path.stat().st_size
@@ -176,8 +181,8 @@ def _safetensors_header(path: Path, budget: int) -> None:
             raise CaseError(f"{name}: not a tensor entry in the .safetensors header") from None
         if dtype not in _ST_ITEMSIZE:
             raise CaseError(
-                f"{name}: expected float64, float32, float16, bfloat16, an integer or a bool, "
-                f"but got {dtype} instead"
+                f"{name}: expected float64, float32, float16, bfloat16, float8, an integer or "
+                f"a bool, but got {dtype} instead"
             )
         if not (0 <= begin <= end <= data) or end - begin != nbytes:
             raise CaseError(
@@ -187,6 +192,7 @@ def _safetensors_header(path: Path, budget: int) -> None:
         total += nbytes
     if total > budget:
         raise _over_budget(path, total, budget)
+    return header | {"__data_start__": 8 + length}
 
 
 def _read_safetensors(path: Path, budget: int) -> dict[str, np.ndarray]:
@@ -195,7 +201,9 @@ def _read_safetensors(path: Path, budget: int) -> dict[str, np.ndarray]:
     from safetensors.numpy import load_file
 
     try:
-        _safetensors_header(path, budget)
+        header = _safetensors_header(path, budget)
+        if any(spec.get("dtype") in _ST_FP8 for spec in _tensors(header)):
+            return _read_with_fp8(path, header)  # safetensors' numpy API has no float8
         return dict(load_file(str(path)))
     except CaseError:
         raise
@@ -205,9 +213,35 @@ def _read_safetensors(path: Path, budget: int) -> dict[str, np.ndarray]:
         ) from None
 
 
+def _tensors(header: dict):
+    return (spec for name, spec in header.items() if not name.startswith("__"))
+
+
+def _read_with_fp8(path: Path, header: dict) -> dict[str, np.ndarray]:
+    """Every tensor of a checked header read from its byte span (float8 ones as ml_dtypes')."""
+    import ml_dtypes
+
+    kinds = {"F64": "<f8", "F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4"}
+    kinds.update({"I16": "<i2", "I8": "i1", "U8": "u1", "U16": "<u2", "U32": "<u4"})
+    kinds.update({"U64": "<u8", "BOOL": "?", "BF16": ml_dtypes.bfloat16})
+    kinds.update({k: getattr(ml_dtypes, v) for k, v in _ST_FP8.items()})
+    start, found = header["__data_start__"], {}
+    with path.open("rb") as f:
+        for name, spec in header.items():
+            if name.startswith("__"):
+                continue
+            begin, end = spec["data_offsets"]
+            f.seek(start + begin)
+            raw = f.read(end - begin)
+            found[name] = np.frombuffer(raw, kinds[spec["dtype"]]).reshape(spec["shape"]).copy()
+    return found
+
+
 def _bfloat16_from_void(name: str, arr: np.ndarray) -> np.ndarray:
     if arr.dtype.kind != "V":
         return arr
+    if arr.dtype.itemsize == 1 and arr.dtype.names is None:
+        return arr.view(np.uint8)  # float8 records, which the case's fp8_format names
     if arr.dtype.itemsize != 2 or arr.dtype.names is not None:
         raise CaseError(
             f"{name}: expected float64, float32, float16 or bfloat16, but got raw records of "

@@ -24,12 +24,29 @@ from urllib.parse import urlsplit
 from fastapi.responses import JSONResponse
 from starlette.datastructures import Headers
 
-__all__ = ["GUARDED_PREFIX", "LOOPBACK_HOSTS", "CrossSiteGuard", "allowed_hosts", "host_name"]
+__all__ = [
+    "GUARDED_PAGES",
+    "GUARDED_PREFIX",
+    "LOOPBACK_HOSTS",
+    "CrossSiteGuard",
+    "allowed_hosts",
+    "host_name",
+    "is_guarded",
+]
 
 # As a Host header names them: an IPv6 literal keeps its brackets (RFC 3986).
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 GUARDED_PREFIX = "/api/"  # every route that computes: the figures, the labs, the exercises
+# Pages outside /api that compute too: a snapshot runs every figure's requests and is megabytes
+# (another site's page could make a visitor's browser fetch it over and over); /docs renders the
+# schema.
+GUARDED_PAGES = ("/snapshot", "/docs")
 _REFUSED_SITES = ("cross-site", "same-site")
+
+
+def is_guarded(path: str) -> bool:
+    """Whether a request for ``path`` must come from the explorer's own page (or no page)."""
+    return path.startswith(GUARDED_PREFIX) or path in GUARDED_PAGES
 
 
 def host_name(address: str) -> str:
@@ -72,14 +89,14 @@ def _same_origin(url: str, scope, headers: Headers, hosts: list[str]) -> bool:
 
 
 class CrossSiteGuard:
-    """ASGI middleware: 403 for a cross-site request to any ``/api`` route."""
+    """ASGI middleware: 403 for a cross-site request to any ``/api`` route or guarded page."""
 
     def __init__(self, app, hosts: list[str]):
         self.app = app
         self.hosts = hosts
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or not scope["path"].startswith(GUARDED_PREFIX):
+        if scope["type"] != "http" or not is_guarded(scope["path"]):
             return await self.app(scope, receive, send)
         headers = Headers(scope=scope)
         site = headers.get("sec-fetch-site", "").lower()

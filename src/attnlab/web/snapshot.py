@@ -84,37 +84,69 @@ def _matrix(text: str | None):
         return None
 
 
+def _index(text: str) -> int | None:
+    """A 1-based index of the page's URL as a 0-based one, or None: ASCII digits only, as the
+    API routes read them ('²' is a digit to str.isdigit, but not to int)."""
+    text = text.strip()
+    if not (text.isascii() and text.isdigit()) or len(text) > 9:
+        return None
+    return int(text) - 1
+
+
+def _blocked(text: str) -> list[list[int]]:
+    """stepper.blocked's "i-j;..." pairs (1-based) as 0-based pairs; a pair that does not parse
+    is skipped, as the page skips it."""
+    pairs = []
+    for pair in text.split(";"):
+        i, _, j = pair.partition("-")
+        a, b = _index(i), _index(j)
+        if a is not None and b is not None:
+            pairs.append([a, b])
+    return pairs
+
+
+def _learned_head(q: dict) -> tuple[str, Any] | None:
+    """The stepper's request for a learned head at ``q``'s state, or None when
+    stepper.learned is not "layer,head,query"."""
+    parts = q["stepper.learned"].split(",")
+    if len(parts) < 3:
+        return None
+    layer, head, at = parts[:3]
+    params = {"layer": layer, "head": head, "query": at,
+              "tokens": q["stepper.tokens"].replace(",", " ")}  # fmt: skip
+    run = q.get("stepper.run", "")
+    if q.get("stepper.checkpoint") and not run:
+        params["checkpoint"] = q["stepper.checkpoint"]
+    base = f"/api/runs/{quote(run)}/learned/head" if run else "/api/learned/head"
+    return ("GET", f"{base}?{urlencode(params)}", None)
+
+
 def state_requests(query: str, cfg: dict) -> list[tuple[str, str, Any]]:
     """(method, path, body) of the requests the figures make at ``query``'s state beyond those
-    of a page with no state, built as static/js/*.js builds them."""
+    of a page with no state, built as static/js/*.js builds them. A part of the state that does
+    not parse is skipped, as the page skips it: the snapshot then shows that figure's default."""
     q = {k: v[-1] for k, v in parse_qs(query.lstrip("?"), keep_blank_values=True).items()}
     out: list[tuple[str, str, Any]] = []
     example = cfg["stepper"]["example"]
-    if "stepper.learned" in q and "stepper.tokens" in q:
-        layer, head, at = q["stepper.learned"].split(",")[:3]
-        params = {"layer": layer, "head": head, "query": at,
-                  "tokens": q["stepper.tokens"].replace(",", " ")}  # fmt: skip
-        run = q.get("stepper.run", "")
-        if q.get("stepper.checkpoint") and not run:
-            params["checkpoint"] = q["stepper.checkpoint"]
-        base = f"/api/runs/{quote(run)}/learned/head" if run else "/api/learned/head"
-        out.append(("GET", f"{base}?{urlencode(params)}", None))
+    learned = _learned_head(q) if "stepper.learned" in q and "stepper.tokens" in q else None
+    if learned is not None:
+        out.append(learned)
     else:
-        blocked = [[int(i) - 1, int(j) - 1] for pair in q.get("stepper.blocked", "").split(";")
-                   if "-" in pair for i, j in [pair.split("-")[:2]]]  # fmt: skip
         out.append(("POST", "/api/trace", {
             **{n: _matrix(q.get(f"stepper.{n}")) or example[n] for n in ("q", "k", "v")},
             "causal": q.get("stepper.causal") != "0", "scaled": q.get("stepper.scaled") != "0",
-            "blocked": blocked, "grad_output": _matrix(q.get("stepper.do"))}))  # fmt: skip
+            "blocked": _blocked(q.get("stepper.blocked", "")),
+            "grad_output": _matrix(q.get("stepper.do"))}))  # fmt: skip
     dk = q.get("hist.dk", str(cfg["histogram"]["d_k_default"]))
-    out.append(("GET", f"/api/histogram?d_k={dk}&scaled={'true' if q.get('hist.scaled') == '1' else 'false'}", None))  # fmt: skip
+    out.append(("GET", f"/api/histogram?{urlencode({'d_k': dk, 'scaled': 'true' if q.get('hist.scaled') == '1' else 'false'})}", None))  # fmt: skip
     if any(k in q for k in ("perm.order", "perm.pos", "perm.words")):
-        order = [int(x) - 1 for x in q.get("perm.order", "").split(",") if x.strip().isdigit()]
+        order = [i for i in map(_index, q.get("perm.order", "").split(",")) if i is not None]
         words = q.get("perm.words", "").split()
         out.append(("POST", "/api/permutation", {"order": order or None, "words": words or None,
                                                  "positions": q.get("perm.pos") == "1"}))  # fmt: skip
-    if "mh.word" in q and q["mh.word"].isdigit():
-        out.append(("GET", f"/api/multihead?query={int(q['mh.word']) - 1}", None))
+    word = _index(q["mh.word"]) if "mh.word" in q else None
+    if word is not None:
+        out.append(("GET", f"/api/multihead?query={word}", None))
     if q.get("mh.mode") == "learned":
         params = {"tokens": q["mh.tokens"].replace(",", " ")} if q.get("mh.tokens") else {
             "seed": q.get("mh.seed", "0")}  # fmt: skip

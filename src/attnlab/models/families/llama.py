@@ -16,7 +16,7 @@ from attnlab.models._decoder import Block, Decoder, attention_weights, output_he
 from attnlab.models._layers import activation, gated_mlp
 from attnlab.models._rope import Rope
 
-__all__ = ["build", "decoder", "mlp_weights", "shape_of"]
+__all__ = ["build", "decoder", "mlp_weights", "qk_norms", "shape_of"]
 
 
 def shape_of(cfg: Config) -> Shape:
@@ -46,10 +46,20 @@ def mlp_weights(ck: Checkpoint, prefix: str, cfg: Config, shape: Shape, bias: bo
     return w
 
 
+def qk_norms(ck: Checkpoint, prefix: str, q_size: int, k_size: int) -> dict:
+    """The q and k norm weights of ``prefix`` (``model.layers.3.self_attn``)."""
+    return {
+        "q": ck.get(f"{prefix}.q_norm.weight", (q_size,)),
+        "k": ck.get(f"{prefix}.k_norm.weight", (k_size,)),
+    }
+
+
 def decoder(
-    cfg: Config, ck: Checkpoint, *, windows: list, qkv_bias: bool, out_bias: bool
-) -> Decoder:
-    """The Llama decoder with each layer's window (None: causal) and attention biases."""
+    cfg: Config, ck: Checkpoint, *, windows: list, qkv_bias: bool, out_bias: bool,
+    qk_norm: bool = False,
+) -> Decoder:  # fmt: skip
+    """The Llama decoder with each layer's window (None: causal) and attention biases; with
+    ``qk_norm``, an RMSNorm on each head's q and k before the rotary (Qwen3)."""
     shape = shape_of(cfg)
     rope = Rope(cfg, shape.head_dim)  # an option attnlab cannot run fails before any tensor is read
     act = activation(cfg, "hidden_act", "silu")
@@ -58,15 +68,19 @@ def decoder(
     for i in range(shape.layers):
         p = f"model.layers.{i}"
         mlp = mlp_weights(ck, f"{p}.mlp", cfg, shape, mlp_bias)
+        norms = {
+            "attn_in": ck.get(f"{p}.input_layernorm.weight", (shape.d_model,)),
+            "mlp_in": ck.get(f"{p}.post_attention_layernorm.weight", (shape.d_model,)),
+        }
+        if qk_norm:
+            norms |= qk_norms(ck, f"{p}.self_attn", shape.head_dim, shape.head_dim)
         blocks.append(
             Block(
                 attn=attention_weights(ck, f"{p}.self_attn", shape, qkv_bias, out_bias),
-                norms={
-                    "attn_in": ck.get(f"{p}.input_layernorm.weight", (shape.d_model,)),
-                    "mlp_in": ck.get(f"{p}.post_attention_layernorm.weight", (shape.d_model,)),
-                },
+                norms=norms,
                 mlp=functools.partial(gated_mlp, w=mlp, act=act),
                 window=windows[i],
+                qk_norm="head" if qk_norm else None,
             )
         )
     embed = ck.get("model.embed_tokens.weight", (shape.vocab, shape.d_model))

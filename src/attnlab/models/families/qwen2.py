@@ -10,12 +10,13 @@ from attnlab.models._config import Config
 from attnlab.models._decoder import Decoder
 from attnlab.models.families import llama
 
-__all__ = ["build", "shape_of"]
+__all__ = ["build", "shape_of", "windows"]
 
 shape_of = llama.shape_of
 
 
-def build(cfg: Config, ck: Checkpoint) -> Decoder:
+def windows(cfg: Config) -> list[int | None]:
+    """Each layer's sliding window, or None where it attends causally."""
     layers = cfg.int("num_hidden_layers")
     sliding = cfg.get("use_sliding_window", False) and cfg.get("sliding_window") is not None
     first = cfg.int("max_window_layers", layers, low=0)
@@ -24,5 +25,8 @@ def build(cfg: Config, ck: Checkpoint) -> Decoder:
     ]
     kinds = cfg.layer_types(layers, default)
     window = cfg.int("sliding_window") if "sliding_attention" in kinds else None
-    windows = [window if kind == "sliding_attention" else None for kind in kinds]
-    return llama.decoder(cfg, ck, windows=windows, qkv_bias=True, out_bias=False)
+    return [window if kind == "sliding_attention" else None for kind in kinds]
+
+
+def build(cfg: Config, ck: Checkpoint) -> Decoder:
+    return llama.decoder(cfg, ck, windows=windows(cfg), qkv_bias=True, out_bias=False)

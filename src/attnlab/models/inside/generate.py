@@ -9,6 +9,10 @@ each new token then runs alone, its query attending to the cached rows through
 softcap), so the prefix is never run again. gpt-oss's sinks are one logit per head in each
 row's divisor: the call returns each row's log-sum-exp ``lse``, and the output without the
 sink is scaled by exp(lse) / (exp(lse) + exp(sink)), which is the same softmax with the sink.
+Llama 4's chunked layers (a row sees only its own chunk's earlier rows, which no window
+describes) go to ``attnlab.attention`` with ``Causal() + Chunks(size)`` instead. Phi-3's LongRoPE turns every
+position by other angles once the text is longer than its switch, so the first step past it
+runs the whole text again (as transformers' generate does).
 
 Decoding: temperature 0 takes the argmax (transformers' ``do_sample=False``); otherwise the
 logits are divided by the temperature, cut to the ``top_k`` largest and to the smallest set
@@ -38,11 +42,13 @@ class KVCache:
         self.v = [np.zeros(size, dtype) for _ in range(layers)]
         self.length = 0
 
-    def attend(self, i, q, k, v, *, window=None, scale, softcap=None, sinks=None):
+    def attend(self, i, q, k, v, *, window=None, scale, softcap=None, sinks=None, chunk=None):
         """Layer ``i``: append k, v (B, h_kv, N, d) at row ``length`` and attend q (B, h, N, d)
         to every row so far; the output z is (B, N, h, d)."""
         from attnlab.flash import flash_attn_with_kvcache
 
+        if chunk is not None:
+            return self._chunked(i, q, k, v, scale, chunk)
         out = flash_attn_with_kvcache(
             np.ascontiguousarray(q.transpose(0, 2, 1, 3)),  # (B, N, h, d)
             self.k[i], self.v[i],
@@ -58,6 +64,25 @@ class KVCache:
         out, lse = out  # (B, N, h, d), (B, h, N)
         keep = 1.0 / (1.0 + np.exp(sinks[:, None] - lse))  # (B, h, N): the sink's share left out
         return out * keep.transpose(0, 2, 1)[..., None]  # (B, N, h, d)
+
+    def _chunked(self, i, q, k, v, scale, chunk):
+        """Llama 4's chunked layers: row r sees the cached rows j <= r of its own chunk, a
+        mask no window describes, so it goes to ``attnlab.attention`` as Causal + Chunks."""
+        import attnlab as al
+
+        b, h, n, d = q.shape
+        h_kv, start, end = k.shape[1], self.length, self.length + n
+        self.k[i][:, start:end] = k.transpose(0, 2, 1, 3)  # (B, N, h_kv, d)
+        self.v[i][:, start:end] = v.transpose(0, 2, 1, 3)
+        # the new rows sit at positions start..end-1 of the S = end keys: bottom-right aligned
+        mask = al.masks.Causal(align="bottom_right") + al.masks.Chunks(chunk, align="bottom_right")
+        out = al.attention(
+            q.reshape(b, h_kv, h // h_kv, n, d),  # (B, h_kv, g, N, d)
+            self.k[i][:, :end].transpose(0, 2, 1, 3)[:, :, None],  # (B, h_kv, 1, S, d)
+            self.v[i][:, :end].transpose(0, 2, 1, 3)[:, :, None],
+            mask, scale=scale,
+        )  # fmt: skip
+        return out.reshape(b, h, n, d).transpose(0, 2, 1, 3)  # (B, N, h, d)
 
 
 def _check(model, max_new_tokens, temperature, top_k, top_p, stop):
@@ -134,13 +159,19 @@ def stream(
     cache = KVCache(s.layers, b, n + max_new_tokens, s.kv_heads, s.head_dim, model.dtype)
     done = np.zeros(b, bool)
     last = np.zeros(b, np.int64)
-    step = ids
+    step = seen = ids
+    switch = getattr(model.network, "rerun_past", None)
     for _ in range(max_new_tokens):
+        if switch is not None and 0 < cache.length <= switch < seen.shape[1]:
+            # Phi-3's LongRoPE changes every position's rotation once the text passes the
+            # switch: the whole text runs again, as transformers' generate does there.
+            cache.length, step = 0, seen
         logits, _ = model.network.forward(step, Pass(weights=False, kv=cache))
         cache.length += step.shape[1]
         token = _choose(logits[:, -1], temperature, top_k, top_p, rng).astype(np.int64)
         token = np.where(done, last, token)  # a stopped sequence repeats its stop token
         yield token
+        seen = np.concatenate([seen, token[:, None]], 1)  # (B, S)
         last = token
         done |= np.isin(token, stops)
         if done.all():
