@@ -63,6 +63,16 @@ BASE = {
                     "num_local_experts": 2, "num_experts_per_tok": 1,
                     "interleave_moe_layer_step": 2, "no_rope_layers": [1, 0],
                     "attention_chunk_size": 3, "rope_theta": 10000.0},
+    "deepseek_v3": {"model_type": "deepseek_v3", "hidden_size": 8, "num_attention_heads": 2,
+                    "num_key_value_heads": 2, "num_hidden_layers": 2, "intermediate_size": 12,
+                    "moe_intermediate_size": 4, "n_shared_experts": 1, "n_routed_experts": 4,
+                    "n_group": 2, "topk_group": 1, "num_experts_per_tok": 2,
+                    "first_k_dense_replace": 1, "kv_lora_rank": 4, "q_lora_rank": 4,
+                    "qk_rope_head_dim": 2, "v_head_dim": 4, "qk_nope_head_dim": 2,
+                    "vocab_size": 12, "max_position_embeddings": 16, "rope_theta": 10000.0},
+    "bert": {"model_type": "bert", "hidden_size": 8, "num_attention_heads": 2,
+             "num_hidden_layers": 2, "intermediate_size": 12, "vocab_size": 12,
+             "max_position_embeddings": 16, "type_vocab_size": 2},
 }  # fmt: skip
 
 
@@ -75,6 +85,12 @@ class _Recorder:
 
     def __contains__(self, key: str) -> bool:
         return key in self.tensors
+
+    def __len__(self) -> int:
+        return len(self.tensors)
+
+    def skip_under(self, *prefixes: str) -> None:
+        """Nothing to excuse: the recorder holds only what the family asked for."""
 
     def get(self, key: str, shape) -> np.ndarray:
         if key not in self.tensors:

@@ -80,7 +80,17 @@ LAZY_NAMES = {
     "labs": {"variance_scaling", "saturation", "permutation", "proof", "gradient"},
     "exercises": {"check"},
     # Real Hugging Face checkpoints: lazy, since safetensors and tokenizers load with it.
-    "models": {"load", "Model", "ModelRun", "head_scores", "FAMILIES", "ablate", "patch"},
+    "models": {
+        "load",
+        "Model",
+        "ModelRun",
+        "head_scores",
+        "FAMILIES",
+        "ablate",
+        "patch",
+        "HEAD_KINDS",
+        "ENCODER_KINDS",
+    },
 }
 
 
@@ -183,7 +193,8 @@ def test_signatures_of_design_md():
     _starts_with(
         al.models.Model.run,
         [("self", POS, EMPTY), ("ids_or_text", POS, EMPTY), ("cache", KW, False), ("hooks", KW, None),
-         ("attention_mask", KW, None)],
+         ("attention_mask", KW, None), ("weights", KW, True), ("token_type_ids", KW, None),
+         ("mla", KW, None)],
     )  # fmt: skip
     _starts_with(
         al.models.Model.generate,

@@ -120,6 +120,7 @@ def test_other_model_type_names_the_file_and_families(tmp_path):
     assert FAMILIES == (
         "gpt2", "llama", "mistral", "qwen2", "gemma2", "gpt_oss",
         "gpt_neox", "qwen3", "gemma3_text", "olmo2", "phi3", "llama4_text",
+        "deepseek_v3", "bert",
     )  # fmt: skip
 
 

@@ -36,6 +36,11 @@ EXTRA_KEYS = [
     "attention_chunk_size", "attn_scale", "floor_scale", "attn_temperature_tuning",
     "use_qk_norm", "interleave_moe_layer_step", "moe_layers", "num_local_experts",
     "num_experts_per_tok", "intermediate_size_mlp",
+    # deepseek_v3, bert
+    "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim",
+    "n_group", "topk_group", "n_routed_experts", "routed_scaling_factor", "norm_topk_prob",
+    "first_k_dense_replace", "num_nextn_predict_layers", "rope_interleave", "type_vocab_size",
+    "is_decoder", "position_embedding_type",
 ]  # fmt: skip
 
 HOSTILE = st.one_of(

@@ -284,3 +284,78 @@ def test_long_input_scrolls_one_layer_at_a_time_with_a_visible_bos(browser, long
         page.locator("#mh-model").screenshot(path=str(ARTIFACTS / f"model-long-{width}.png"))
     context.close()
     assert offline.blocked == [] and problems == []
+
+
+def _tiny_bert(folder):
+    """A random BERT folder (no head) in Hugging Face's layout, written without torch."""
+    from safetensors.numpy import save_file
+
+    from attnlab.models._config import Config
+    from attnlab.models.families.bert import _tensors, shape_of
+
+    config = {
+        "model_type": "bert", "vocab_size": 30, "hidden_size": 16, "num_hidden_layers": 1,
+        "num_attention_heads": 2, "intermediate_size": 24, "max_position_embeddings": 32,
+        "type_vocab_size": 2,
+    }  # fmt: skip
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    rng = np.random.default_rng(0)
+    sizes = _tensors(shape_of(Config(config, folder / "config.json")), 24, 2)
+    save_file(
+        {k: rng.normal(0, 0.5, v).astype(np.float32) for k, v in sizes.items()},
+        str(folder / "model.safetensors"),
+    )
+    return folder
+
+
+def test_an_encoders_head_is_drawn_both_ways(browser, tmp_path):  # noqa: F811
+    """BERT's picked head as lines (BertViz's head view): the picked query's lines reach keys
+    after it as well as before, each line's opacity its weight."""
+    import uvicorn
+
+    folder = _tiny_bert(tmp_path / "bert")
+    app = create_app(models=[folder])
+    app.state.models.wait()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    host, port = sock.getsockname()
+    serving = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=serving.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    while not serving.started:
+        time.sleep(0.05)
+    try:
+        context, page, offline, problems = _page(browser, f"http://{host}:{port}")
+        page.wait_for_selector("#mh-mode-model:not([hidden])")
+        page.click("#mh-mode-model")  # no tokenizer.json: the default text is refused, ids run
+        page.wait_for_function(
+            "document.getElementById('model-status').textContent.includes('1 layers')"
+        )
+        page.fill("#model-form input[name=ids]", "3 7 4 9 3 7")
+        page.click("#model-form button[type=submit]")
+        page.wait_for_function("document.querySelectorAll('#model-seq span').length === 6")
+        assert "bidirectional" in page.locator("#model-layers h4").first.inner_text()
+        lines = page.locator("#model-lines-svg line.query")
+        keys = sorted(int(k) for k in lines.evaluate_all("ls => ls.map(l => l.dataset.key)"))
+        assert keys == list(range(6))  # the last query (5) is picked: every key, as weights go
+        weights = load(folder).run([3, 7, 4, 9, 3, 7]).attention[0][0, 0, 5]
+        shown = lines.evaluate_all("ls => ls.map(l => +l.getAttribute('stroke-opacity'))")
+        np.testing.assert_allclose(sorted(shown), sorted(weights), atol=1e-3)
+        canvas = page.locator(".model-head[data-layer='0'][data-head='1'] canvas")
+        box = canvas.bounding_box()
+        canvas.click(position={"x": box["width"] / 2, "y": 1.5 * box["height"] / 6})  # query 1
+        page.wait_for_function("document.querySelectorAll('#model-lines-svg line.query').length")
+        later = page.locator("#model-lines-svg line.query").evaluate_all(
+            "ls => ls.filter(l => +l.dataset.key > +l.dataset.query).length"
+        )
+        assert later == 4  # query 1 reaches keys 2..5: after it, as an encoder does
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.locator("#mh-model").screenshot(path=str(ARTIFACTS / "model-bert-lines.png"))
+        context.close()
+        assert offline.blocked == []
+        assert [p for p in problems if "422" not in p] == []  # the refused default text
+    finally:
+        serving.should_exit = True
+        thread.join(timeout=20)
+        sock.close()

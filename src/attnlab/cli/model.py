@@ -3,11 +3,13 @@ attention.
 
 Shape legend: N tokens, L layers, h heads, V vocabulary.
 
-Prints the model's shape, each layer's attention kind, the tokens as a row, the strongest heads
-of each kind; with --layer/--head/--query that row, one line per key, labelled by token; with
---lens each layer's top token at --position; with --attribute TOKEN that token's logit split
-into heads, MLPs and embeddings; with --ablate L.H the prediction before and after zeroing
-those heads; with --generate N new tokens, printed as they come. --json prints the same as
+Prints the model's shape, what its logits are, each layer's attention kind (full, sliding
+window, chunked, softcap, sinks, latent (DeepSeek-V3, --mla naive or absorbed), bidirectional
+(BERT)), the tokens as a row, the strongest heads of each kind; with --layer/--head/--query
+that row, one line per key, labelled by token; with --lens each layer's top token at
+--position; with --attribute TOKEN that token's logit split into heads, MLPs and embeddings;
+with --ablate L.H the prediction before and after zeroing those heads; with --generate N new
+tokens, printed as they come. --json prints the same as
 one JSON object. Loading shows a progress bar (on stderr, so --json stays clean).
 """
 
@@ -102,6 +104,7 @@ def summary(model, run, top: int = 3) -> dict:
         "dtype": str(model.dtype),
         "shape": model.shape.as_dict(),
         "layers": run.kinds,
+        "output": run.output,
         "ids": run.ids[0].tolist(),
         "tokens": model.tokens(run.ids[0]),
         "strongest_heads": strongest,
@@ -243,19 +246,22 @@ def model(
         min=1, max=MAX_NEW_TOKENS, help="Generate this many tokens (greedy), streamed.")] = None,
     revision: Annotated[str | None, Opt(help="A hub id's branch, tag or commit.")] = None,
     dtype: Annotated[str, Opt(help="float32 or float64.")] = "float32",
+    mla: Annotated[str | None, Opt(
+        help="DeepSeek-V3's latent attention: naive (default) or absorbed.")] = None,
     as_json: Annotated[bool, Opt("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:  # fmt: skip
     """Run a Hugging Face checkpoint (gpt2, llama, mistral, qwen2, gemma2, gpt_oss, gpt_neox,
-    qwen3, gemma3_text, olmo2, phi3, llama4_text) through attnlab's attention: its shape, each
-    layer's attention kind, the tokens and the strongest heads; --layer, --head and --query
-    trace one row; --lens, --attribute, --ablate and --generate look inside."""
+    qwen3, gemma3_text, olmo2, phi3, llama4_text, deepseek_v3, bert) through attnlab's
+    attention: its shape, each layer's attention kind, the tokens and the strongest heads;
+    --layer, --head and --query trace one row; --lens, --attribute, --ablate and --generate
+    look inside."""
     row = (layer, head, query)
     if any(x is not None for x in row) and any(x is None for x in row):
         raise fail("expected --layer, --head and --query together, or none of them")
     loaded = _load(path, revision, dtype, quiet=as_json or not err_console.is_terminal)
     tokens = _ids(loaded, text, ids)
     inside = lens_ or attribute is not None
-    run = loaded.run(tokens, cache=inside)
+    run = loaded.run(tokens, cache=inside, mla=mla)
     data = summary(loaded, run)
     n = len(tokens)
     where = _position(position, n)

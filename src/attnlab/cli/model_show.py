@@ -43,6 +43,7 @@ def show_summary(data: dict) -> None:
     console.print(
         "layers: " + "; ".join(f"{i}: {k}" for i, k in enumerate(data["layers"])), highlight=False
     )
+    console.print(f"tokens: {len(data['ids'])}; logits: {data['output']}", highlight=False)
     _title("Strongest heads (attnlab score; TransformerLens detect_head score)")
     table = Table()
     for column in ("kind", "layer.head", "attnlab", "TransformerLens"):

@@ -8,7 +8,8 @@
 ``load`` reads config.json, the safetensors weights (one file or shards) and, when present,
 tokenizer.json; the families are ``FAMILIES``. Every layer's attention goes through
 ``attnlab.attention`` with the model's own options (grouped-query heads, sliding windows,
-chunks, softcap, sinks), so each weight can be traced back to its scores (``ModelRun.trace``).
+chunks, softcap, sinks, DeepSeek's latent attention in either form, BERT's bidirectional
+attention with padding), so each weight can be traced back to its scores (``ModelRun.trace``).
 ``Model.run(ids, cache=True, hooks={...})`` keeps and changes any named activation
 (TransformerLens's names); ``ablate`` and ``patch`` knock heads out and patch activations
 (docs/inside.md). ``write_tiny_gpt2`` writes a small random GPT-2 folder for trying this without a download.
@@ -20,11 +21,12 @@ from attnlab.models._config import FAMILIES, Shape
 from attnlab.models._load import load
 from attnlab.models._model import Model
 from attnlab.models._run import ModelRun
-from attnlab.models.heads import HEAD_KINDS, HeadScores, head_scores
+from attnlab.models.heads import ENCODER_KINDS, HEAD_KINDS, HeadScores, head_scores
 from attnlab.models.inside import ablate, patch
 from attnlab.models.tiny import write_tiny_gpt2
 
 __all__ = [
+    "ENCODER_KINDS",
     "FAMILIES",
     "HEAD_KINDS",
     "HeadScores",

@@ -1,7 +1,7 @@
 """One layer's attention through attnlab's own ``attention``, kept for reading back.
 
 Shape legend: B batch, h query heads, h_kv key/value heads, g = h / h_kv heads per group,
-N tokens (queries = keys), d head width.
+N tokens (queries = keys), d head width (d_v the value width, when it differs).
 
 ``attend_points`` is a layer's attention between its named points (hook_q, hook_k, hook_v,
 hook_attn_scores, hook_pattern, hook_z). The output comes from ``attnlab.attention`` unless a
@@ -11,6 +11,8 @@ computed here, and z = pattern · v, so the change really flows on.
 Grouped-query attention never copies k or v per head: q (B, h, N, d) is viewed as
 (B, h_kv, g, N, d) against k and v of shape (B, h_kv, 1, N, d), and attnlab broadcasts the
 group axis. Query head j uses key/value head j // g, as in every Hugging Face model.
+A decoder's layer is causal (or sliding-window, or chunked); an encoder's (BERT) sees every
+key, less the padding its ``attention_mask`` names (``keys``).
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class LayerAttention:
         scale: the factor on q kᵀ.   softcap: Gemma 2's cap on the scaled scores, or None.
         sinks: gpt-oss's per-head sink logits, (h,), or None.
         keys: which keys are real tokens, (B, N) bool (``attention_mask``), or None: all.
+        causal: False for an encoder's bidirectional attention (every key, less the padding).
+        label: a note for ``kind`` ("latent, absorbed" for DeepSeek's MLA, say), or None.
     """
 
     q: np.ndarray
@@ -50,30 +54,44 @@ class LayerAttention:
     sinks: np.ndarray | None = None
     keys: np.ndarray | None = None
     chunk: int | None = None
+    causal: bool = True
+    label: str | None = None
     _weights: np.ndarray | None = None
 
     @property
     def mask(self):
+        if not self.causal:
+            # q is viewed with 3 leading axes (B, h_kv, g) when it meets the mask
+            return None if self.keys is None else al.masks.from_hf(self.keys, lead_ndim=3)
         if self.chunk is not None:  # Llama 4: the earlier keys of the query's own chunk
             return al.masks.Causal() + al.masks.Chunks(self.chunk)
         return al.masks.Causal() if self.window is None else al.masks.SlidingWindow(self.window)
 
     @property
     def kind(self) -> str:
-        """'full', 'sliding 4096', 'chunked 8192', with ', softcap 50' and ', sinks' as they apply."""
-        parts = ["full" if self.window is None else f"sliding {self.window}"]
-        if self.chunk is not None:
+        """'full', 'sliding 4096', 'chunked 8192' or 'bidirectional' (', padding'), with
+        ', softcap 50', ', sinks' and the label as they apply."""
+        if not self.causal:
+            parts = ["bidirectional" if self.keys is None else "bidirectional, padding"]
+        elif self.chunk is not None:
             parts = [f"chunked {self.chunk}"]
+        else:
+            parts = ["full" if self.window is None else f"sliding {self.window}"]
         if self.softcap is not None:
             parts.append(f"softcap {self.softcap:g}")
         if self.sinks is not None:
             parts.append("sinks")
+        if self.label is not None:
+            parts.append(self.label)
         return ", ".join(parts)
 
     def allowed(self) -> np.ndarray:
         """Which keys each query may see, (B or 1, 1, N, N): the mask, and real keys only."""
         n = self.q.shape[2]
-        table = self.mask.allowed(n, n)[None, None]  # (1, 1, N, N)
+        if self.causal:
+            table = self.mask.allowed(n, n)[None, None]  # (1, 1, N, N)
+        else:  # an encoder: every key
+            table = np.ones((1, 1, n, n), bool)
         if self.keys is None:
             return table
         return table & self.keys[:, None, None, :]  # (B, 1, N, N)
@@ -174,13 +192,11 @@ class LayerAttention:
         )
 
 
-def attend(
-    q, k, v, *, window=None, scale, softcap=None, sinks=None, weights=True, keys=None, chunk=None
-):
-    """(output (B, h, N, d), LayerAttention) for one layer: causal (or sliding-window, or
-    chunked) attention of q (B, h, N, d) over k, v (B, h_kv, N, d) through
-    ``attnlab.attention``."""
-    layer = LayerAttention(q, k, v, window, scale, softcap, sinks, keys, chunk)
+def attend(q, k, v, *, window=None, scale, softcap=None, sinks=None, weights=True, **extra):
+    """(output (B, h, N, d_v), LayerAttention) for one layer: causal (or sliding-window, or
+    chunked) attention of q (B, h, N, d) over k (B, h_kv, N, d), v (B, h_kv, N, d_v) through
+    ``attnlab.attention``; ``extra`` sets ``keys``, ``chunk``, ``causal`` and ``label``."""
+    layer = LayerAttention(q, k, v, window, scale, softcap, sinks, **extra)
     return layer.output(weights), layer
 
 
@@ -189,10 +205,12 @@ def _tl(points, name: str, x: np.ndarray) -> np.ndarray:
     return points(name, x.transpose(0, 2, 1, 3)).transpose(0, 2, 1, 3)  # back to (B, heads, N, d)
 
 
-def attend_points(q, k, v, points, prefix: str, *, weights: bool, **options):
+def attend_points(q, k, v, points, prefix: str, *, weights: bool, post=None, **options):
     """(z (B, N, h, d) after ``hook_z``, LayerAttention) for q (B, h, N, d) and k, v
     (B, h_kv, N, d), through the points ``{prefix}hook_q`` ... ``{prefix}hook_z``.
-    ``options``: window, scale, softcap, sinks, keys, chunk as ``LayerAttention`` takes them."""
+    ``options``: window, scale, softcap, sinks, keys, chunk, causal, label as
+    ``LayerAttention`` takes them; ``post`` maps the output (B, h, N, d_v) before hook_z
+    (MLA's absorbed form: W_UV)."""
     if points.active:
         q, k, v = (
             _tl(points, prefix + f"hook_{c}", x) for c, x in zip("qkv", (q, k, v), strict=True)
@@ -215,4 +233,6 @@ def attend_points(q, k, v, points, prefix: str, *, weights: bool, **options):
         out = layer.output(weights or points.wants(p_name))
         if points.wants(p_name):
             points(p_name, layer._weights)
+    if post is not None:
+        out = post(out)
     return points(prefix + "hook_z", out.transpose(0, 2, 1, 3)), layer  # (B, N, h, d)

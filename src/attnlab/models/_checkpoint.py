@@ -48,10 +48,11 @@ COMPUTE_DTYPES = {"float32": np.float32, "float64": np.float64}
 #: The dtypes a checkpoint may store its weights in.
 STORED = {"F32", "F16", "BF16", "F64"}
 #: Name endings of buffers older exports saved beside the weights: causal-mask tables (bool in
-#: Pythia's), their fill value, rotary frequencies. They are not weights: never read, any dtype.
+#: Pythia's), their fill value, rotary frequencies, BERT's position ids (int64). They are not
+#: weights: never read, any dtype.
 BUFFERS = (
     ".attn.bias", ".attn.masked_bias", ".attention.bias", ".attention.masked_bias",
-    ".rotary_emb.inv_freq",
+    ".rotary_emb.inv_freq", "embeddings.position_ids",
 )  # fmt: skip
 SINGLE = "model.safetensors"
 INDEX = "model.safetensors.index.json"
@@ -145,6 +146,11 @@ class Checkpoint:
         not weights (older exports save ``rotary_emb.inv_freq``, say)."""
         self.read.update(k for k in self.where if k.endswith(suffixes))
 
+    def skip_under(self, *prefixes: str) -> None:
+        """Count the tensors whose names start with one of ``prefixes`` as read: weights the
+        run does not use and transformers ignores too (DeepSeek-V3's next-token layers)."""
+        self.read.update(k for k in self.where if k.startswith(prefixes))
+
     def check_all_read(self, family: str) -> None:
         """An AttnlabError naming the first tensor ``family`` never read, if there is one."""
         unread = sorted(set(self.where) - self.read)
@@ -235,6 +241,10 @@ class Checkpoint:
 
     def __contains__(self, key: str) -> bool:
         return key in self.where
+
+    def __len__(self) -> int:
+        """The number of tensors the folder holds (buffers included)."""
+        return len(self.where)
 
     def get(self, key: str, shape: tuple[int, ...]) -> np.ndarray:
         """Tensor ``key`` as a ``dtype`` array of ``shape``; an AttnlabError naming the file

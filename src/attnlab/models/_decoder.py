@@ -1,5 +1,5 @@
 """The decoder every rotary family shares (Llama, Mistral, Qwen2 and 3, Gemma 2 and 3, gpt-oss,
-GPT-NeoX, OLMo 2, Phi-3, Llama 4).
+GPT-NeoX, OLMo 2, Phi-3, Llama 4, DeepSeek-V3).
 
 Shape legend: B batch, N tokens, d_model hidden width, h query heads, h_kv key/value heads,
 d head width, V vocabulary.
@@ -59,7 +59,12 @@ class Block:
     over the whole projection before splitting into heads; "l2": a weightless norm after the
     rotary), ``chunk`` (attention within chunks of this many tokens), ``temperature``
     ((floor_scale, attn_scale): Llama 4's query scaling on NoPE layers), ``parallel``
-    (attention and MLP both read the block's input)."""
+    (attention and MLP both read the block's input).
+
+    A family whose attention is not q/k/v projections (DeepSeek's latent attention) sets
+    ``attention``: (layer index, x (B, N, d_model), cos, sin, Pass) -> (z (B, N, h, d_v)
+    after hook_z, LayerAttention), cos and sin being this layer's rotary tables (N, r);
+    ``attn`` then holds only o_proj (and o_bias)."""
 
     attn: dict
     norms: dict
@@ -72,6 +77,7 @@ class Block:
     chunk: int | None = None
     temperature: tuple[float, float] | None = None
     parallel: bool = False
+    attention: Callable | None = None
 
 
 def attention_weights(
@@ -118,6 +124,10 @@ class Decoder:
     embed_scale: float | None = None  # Gemma's sqrt(d_model)
     attn_softcap: float | None = None
     final_softcap: float | None = None
+    options: tuple[str, ...] = ()  # the run options (Pass.options) its blocks read ("mla")
+    cache_heads: tuple[int, int] | None = (
+        None  # (h_kv, d) of a key/value cache row, if not the shape's
+    )
 
     learned_positions = False  # rotary: no hook_pos_embed
 
@@ -160,7 +170,7 @@ class Decoder:
         """Layer ``i``'s output projection per head, (h, d, d_model): z_h · W[h] is head h's
         share of the attention output."""
         o = self.blocks[i].attn["o_proj"]  # (d_model, h · d)
-        return o.T.reshape(self.shape.heads, self.shape.head_dim, -1)  # (h, d, d_model)
+        return o.T.reshape(self.shape.heads, -1, len(o))  # (h, d, d_model); d = d_v for MLA
 
     def out_bias(self, i: int) -> np.ndarray | None:
         return self.blocks[i].attn.get("o_bias")
@@ -225,6 +235,8 @@ class Decoder:
         return q, k, v
 
     def _attention(self, i: int, x, block: Block, rope: Rope, cos_sin, how: Pass):
+        if block.attention is not None:  # the family's own (DeepSeek's latent attention)
+            return block.attention(i, x, *cos_sin, how)  # this layer's (cos, sin)
         q, k, v = self._qkv(x, block, rope, cos_sin, how.offset)
         options = dict(
             window=block.window, scale=self.scale, softcap=self.attn_softcap, sinks=block.sinks

@@ -91,6 +91,8 @@ class Model:
         hooks=None,
         attention_mask=None,
         weights: bool = True,
+        token_type_ids=None,
+        mla=None,
     ) -> ModelRun:
         """Run token ids ``ids_or_text`` (N,) or (B, N).
 
@@ -104,17 +106,31 @@ class Model:
                 transformers' plain forward.
             weights: keep every layer's attention weights as computed (default); without,
                 ``run.attention`` computes them on first use.
+            token_type_ids: an encoder's (BERT) segment of each token, (B, N); 0 by default.
+            mla: a model with latent attention (DeepSeek-V3): "naive" (the default: each
+                head's keys and values decompressed, as transformers computes) or "absorbed"
+                (every head attends to the one latent cache, as FlashMLA computes).
+        Another family refuses token_type_ids and mla.
         """
         from attnlab.models.inside._points import Pass, Points, names
 
         ids = self.as_ids(ids_or_text)
         keys = self._check_mask(attention_mask, ids.shape)
+        given = {"token_type_ids": token_type_ids, "mla": mla}
+        options = {k: v for k, v in given.items() if v is not None}
+        takes = getattr(self.network, "options", ())
+        for name in options:
+            if name not in takes:
+                raise AttnlabError(
+                    f"expected no {name} for a {self.architecture} model (it takes "
+                    f"{', '.join(takes) or 'neither token_type_ids nor mla'}), but got one"
+                )
         valid = names(self.shape.layers, self.network.learned_positions) if hooks else ()
         points = Points(valid, cache=bool(cache), hooks=hooks)
-        logits, layers = self.network.forward(ids, Pass(weights, points, keys))
+        logits, layers = self.network.forward(ids, Pass(weights, points, keys, options=options))
         return ModelRun(
             ids=ids, logits=logits, layers=layers, cache=points.cache, model=self, keys=keys,
-            hooks=points.hooks or None,
+            hooks=points.hooks or None, output=getattr(self.network, "output", "next-token logits"),
         )  # fmt: skip
 
     def generate(

@@ -27,7 +27,7 @@ import numpy as np
 from attnlab.errors import AttnlabError
 from attnlab.models._config import HUGE, TINY, shown
 
-__all__ = ["ROPE_TYPES", "Rope", "parameters"]
+__all__ = ["ROPE_TYPES", "Rope", "parameters", "rotate_pairs"]
 
 ROPE_TYPES = ("default", "linear", "llama3", "yarn", "longrope")
 
@@ -156,16 +156,22 @@ class Rope:
         return cos, (np.sin(angles) * self.factor).astype(dtype)
 
     def rotate(self, x: np.ndarray, cos: np.ndarray, sin: np.ndarray) -> np.ndarray:
-        """x (B, h, N, d) with its first r numbers turned pairwise: x · cos + turned(x) · sin,
-        where turned(x) maps each pair (a, b) to (-b, a); the other d - r numbers pass."""
-        r = cos.shape[-1]
-        part = x[..., :r]  # (B, h, N, r)
-        if self.interleaved:
-            turned = np.stack([-part[..., 1::2], part[..., 0::2]], -1).reshape(part.shape)
-        else:
-            turned = np.concatenate([-part[..., r // 2 :], part[..., : r // 2]], -1)
-        out = part * cos + turned * sin
-        return out if r == x.shape[-1] else np.concatenate([out, x[..., r:]], -1)  # (B, h, N, d)
+        """x (B, h, N, d) turned by this rotary's tables (``rotate_pairs``)."""
+        return rotate_pairs(x, cos, sin, self.interleaved)
+
+
+def rotate_pairs(x: np.ndarray, cos: np.ndarray, sin: np.ndarray, interleaved: bool = False):
+    """x (B, h, N, d) with its first r numbers turned pairwise: x · cos + turned(x) · sin,
+    where turned(x) maps each pair (a, b) to (-b, a); the other d - r numbers pass. Pairs are
+    halves (x_i, x_{i + r/2}), or with ``interleaved`` neighbours (x_{2i}, x_{2i+1})."""
+    r = cos.shape[-1]
+    part = x[..., :r]  # (B, h, N, r)
+    if interleaved:
+        turned = np.stack([-part[..., 1::2], part[..., 0::2]], -1).reshape(part.shape)
+    else:
+        turned = np.concatenate([-part[..., r // 2 :], part[..., : r // 2]], -1)
+    out = part * cos + turned * sin
+    return out if r == x.shape[-1] else np.concatenate([out, x[..., r:]], -1)  # (B, h, N, d)
 
 
 def _llama3(freqs: np.ndarray, params: dict, where: str) -> np.ndarray:

@@ -28,6 +28,9 @@ class ModelRun:
         model: the ``Model`` that ran (for the logit lens and attribution).
         keys: the real tokens (B, N) bool of an ``attention_mask`` with padding, else None.
         hooks: the hooks the run was made with, or None.
+        output: what ``logits`` holds: "next-token logits" (a decoder), "masked-LM logits"
+            (an encoder with its prediction head) or "last hidden state" (an encoder without
+            one: (B, N, d_model), not vocabulary scores).
     """
 
     ids: np.ndarray
@@ -37,6 +40,7 @@ class ModelRun:
     model: object | None = field(default=None, repr=False)
     keys: np.ndarray | None = field(default=None, repr=False)
     hooks: dict | None = field(default=None, repr=False)
+    output: str = "next-token logits"
 
     @property
     def attention(self) -> list[np.ndarray]:
@@ -91,24 +95,27 @@ class ModelRun:
         return head_scores(self, batch)
 
     def as_dict(self, *, weights: bool = False, top: int = 5) -> dict:
-        """JSON-ready: ids, the shape, each layer's kind, the top-``top`` next tokens of each
-        position (batch 0), and with ``weights`` every layer's attention as nested lists."""
+        """JSON-ready: ids, the shape, what the logits are, each layer's kind, the top-``top``
+        tokens of each position (batch 0; none when the run's output is a hidden state), and
+        with ``weights`` every layer's attention as nested lists."""
         b, n, v = self.logits.shape
-        order = np.argsort(-self.logits[0], axis=-1)[:, :top]  # (N, top)
         out = {
             "ids": self.ids.tolist(),
             "batch": b,
             "tokens": n,
-            "vocab": v,
+            "vocab": None if self.output == "last hidden state" else v,  # else d_model
+            "output": self.output,
             "layers": [
                 {"kind": layer.kind, "heads": layer.q.shape[1], "kv_heads": layer.k.shape[1]}
                 for layer in self.layers
             ],
-            "next_tokens": [
+        }
+        if self.output != "last hidden state":
+            order = np.argsort(-self.logits[0], axis=-1)[:, :top]  # (N, top)
+            out["next_tokens"] = [
                 [{"id": int(t), "logit": float(self.logits[0, i, t])} for t in row]
                 for i, row in enumerate(order)
-            ],
-        }
+            ]
         if weights:
             out["attention"] = [w.tolist() for w in self.attention]
         return out

@@ -14,12 +14,20 @@ query puts on the positions the pattern names:
                      such a j (the token that followed the earlier copy)
 A score is NaN when no query in the text has the pattern (no repeated token, say).
 
+An encoder (BERT) sees both ways, so its heads are scored by kinds that need no order
+(``ENCODER_KINDS``): previous_token and first_token as above, next_token A[i, i+1] over
+queries i <= N - 2, and duplicate_token over every other copy j != i, before or after;
+induction (a copy's successor, read left to right) is left out. Padded positions
+(``attention_mask`` 0) are dropped from the table and the ids before any score.
+
 TransformerLens's ``detect_head`` (``transformer_lens``): a 0/1 detection pattern P (lower
 triangular, N x N) per kind, and the score Σ(A ∘ P) / Σ A over the whole table (its default
 "mul" measure, no exclusions). Its patterns: previous token P[i, i-1] = 1; duplicate token
 P[i, j] = 1 for j < i with ids[j] = ids[i]; induction the duplicate pattern moved one column
 right (P[i, j+1] = 1, with j + 1 <= i). TransformerLens has no first-token pattern; the
 ``transformer_lens`` first_token score uses the same measure with P[i, 0] = 1 for every i.
+For an encoder the same measure runs on P[i, i+1] (next token) and on the duplicate pattern
+over both sides.
 """
 
 from __future__ import annotations
@@ -28,9 +36,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["HEAD_KINDS", "HeadScores", "head_scores", "patterns"]
+__all__ = ["ENCODER_KINDS", "HEAD_KINDS", "HeadScores", "head_scores", "patterns"]
 
 HEAD_KINDS = ("previous_token", "induction", "duplicate_token", "first_token")
+#: The kinds an encoder's (bidirectional) heads are scored by.
+ENCODER_KINDS = ("previous_token", "next_token", "duplicate_token", "first_token")
 
 
 def patterns(ids: np.ndarray) -> dict[str, np.ndarray]:
@@ -45,6 +55,20 @@ def patterns(ids: np.ndarray) -> dict[str, np.ndarray]:
     return {
         "previous_token": np.eye(n, k=-1, dtype=bool),
         "induction": np.tril(induction),
+        "duplicate_token": duplicate,
+        "first_token": first,
+    }
+
+
+def encoder_patterns(ids: np.ndarray) -> dict[str, np.ndarray]:
+    """An encoder's 0/1 patterns for token ids (N,), each (N, N): no side is favoured."""
+    n = len(ids)
+    duplicate = (ids[:, None] == ids[None, :]) & ~np.eye(n, dtype=bool)  # (N, N)
+    first = np.zeros((n, n), bool)
+    first[:, 0] = True
+    return {
+        "previous_token": np.eye(n, k=-1, dtype=bool),
+        "next_token": np.eye(n, k=1, dtype=bool),
         "duplicate_token": duplicate,
         "first_token": first,
     }
@@ -110,10 +134,23 @@ class HeadScores:
 
 
 def head_scores(run, batch: int = 0) -> HeadScores:
-    """Both definitions of every score for each head of ``run`` (a ``ModelRun``)."""
+    """Both definitions of every score for each head of ``run`` (a ``ModelRun``): the
+    encoder's kinds when no layer is causal, else the decoder's."""
     ids = run.ids[batch]  # (N,)
     weights = np.stack([w[batch] for w in run.attention]).astype(np.float64)  # (L, h, N, N)
-    ours = {k: _score(weights, m) for k, m in _attnlab_masks(ids).items()}
+    keys = getattr(run, "keys", None)
+    if keys is not None:  # only real tokens: padding is neither a query nor a key
+        real = np.flatnonzero(keys[batch])  # (N',)
+        ids, weights = ids[real], weights[..., real[:, None], real]  # (L, h, N', N')
+    # a layer (or a run) that does not say it is bidirectional is scored as a decoder's
+    if any(getattr(layer, "causal", True) for layer in getattr(run, "layers", [None])):
+        ours = {k: _score(weights, m) for k, m in _attnlab_masks(ids).items()}
+        table = patterns(ids)
+    else:
+        table = encoder_patterns(ids)
+        first = table["first_token"].copy()
+        first[0] = False  # token 0 on itself is not a first-token head's mark
+        ours = {k: _score(weights, first if k == "first_token" else m) for k, m in table.items()}
     total = weights.sum((-2, -1))  # (L, h): N, less what sinks took
-    theirs = {k: (weights * p).sum((-2, -1)) / total for k, p in patterns(ids).items()}
+    theirs = {k: (weights * p).sum((-2, -1)) / total for k, p in table.items()}
     return HeadScores(scores=ours, transformer_lens=theirs, ids=ids)

@@ -39,7 +39,7 @@ from fastapi.responses import JSONResponse, Response
 
 from attnlab.errors import AttnlabError
 from attnlab.figures import stepper
-from attnlab.models import HEAD_KINDS, load
+from attnlab.models import load
 from attnlab.models._checkpoint import COMPUTE_DTYPES, Checkpoint
 from attnlab.models._config import Config
 from attnlab.models._load import check_layers, read_folder
@@ -299,9 +299,10 @@ async def model_run(
 def _run(shelf: Shelf, entry: Entry, text, ids, layer: int = 0) -> dict:
     tokens = _ids(entry.model, text, ids)
     run = shelf.run(entry.name, tokens)
+    scores = _scores(run)  # kind -> (L, h): a decoder's kinds, or an encoder's (BERT)
     out = {"model": entry.name, "ids": list(tokens), "tokens": _pieces(entry.model, tokens),
-           "kinds": run.kinds, "heads": run.layers[0].q.shape[1], "score_kinds": list(HEAD_KINDS),
-           "scores": _scores(run)}  # fmt: skip
+           "kinds": run.kinds, "heads": run.layers[0].q.shape[1], "score_kinds": list(scores),
+           "scores": scores}  # fmt: skip
     if len(tokens) <= GRID_TOKENS:
         out["weights"] = [np.round(w[0].astype(float), 4).tolist() for w in run.attention]
         return out  # weights: L x (h, N, N)
@@ -348,7 +349,7 @@ def _head(shelf: Shelf, entry: Entry, text, ids, layer: int, head: int, query: i
         raise FieldError("head", f"expected heads at most {stepper.MAX_WIDTH} wide (the stepper's "
                          f"limit), but this model's are {width} wide")  # fmt: skip
     trace = run.trace(layer, head, query)  # q (1, d) against all N keys, the blocked ones -inf
-    seen = np.flatnonzero(call.mask.allowed(len(tokens), len(tokens))[query])  # (M,) positions
+    seen = np.flatnonzero(call.allowed()[0, 0, query])  # (M,) positions (both ways in an encoder)
     if len(seen) > stepper.MAX_TOKENS:
         raise FieldError("query", f"expected a query that sees at most {stepper.MAX_TOKENS} keys (the "
                          f"stepper's limit), but position {query} sees {len(seen)}; pick a "

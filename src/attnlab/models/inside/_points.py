@@ -149,6 +149,7 @@ class Pass:
             (B, N, d_model) before ``blocks.{start}.hook_resid_pre``, and the layers below
             are not run again (what ``patch`` does for each patched run).
         kv: a key/value cache to decode from (``generate``), or None.
+        options: a family's own run options (BERT's token_type_ids, DeepSeek's mla).
     """
 
     weights: bool = True
@@ -157,6 +158,7 @@ class Pass:
     start: int = 0
     resid: np.ndarray | None = None
     kv: object | None = None
+    options: dict = field(default_factory=dict)
 
     @property
     def offset(self) -> int:

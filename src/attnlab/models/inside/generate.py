@@ -156,7 +156,9 @@ def stream(
     if max_new_tokens == 0:
         return
     rng = np.random.default_rng(seed)
-    cache = KVCache(s.layers, b, n + max_new_tokens, s.kv_heads, s.head_dim, model.dtype)
+    # (h_kv, d) of a cache row; DeepSeek's latent cache is one head of its own width
+    heads = getattr(model.network, "cache_heads", None) or (s.kv_heads, s.head_dim)
+    cache = KVCache(s.layers, b, n + max_new_tokens, *heads, model.dtype)
     done = np.zeros(b, bool)
     last = np.zeros(b, np.int64)
     step = seen = ids

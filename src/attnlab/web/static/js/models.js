@@ -116,6 +116,41 @@ function summary() {
     `its largest weight, ${fmt(row[top])}, is on position ${label(top)}.`;
 }
 
+// The picked head as BertViz's head view draws it: tokens twice, queries left and keys right, a
+// line from each query to each key with opacity = weight (the picked query's lines in orange).
+const SVG = "http://www.w3.org/2000/svg";
+function svg(tag, attrs, text) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, String(v));
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+function headLines() {
+  const weights = data.weights[pick.layer][pick.head];
+  const n = weights.length;
+  const step = 18, left = 110, right = 290; // px: a row per token, the two columns of words
+  const picture = svg("svg", { viewBox: `0 0 400 ${n * step + 8}`, role: "img",
+    "aria-label": `layer ${pick.layer} head ${pick.head}: each query's weights on the keys as lines` });
+  const y = (i) => 4 + step * i + step / 2;
+  for (let i = 0; i < n; i++) {
+    for (let j = 0; j < n; j++) {
+      const w = weights[i][j];
+      if (w < 0.01 && i !== pick.query) continue; // too faint to see: leave it out
+      const on = i === pick.query;
+      picture.append(svg("line", { x1: left + 4, y1: y(i), x2: right - 4, y2: y(j), class: on ? "query" : "",
+        "stroke-opacity": Math.min(1, on ? w : 0.6 * w), "stroke-width": on ? 2 : 1.5, "data-query": i, "data-key": j }));
+    }
+  }
+  data.tokens.forEach((t, i) => {
+    const cls = i === pick.query ? "query" : "";
+    const word = t.length > 12 ? `${t.slice(0, 11)}…` : t;
+    picture.append(svg("text", { x: left, y: y(i) + 4, "text-anchor": "end", class: cls }, word));
+    picture.append(svg("text", { x: right, y: y(i) + 4, class: cls }, word));
+  });
+  $("#model-lines-svg").replaceChildren(picture);
+}
+
 function controls() {
   const form = $("#model-open").elements;
   const options = (n, word) => [...Array(n).keys()].map((i) => el("option", { value: i, text: `${word} ${i}` }));
@@ -126,7 +161,7 @@ function controls() {
   form.head.value = String(pick.head);
   form.query.value = String(pick.query);
   const kind = $("#model-form").elements.kind;
-  if (kind.options.length !== data.score_kinds.length) {
+  if ([...kind.options].map((o) => o.value).join() !== data.score_kinds.join()) {  // an encoder's kinds differ
     kind.replaceChildren(...data.score_kinds.map((k) => el("option", { value: k, text: k.replace("_", "-") })));
   }
   kind.value = pick.kind;
@@ -142,6 +177,7 @@ function render() {
   sequence();
   layers();
   summary();
+  headLines();
   root.dataset.model = "shown";
 }
 
