@@ -181,7 +181,9 @@ def test_signatures_of_design_md():
     assert callable(al.MultiHeadAttention.from_torch)
     assert [p[0] for p in _params(al.positions.sinusoidal)][:2] == ["n", "d_model"]
     assert [p[0] for p in _params(al.cost.mha_flops)][:2] == ["n", "d_model"]
-    _starts_with(al.models.load, [("path", POS, EMPTY), ("dtype", KW, "float32")])
+    _starts_with(
+        al.models.load, [("path", POS, EMPTY), ("dtype", KW, "float32"), ("revision", KW, None)]
+    )
     _starts_with(
         al.models.ModelRun.trace,
         [("self", POS, EMPTY), ("layer", POS, EMPTY), ("head", POS, EMPTY),

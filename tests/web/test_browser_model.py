@@ -212,6 +212,80 @@ def test_model_mode_by_keyboard_alone(browser, model_server, tiny, gate):  # noq
     assert offline.blocked == [] and problems == []
 
 
+LONG_TEXT = " ".join(["the cat sat on the mat ."] * 40)  # 280 words, 281 tokens with <s>
+
+
+@pytest.fixture(scope="module")
+def long_server(sync_api, tmp_path_factory):  # noqa: F811
+    """The explorer with a 3-layer tiny GPT-2 of 600 positions whose tokenizer adds "<s>"."""
+    import uvicorn
+    from safetensors.numpy import load_file, save_file
+    from test_models_web import _with_bos
+
+    folder = write_tiny_gpt2(tmp_path_factory.mktemp("long") / "long", layers=3, d_model=16,
+                             heads=2, positions=600)  # fmt: skip
+    bos = _with_bos(folder)
+    weights = load_file(str(folder / "model.safetensors"))
+    grown = np.zeros((bos + 1, 16), np.float32)
+    grown[:bos] = weights["transformer.wte.weight"]
+    weights["transformer.wte.weight"] = grown
+    save_file(weights, str(folder / "model.safetensors"))
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | {"vocab_size": bos + 1}))
+    app = create_app(models=[folder])
+    app.state.models.wait()
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    host, port = sock.getsockname()
+    serving = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=serving.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not serving.started and time.monotonic() < deadline:
+        time.sleep(0.05)
+    yield f"http://{host}:{port}", folder
+    serving.should_exit = True
+    thread.join(timeout=20)
+    sock.close()
+
+
+def test_long_input_scrolls_one_layer_at_a_time_with_a_visible_bos(browser, long_server):  # noqa: F811
+    origin, folder = long_server
+    context, page, offline, problems = _page(browser, origin)
+    page.goto(
+        origin + "/?mh.mode=model&mh.text=" + LONG_TEXT.replace(" ", "+") + "#figure-multi-head"
+    )
+    page.wait_for_selector("body[data-charts='drawn']")
+    page.wait_for_function(SHOWN)
+    assert page.locator("#model-seq span").count() == 281
+    assert page.locator("#model-seq span").first.inner_text() == "<s>"  # was blank
+    heads = page.locator("#model-layers .model-head canvas")
+    assert heads.count() == 2  # one layer of 2 heads, not 3 x 2
+    assert page.locator("#model-layers h4").all_inner_texts() == ["Layer 0 (full)"]
+    box = page.locator(".model-layer.long .model-scroll").first
+    assert box.evaluate("e => e.scrollWidth > e.clientWidth && e.scrollHeight > e.clientHeight")
+    model = load(folder, dtype="float64")
+    exact = model.run(LONG_TEXT).attention[2][0, 1]  # layer 2, head 1: (N, N)
+    page.select_option("#model-open select[name=layer]", "2")
+    page.wait_for_function(
+        "document.querySelector('#model-layers h4')?.textContent === 'Layer 2 (full)'"
+    )
+    assert _param(page, "mh.layer") == "2"
+    page.select_option("#model-open select[name=head]", "1")
+    exported = page.evaluate("""async () => { const m = await import('/static/js/export.js');
+        return m.toJson(document.querySelector('#figure-multi-head').exportData()); }""")
+    np.testing.assert_allclose(
+        json.loads(exported)["tables"][1]["values"], exact, atol=0.5 / 255 + 1e-6
+    )
+    ARTIFACTS.mkdir(exist_ok=True)
+    for width in (375, 1280, 1920):
+        page.set_viewport_size({"width": width, "height": 900})
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth + 1")
+        page.locator("#mh-model").screenshot(path=str(ARTIFACTS / f"model-long-{width}.png"))
+    context.close()
+    assert offline.blocked == [] and problems == []
+
+
 def _tiny_bert(folder):
     """A random BERT folder (no head) in Hugging Face's layout, written without torch."""
     from safetensors.numpy import save_file

@@ -293,3 +293,63 @@ def test_a_heads_rows_are_named_by_position_and_visible_token(client, tiny):
 def test_a_tokens_spaces_are_made_visible(piece, shown):
     assert realmodels.visible(piece) == shown
     assert realmodels.position_label(12, piece) == f"12 {shown}"
+
+
+def _with_bos(folder):
+    """``folder``'s tokenizer with "<s>" put before every text (as Llama's does): a special
+    token that decodes to nothing alone."""
+    from tokenizers import Tokenizer
+    from tokenizers.processors import TemplateProcessing
+
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tok.add_special_tokens(["<s>"])
+    bos = tok.token_to_id("<s>")
+    tok.post_processor = TemplateProcessing(single="<s> $A", special_tokens=[("<s>", bos)])
+    tok.save(str(folder / "tokenizer.json"))
+    return bos
+
+
+def test_long_input_sends_one_layer_as_bytes_and_bos_is_named(tmp_path):
+    import base64
+
+    folder = write_tiny_gpt2(tmp_path / "long", layers=2, d_model=16, heads=2, positions=600)
+    config = json.loads((folder / "config.json").read_text())
+    bos = _with_bos(folder)
+    weights = load_file(str(folder / "model.safetensors"))
+    grown = np.zeros((bos + 1, 16), np.float32)
+    grown[: len(weights["transformer.wte.weight"])] = weights["transformer.wte.weight"]
+    weights["transformer.wte.weight"] = grown
+    save_file(weights, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(json.dumps(config | {"vocab_size": bos + 1}))
+    text = " ".join(["the cat sat on the mat ."] * 30)  # 210 words, 211 tokens with <s>
+    with _client(folder) as c:
+        r = c.get("/api/models/run", params={"model": "long", "text": text, "layer": 1})
+        assert r.status_code == 200, r.text
+        data = r.json()
+        too_long = c.get("/api/models/run", params={"model": "long", "ids": "1 " * 513})
+        bad_layer = c.get("/api/models/run", params={"model": "long", "text": text, "layer": 2})
+    model = load(folder, dtype="float64")
+    ids = model.tokenize(text)
+    assert len(ids) == 211 and data["ids"] == ids.tolist()
+    assert data["tokens"][0] == "<s>"  # decoded alone it is "": the label was blank
+    assert data["tokens"][1] == "the" and "weights" not in data and data["layer"] == 1
+    exact = model.run(ids).attention[1][0]  # (h, N, N)
+    for h, b64 in enumerate(data["weights_u8"]):
+        got = np.frombuffer(base64.b64decode(b64), np.uint8).reshape(211, 211) / 255
+        np.testing.assert_allclose(got, exact[h], atol=0.5 / 255 + 1e-9)
+    assert too_long.status_code == 422 and "expected 1 to 512 tokens" in too_long.json()["message"]
+    assert bad_layer.status_code == 422 and bad_layer.json()["message"].startswith("layer: ")
+
+
+def test_kept_runs_are_bounded_in_bytes(client, monkeypatch):
+    shelf = client.app.state.models
+    first = _run(client, ids="1 2 3 4 5 6")
+    held = realmodels._held(shelf.run("tiny", tuple(first["ids"])))
+    q_k_v_w = sum(
+        layer.q.nbytes + layer.k.nbytes + layer.v.nbytes + 4 * 6 * 6 * layer.q.shape[1]
+        for layer in shelf.run("tiny", tuple(first["ids"])).layers
+    )  # the weights (1, h, 6, 6) as float32, counted by hand
+    assert held == q_k_v_w
+    monkeypatch.setattr(realmodels, "KEPT_BYTES", held + 1)  # room for one such run, not two
+    _run(client, ids="2 3 4 5 6 7")
+    assert list(shelf.runs) == [("tiny", (2, 3, 4, 5, 6, 7))]

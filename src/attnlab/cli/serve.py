@@ -42,17 +42,22 @@ def _check_host(host: str) -> str:
     return host.strip()
 
 
-def _check_models(paths: list[Path]) -> None:
+def _check_models(paths: list[str]) -> list[Path]:
     # A folder that cannot load fails here, in one line, before the server starts; the weights
     # themselves are read after it has started, on a thread of their own (web/realmodels.py).
+    # A hub id is resolved to its snapshot folder first (the cache, or a download).
     from attnlab.errors import AttnlabError
+    from attnlab.models._load import resolve
     from attnlab.web.realmodels import check_folder
 
+    folders = []
     for path in paths:
         try:
-            check_folder(path)
+            folders.append(resolve(path))
+            check_folder(folders[-1])
         except AttnlabError as exc:
             raise fail(f"--model {path}: {exc}") from None
+    return folders
 
 
 def _warn_exposed(host: str, shown: str, port: int) -> None:
@@ -86,13 +91,13 @@ def serve(
         bool, typer.Option("--open", help="Open the explorer in the default web browser.")
     ] = False,
     model: Annotated[
-        list[Path] | None,
+        list[str] | None,
         typer.Option(
             "--model",
-            metavar="PATH",
-            help="A Hugging Face model folder (config.json, safetensors) to show in the "
-            "multi-head view; repeat for more. Loaded in the background once the server is up. "
-            "Without it, the small model attnlab ships (tiny-lm) is shown.",
+            metavar="PATH|ID",
+            help="A Hugging Face model folder (config.json, safetensors) or hub id 'org/name' "
+            "to show in the multi-head view; repeat for more. Loaded in the background once the "
+            "server is up. Without it, the small model attnlab ships (tiny-lm) is shown.",
         ),
     ] = None,
 ) -> None:
@@ -105,8 +110,7 @@ def serve(
     from attnlab.web.protocol import server_config
 
     host = _check_host(host)
-    models = list(model or [])
-    _check_models(models)
+    models = _check_models(list(model or []))
     if not models:  # a real model with no download: the one attnlab trained and ships
         from attnlab.models import shipped
 

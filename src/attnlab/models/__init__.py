@@ -18,7 +18,8 @@ attention with padding), so each weight can be traced back to its scores (``Mode
 from __future__ import annotations
 
 from attnlab.models._config import FAMILIES, Shape
-from attnlab.models._model import Model, load
+from attnlab.models._load import load
+from attnlab.models._model import Model
 from attnlab.models._run import ModelRun
 from attnlab.models._shipped import SHIPPED, shipped
 from attnlab.models.heads import ENCODER_KINDS, HEAD_KINDS, HeadScores, head_scores

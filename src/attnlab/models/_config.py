@@ -6,12 +6,33 @@ L layers, V vocabulary.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from attnlab.errors import AttnlabError
 
-__all__ = ["FAMILIES", "Config", "Shape", "unsupported_family"]
+__all__ = ["FAMILIES", "MAX_SIZE", "Config", "Shape", "shown", "unsupported_family"]
+
+#: The largest size any config.json integer may give: past it a table of that size could not
+#: be allocated anyway, and Python's unbounded ints would reach numpy as overflow or a hang.
+MAX_SIZE = 2**31
+#: Positive real options (eps, scales, caps, rotary bases) lie in [TINY, HUGE]: outside, float32
+#: rounds them to 0 or inf and the forward pass answers NaN instead of an error.
+TINY, HUGE = 1e-30, 1e30
+
+
+def shown(value, width: int = 60) -> str:
+    """repr(value) cut to ``width`` characters: an error must stay one line even for a
+    4,000-digit integer or a list of 10,000 entries."""
+    try:
+        text = repr(value)
+    except ValueError:  # an int past Python's digit limit refuses to print itself
+        if not isinstance(value, int):  # a list or object holding one
+            return f"a {type(value).__name__} holding an integer past Python's digit limit"
+        return f"an integer of about {value.bit_length() * 0.30103:.0f} digits"
+    return text if len(text) <= width else text[: width - 3] + "..."
+
 
 #: The config.json ``model_type`` values attnlab runs, each a module of ``attnlab.models``.
 FAMILIES = (
@@ -55,36 +76,54 @@ class Config:
 
     def _bad(self, key: str, want: str, got) -> AttnlabError:
         return AttnlabError(
-            f"expected {key!r} in {self.path} to be {want}, but got {got!r} instead"
+            f"expected {key!r} in {self.path} to be {want}, but got {shown(got)} instead"
         )
 
     def get(self, key: str, default=None):
         value = self.data.get(key)
         return default if value is None else value
 
-    def int(self, key: str, default=None, low: int = 1) -> int:
+    def int(self, key: str, default=None, low: int = 1, high: int = MAX_SIZE) -> int:
+        """An integer in [low, high] (sizes are bounded by ``MAX_SIZE``)."""
         value = self.get(key, default)
         if value is None:
             raise AttnlabError(f"expected the key {key!r} in {self.path}, but it is missing")
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise self._bad(key, f"an integer >= {low}", value)
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise self._bad(key, f"an integer from {low} to {high}", value)
         return value
 
-    def number(self, key: str, default=None, positive: bool = True) -> float | None:
+    def number(
+        self, key: str, default=None, low: float = TINY, high: float = HUGE, positive: bool = True
+    ):
+        """A finite number in [low, high] (with ``positive=False``, in [-high, high], 0 and
+        negatives included), or None when the key is absent and has no default. NaN, inf and
+        values float32 would round to 0 or inf are refused here."""
+        if not positive:
+            low = -high
         value = self.get(key, default)
         if value is None:
             return None
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or (positive and value <= 0)
-        ):
-            raise self._bad(key, "a number > 0" if positive else "a number", value)
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        try:
+            ok = ok and math.isfinite(value) and low <= value <= high
+        except OverflowError:  # an int too large for a float
+            ok = False
+        if not ok:
+            raise self._bad(key, f"a finite number from {low:g} to {high:g}", value)
         return float(value)
 
-    def choice(self, key: str, allowed: tuple[str, ...], default=None) -> str:
+    def flag(self, key: str, default: bool = False) -> bool:
+        """A true/false option."""
         value = self.get(key, default)
-        if value not in allowed:
+        if not isinstance(value, bool):
+            raise self._bad(key, "true or false", value)
+        return value
+
+    def choice(self, key: str, allowed: tuple[str, ...], default=None) -> str:
+        """A string option from ``allowed`` (a list or object there is refused by name, never
+        hashed or compared)."""
+        value = self.get(key, default)
+        if not isinstance(value, str) or value not in allowed:
             raise self._bad(key, f"one of {allowed} (what attnlab can run)", value)
         return value
 
@@ -93,7 +132,11 @@ class Config:
         ``default``)."""
         kinds = self.get("layer_types", default)
         ok = ("full_attention", "sliding_attention")
-        if not isinstance(kinds, list) or len(kinds) != layers or any(k not in ok for k in kinds):
+        if (
+            not isinstance(kinds, list)
+            or len(kinds) != layers
+            or any(not isinstance(k, str) or k not in ok for k in kinds)
+        ):
             raise self._bad("layer_types", f"a list of {layers} entries from {ok}", kinds)
         return kinds
 

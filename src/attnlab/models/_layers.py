@@ -12,8 +12,6 @@ import math
 
 import numpy as np
 
-from attnlab.errors import AttnlabError
-
 __all__ = [
     "ACTIVATIONS",
     "activation",
@@ -82,11 +80,8 @@ ACTIVATIONS = {
 def activation(cfg, key: str, default: str):
     """The activation config.json names under ``key``, or an AttnlabError naming it."""
     name = cfg.get(key, default)
-    if name not in ACTIVATIONS:
-        raise AttnlabError(
-            f"expected {key!r} in {cfg.path} to be one of {sorted(ACTIVATIONS)}, but got "
-            f"{name!r} instead"
-        )
+    if not isinstance(name, str) or name not in ACTIVATIONS:  # a list cannot be looked up
+        raise cfg._bad(key, f"one of {sorted(ACTIVATIONS)}", name)
     return ACTIVATIONS[name]
 
 

@@ -1,68 +1,20 @@
-"""``load`` a Hugging Face model folder and the ``Model`` it returns.
+"""The ``Model`` that ``load`` returns: its shape, tokenizer and runs.
 
 Shape legend: B batch, N tokens, V vocabulary.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from attnlab.errors import AttnlabError
-from attnlab.models._checkpoint import BUFFERS, COMPUTE_DTYPES, Checkpoint, read_config
-from attnlab.models._config import FAMILIES, Config, Shape, unsupported_family
+from attnlab.models._config import Shape
 from attnlab.models._run import ModelRun
 
-__all__ = ["Model", "load", "read_folder"]
-
-
-def load(path, *, dtype: str = "float32") -> Model:
-    """The model in folder ``path`` (config.json, model.safetensors or a sharded checkpoint,
-    optionally tokenizer.json), its weights converted once to ``dtype``.
-
-    Args:
-        path: a folder in Hugging Face's layout. attnlab never downloads: point it at a folder
-            ``huggingface-cli download`` (or ``save_pretrained``) wrote.
-        dtype: "float32" (default) or "float64" (exact, for checking).
-
-    Raises:
-        AttnlabError naming the file and key: a folder of another model type, a missing or
-        corrupt file, a missing tensor or one of the wrong shape, an option attnlab cannot run
-        (an unknown rotary schedule, say), a tensor the family does not read (the folder holds
-        another kind of model). Nothing half-loaded is returned.
-    """
-    if dtype not in COMPUTE_DTYPES:
-        raise AttnlabError(
-            f"expected dtype to be one of {tuple(COMPUTE_DTYPES)}, but got {dtype!r}"
-        )
-    folder, data, cfg, module = read_folder(path)
-    checkpoint = Checkpoint(folder, COMPUTE_DTYPES[dtype])
-    network = module.build(cfg, checkpoint)
-    checkpoint.skip(*BUFFERS)  # older exports' masks and rotary tables: not weights
-    checkpoint.check_all_read(data["model_type"])  # a tensor nothing read: another model
-    tokenizer = folder / "tokenizer.json"
-    return Model(
-        data["model_type"], data, folder, network, np.dtype(COMPUTE_DTYPES[dtype]),
-        tokenizer if tokenizer.is_file() else None,
-    )  # fmt: skip
-
-
-def read_folder(path):
-    """(folder, config.json's dict, its Config, the family's module) of model folder ``path``,
-    after the checks that read no tensor: config.json, a family attnlab runs, and a config
-    that describes a model of that family. An AttnlabError naming the file otherwise."""
-    folder = Path(path).expanduser()
-    data = read_config(folder)
-    cfg = Config(data, folder / "config.json")
-    family = data.get("model_type")
-    if family not in FAMILIES:
-        raise unsupported_family(cfg.path, family)
-    module = importlib.import_module(f"attnlab.models.families.{family}")
-    module.shape_of(cfg)  # a config that cannot describe a model fails before any tensor is read
-    return folder, data, cfg, module
+__all__ = ["Model"]
 
 
 @dataclass
@@ -90,27 +42,46 @@ class Model:
     def _tokenizer(self):
         if self.tokenizer_path is None:
             raise AttnlabError(
-                f"expected {self.path / 'tokenizer.json'} to turn text into ids, but the folder "
-                "has none; pass token ids instead"
+                f"expected {self.path / 'tokenizer.json'} (or GPT-2's vocab.json and merges.txt) "
+                "to turn text into ids, but the folder has none; pass token ids instead"
             )
         if not hasattr(self, "_tok"):
-            from tokenizers import Tokenizer
+            from attnlab.models._checkpoint import open_tokenizer
 
-            try:
-                self._tok = Tokenizer.from_file(str(self.tokenizer_path))
-            except Exception as exc:  # tokenizers raises its own Exception type on a bad file
-                raise AttnlabError(f"cannot read {self.tokenizer_path}: {exc}") from None
+            self._tok = open_tokenizer(self.tokenizer_path)
         return self._tok
 
     def tokenize(self, text: str) -> np.ndarray:
-        """Token ids of ``text``, (N,), through tokenizer.json (special tokens as it adds them)."""
+        """Token ids of ``text``, (N,), through tokenizer.json or GPT-2's vocab.json and
+        merges.txt (special tokens as the tokenizer adds them)."""
         if not isinstance(text, str):
             raise AttnlabError(f"expected text to be a str, but got {type(text).__name__}")
         return np.asarray(self._tokenizer().encode(text).ids, dtype=np.int64)
 
+    def tokens(self, ids) -> list[str]:
+        """Each id's text, (N,) -> N strings, as one token decodes alone (its id in angle
+        brackets where it decodes to nothing, so a BOS or padding token stays visible)."""
+        flat = [int(i) for i in np.asarray(ids).reshape(-1)]
+        if self.tokenizer_path is None:
+            return [str(i) for i in flat]
+        tok = self._tokenizer()
+        out = []
+        for i in flat:
+            text = tok.decode([i], skip_special_tokens=False)
+            out.append(text if text else tok.id_to_token(i) or f"<{i}>")
+        return out
+
+    def as_ids(self, ids_or_text) -> np.ndarray:
+        """Checked token ids (B, N): text is tokenized, ids (N,) or (B, N) checked against the
+        vocabulary and the model's learned positions."""
+        if isinstance(ids_or_text, str):
+            ids_or_text = self.tokenize(ids_or_text)
+        return self._check_ids(ids_or_text)
+
     def detokenize(self, ids) -> str:
-        """The text of token ids (N,)."""
-        return self._tokenizer().decode([int(i) for i in np.asarray(ids).reshape(-1)])
+        """The text of token ids (N,), special tokens kept (as transformers' ``decode``)."""
+        flat = [int(i) for i in np.asarray(ids).reshape(-1)]
+        return self._tokenizer().decode(flat, skip_special_tokens=False)
 
     def run(
         self,
@@ -143,7 +114,7 @@ class Model:
         """
         from attnlab.models.inside._points import Pass, Points, names
 
-        ids = self._check_ids(ids_or_text)
+        ids = self.as_ids(ids_or_text)
         keys = self._check_mask(attention_mask, ids.shape)
         given = {"token_type_ids": token_type_ids, "mla": mla}
         options = {k: v for k, v in given.items() if v is not None}

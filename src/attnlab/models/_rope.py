@@ -25,6 +25,7 @@ import math
 import numpy as np
 
 from attnlab.errors import AttnlabError
+from attnlab.models._config import HUGE, TINY, shown
 
 __all__ = ["ROPE_TYPES", "Rope", "parameters", "rotate_pairs"]
 
@@ -34,17 +35,36 @@ ROPE_TYPES = ("default", "linear", "llama3", "yarn", "longrope")
 def parameters(cfg) -> tuple[dict, str]:
     """(the rope parameters, the config key they came from): transformers 5 writes
     ``rope_parameters``; older configs ``rope_theta`` and ``rope_scaling``."""
-    if isinstance(cfg.get("rope_parameters"), dict):
+    for key in ("rope_parameters", "rope_scaling"):
+        value = cfg.get(key)
+        if value is not None and not isinstance(value, dict):  # a string or list: no schedule
+            raise cfg._bad(key, "an object of rotary parameters", value)
+    if cfg.get("rope_parameters") is not None:
         return dict(cfg.get("rope_parameters")), "rope_parameters"
     params = dict(cfg.get("rope_scaling") or {})
     params.setdefault("rope_theta", cfg.get("rope_theta", 10000.0))
     return params, "rope_scaling"
 
 
+def _finite(value) -> bool:
+    """Whether ``value`` is a number (not a bool) from TINY to HUGE."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value) and TINY <= value <= HUGE
+    except OverflowError:  # an int too large for a float
+        return False
+
+
 def _number(params: dict, name: str, where: str, default=None) -> float:
+    """A finite positive parameter: inf, NaN or 1e-300 would reach log or a division as a
+    math error or a NaN frequency."""
     value = params.get(name, default)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise AttnlabError(f"expected {where}[{name!r}] to be a number > 0, but got {value!r}")
+    if not _finite(value):
+        raise AttnlabError(
+            f"expected {where}[{name!r}] to be a finite number from {TINY:g} to {HUGE:g}, "
+            f"but got {shown(value)} instead"
+        )
     return float(value)
 
 
@@ -63,9 +83,9 @@ class Rope:
             params, key = parameters(cfg)
             where = f"{cfg.path}'s {key}"
         kind = params.get("rope_type", params.get("type", "default"))
-        if kind not in ROPE_TYPES:
+        if not isinstance(kind, str) or kind not in ROPE_TYPES:
             raise AttnlabError(
-                f"expected {where}['rope_type'] to be one of {ROPE_TYPES}, but got {kind!r}: "
+                f"expected {where}['rope_type'] to be one of {ROPE_TYPES}, but got {shown(kind)}: "
                 "attnlab cannot run this rotary embedding"
             )
         partial = params.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))
@@ -77,6 +97,10 @@ class Rope:
                 f"{where}['partial_rotary_factor']), but got {dims} instead"
             )
         theta = _number(params, "rope_theta", where)
+        if theta <= 1:  # YaRN divides by log(θ); a base of 1 or less is no rotary schedule
+            raise AttnlabError(
+                f"expected {where}['rope_theta'] to be a number > 1, but got {theta!r} instead"
+            )
         self.freqs = theta ** -(np.arange(0, dims, 2, dtype=np.float64) / dims)  # (r/2,)
         self.long = None  # LongRoPE's frequencies past ``self.switch`` tokens
         self.factor = 1.0
@@ -102,16 +126,17 @@ class Rope:
             attention = (
                 1.0 if factor <= 1 else math.sqrt(1 + math.log(factor) / math.log(self.switch))
             )
+        else:
+            attention = _number(params, "attention_factor", where)
         self.factor = float(attention)
         base = self.freqs
         for name in ("short_factor", "long_factor"):
             values = params.get(name)
             ok = isinstance(values, list) and len(values) == len(base)
-            if not ok or any(isinstance(v, bool) or not isinstance(v, int | float) or v <= 0
-                             for v in values):  # fmt: skip
+            if not ok or not all(_finite(v) for v in values):
                 raise AttnlabError(
-                    f"expected {where}[{name!r}] to be a list of {len(base)} numbers > 0, but "
-                    f"got {values!r} instead"
+                    f"expected {where}[{name!r}] to be a list of {len(base)} finite numbers "
+                    f"from {TINY:g} to {HUGE:g}, but got {shown(values)} instead"
                 )
             scaled = base / np.asarray(values, dtype=np.float64)  # (r/2,)
             self.freqs, self.long = (
@@ -154,6 +179,11 @@ def _llama3(freqs: np.ndarray, params: dict, where: str) -> np.ndarray:
     low = _number(params, "low_freq_factor", where)
     high = _number(params, "high_freq_factor", where)
     context = _number(params, "original_max_position_embeddings", where)
+    if high <= low:  # the blend divides by their difference
+        raise AttnlabError(
+            f"expected {where}['high_freq_factor'] to be larger than its low_freq_factor "
+            f"{low!r}, but got {high!r} instead"
+        )
     wavelen = 2 * math.pi / freqs
     # Long wavelengths (low frequencies) are slowed by the factor, short ones kept as trained.
     out = np.where(wavelen > context / low, freqs / factor, freqs)
@@ -178,9 +208,15 @@ def _yarn(freqs, params: dict, where: str, cfg, head_dim: int, theta: float):
     attention = params.get("attention_factor")
     if attention is None:
         m, m_all = params.get("mscale"), params.get("mscale_all_dim")
-        attention = mscale(factor, m) / mscale(factor, m_all) if m and m_all else mscale(factor)
-    fast = float(params.get("beta_fast") or 32)
-    slow = float(params.get("beta_slow") or 1)
+        if m and m_all:
+            m, m_all = _number(params, "mscale", where), _number(params, "mscale_all_dim", where)
+            attention = mscale(factor, m) / mscale(factor, m_all)
+        else:
+            attention = mscale(factor)
+    else:
+        attention = _number(params, "attention_factor", where)
+    fast = _number(params, "beta_fast", where, 32) if params.get("beta_fast") else 32.0
+    slow = _number(params, "beta_slow", where, 1) if params.get("beta_slow") else 1.0
 
     def dim_of(rotations):  # the pair index whose wavelength fits `rotations` times in context
         return head_dim * math.log(context / (rotations * 2 * math.pi)) / (2 * math.log(theta))

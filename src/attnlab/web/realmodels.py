@@ -5,7 +5,8 @@
                                the reason); an empty list without ``--model``
     GET /api/models/run        one model on a text or token ids (at most MAX_TOKENS): the tokens,
                                each layer's attention kind, every head's (N, N) weights rounded
-                               to 4 places and its head scores (attnlab.models.heads)
+                               to 4 places and its head scores (attnlab.models.heads); past
+                               GRID_TOKENS, one layer's weights (``layer``) as bytes instead
     GET /api/models/head       one head's row for one query, as the stepper takes it: q (1, d),
                                k and v of the keys the model's mask lets that query see, the
                                scale, the softcap and sink of that head (null where the layer
@@ -22,6 +23,7 @@ one worker thread with a bounded queue, as the learned routes are, and the last 
 from __future__ import annotations
 
 import asyncio
+import base64
 import gzip
 import json
 import re
@@ -41,7 +43,7 @@ from attnlab.figures import stepper
 from attnlab.models import load
 from attnlab.models._checkpoint import COMPUTE_DTYPES, Checkpoint
 from attnlab.models._config import Config
-from attnlab.models._model import read_folder
+from attnlab.models._load import check_layers, read_folder
 from attnlab.web.labs import LabQueue
 from attnlab.web.models import FieldError
 
@@ -49,11 +51,19 @@ __all__ = ["MAX_TOKENS", "Shelf", "check_folder", "router"]
 
 router = APIRouter(prefix="/api/models", tags=["real models"])
 
-MAX_TOKENS = 64  # a GPT-2 small run at this length is well inside a request's time (docs)
-MAX_TEXT = 1000  # characters of text, before it is tokenized
+MAX_TOKENS = 512  # a GPT-2 small run at this length is well inside a request's time (docs)
+# Up to GRID_TOKENS every head of every layer is sent (GPT-2 small at 64 tokens: 3.2 MB of
+# JSON). Past it the same would be 250 MB at 512 tokens, so one layer is sent at a time, each
+# weight as one byte (round(255 w), 3.1 MB for GPT-2 small's 12 heads at 512 tokens, base64):
+# enough for a heatmap, and the stepper still reads the exact row from /api/models/head.
+GRID_TOKENS = 64
+MAX_TEXT = 4000  # characters of text, before it is tokenized
 DEFAULT_TEXT = "The cat sat on the mat. The cat sat on the mat."
 ANSWER_S = 1.0  # an answer's seconds, for Retry-After (a small model answers in milliseconds)
-KEPT_RUNS = 8  # runs kept per server: a GPT-2 small run at MAX_TOKENS holds ~2 MB of q, k, v
+KEPT_RUNS = 8  # runs kept per server: a GPT-2 small run at 64 tokens holds ~2 MB of q, k, v
+# ... and at most this many bytes of them: a GPT-2 small run at 512 tokens keeps 151 MB of
+# weights (144 heads of 512 x 512 float32), so eight such runs would hold 1.2 GB.
+KEPT_BYTES = 512 * 2**20
 QUEUE = LabQueue(waiting=8)
 GZIP_LEVEL = 1  # GPT-2's 3.2 MB at 64 tokens: 0.65 MB in 0.02 s (level 9: 0.52 MB in 1.3 s)
 REFUSED = {
@@ -69,8 +79,10 @@ def check_folder(path) -> tuple[str, Config]:
     """(family, config) of model folder ``path`` after the checks that need no weights read:
     config.json, a family attnlab runs, a shape the family can build, the safetensors files'
     headers. An AttnlabError naming the file otherwise (what ``attnlab serve`` refuses)."""
-    folder, data, cfg, _ = read_folder(path)
-    Checkpoint(folder, COMPUTE_DTYPES["float32"])  # every file's header, no tensor read
+    folder, data, cfg, module = read_folder(path)
+    # Every file's header, no tensor read: declared bytes past half the memory are refused here,
+    # before the server answers, as are more layers than the checkpoint holds tensors for.
+    check_layers(cfg, module, Checkpoint(folder, COMPUTE_DTYPES["float32"]))
     return data["model_type"], cfg
 
 
@@ -88,7 +100,8 @@ class Entry:
 
     def as_dict(self) -> dict:
         out = {"name": self.name, "path": str(self.path), "status": self.status,
-               "message": self.message, "max_tokens": MAX_TOKENS}  # fmt: skip
+               "message": self.message, "max_tokens": MAX_TOKENS,
+               "grid_tokens": GRID_TOKENS}  # fmt: skip
         out["seconds"] = round(
             self.seconds if self.seconds is not None else time.monotonic() - self.started, 1
         )
@@ -108,9 +121,10 @@ class Shelf:
         self.entries: dict[str, Entry] = {}
         for path in paths:
             folder = Path(path).expanduser()
-            name, n = folder.resolve().name or "model", 2
+            base = _name(folder)
+            name, n = base, 2
             while name in self.entries:
-                name, n = f"{folder.resolve().name}-{n}", n + 1
+                name, n = f"{base}-{n}", n + 1
             self.entries[name] = Entry(name, folder)
         self.runs: OrderedDict = OrderedDict()  # (name, ids) -> ModelRun, newest last
         self._lock = threading.Lock()
@@ -154,9 +168,40 @@ class Shelf:
         run = self.entries[name].model.run(np.array(ids))  # weights (1, h, N, N) per layer
         with self._lock:
             self.runs[key] = run
-            while len(self.runs) > KEPT_RUNS:
-                self.runs.popitem(last=False)
+            while len(self.runs) > 1 and (
+                len(self.runs) > KEPT_RUNS or sum(map(_held, self.runs.values())) > KEPT_BYTES
+            ):
+                self.runs.popitem(last=False)  # the oldest; the newest always stays
         return run
+
+
+def _scores(run) -> dict:
+    """The run's head scores, kind -> (L, h) rounded to 4 places (None where undefined),
+    computed once per kept run: at 512 tokens they cost as much as the layer's bytes, and
+    picking another layer asks again."""
+    if getattr(run, "explorer_scores", None) is None:
+        scores = run.head_scores().as_dict()["attnlab"]
+        run.explorer_scores = {k: [[x if x is None else round(x, 4) for x in row] for row in t]
+                               for k, t in scores.items()}  # fmt: skip
+    return run.explorer_scores
+
+
+def _held(run) -> int:
+    """Bytes a kept run holds: each layer's q, k, v and its (B, h, N, N) weights."""
+    total = 0
+    for layer in run.layers:
+        total += layer.q.nbytes + layer.k.nbytes + layer.v.nbytes
+        total += layer._weights.nbytes if layer._weights is not None else 0
+    return total
+
+
+def _name(folder: Path) -> str:
+    """A model's name: its folder's, or for a Hugging Face cache snapshot
+    (models--org--name/snapshots/<commit>) the hub name, not the commit."""
+    folder = folder.resolve()
+    if folder.parent.name == "snapshots" and folder.parent.parent.name.startswith("models--"):
+        return folder.parent.parent.name.split("--")[-1]
+    return folder.name or "model"
 
 
 def _unavailable(entry: Entry) -> JSONResponse | None:
@@ -196,10 +241,9 @@ def _ids(model, text: str | None, ids: str | None) -> tuple[int, ...]:
 
 
 def _pieces(model, ids) -> list[str]:
-    """Each token as text (its id when the folder has no tokenizer)."""
-    if model.tokenizer_path is None:
-        return [str(i) for i in ids]
-    return [model.detokenize([i]) for i in ids]
+    """Each token as text (its id when the folder has no tokenizer); a token that decodes to
+    nothing alone (a BOS such as "<s>") is shown by its name, never as a blank."""
+    return model.tokens(list(ids))
 
 
 # What a token's text hides: a leading space (a word's start in GPT-2's pieces) and the control
@@ -257,20 +301,36 @@ def models(request: Request) -> dict:
 
 
 @router.get("/run", summary="Every head of a model on a text or token ids", responses=REFUSED)
-async def model_run(request: Request, model: Name, text: Text = None, ids: Ids = None):
-    return await _queued(request, model, lambda shelf, entry: _run(shelf, entry, text, ids))
+async def model_run(
+    request: Request,
+    model: Name,
+    text: Text = None,
+    ids: Ids = None,
+    layer: Annotated[
+        int, Query(ge=0, le=10_000, description="The layer sent past grid_tokens (one at a time).")
+    ] = 0,
+):
+    return await _queued(request, model, lambda shelf, entry: _run(shelf, entry, text, ids, layer))
 
 
-def _run(shelf: Shelf, entry: Entry, text, ids) -> dict:
+def _run(shelf: Shelf, entry: Entry, text, ids, layer: int = 0) -> dict:
     tokens = _ids(entry.model, text, ids)
     run = shelf.run(entry.name, tokens)
-    scores = run.head_scores().as_dict()["attnlab"]  # kind -> (L, h), None where undefined
-    scores = {k: [[x if x is None else round(x, 4) for x in row] for row in table]
-              for k, table in scores.items()}  # fmt: skip
-    weights = [np.round(w[0].astype(float), 4).tolist() for w in run.attention]  # L x (h, N, N)
-    return {"model": entry.name, "ids": list(tokens), "tokens": _pieces(entry.model, tokens),
-            "kinds": run.kinds, "heads": len(weights[0]), "weights": weights,
-            "score_kinds": list(scores), "scores": scores}  # fmt: skip
+    scores = _scores(run)  # kind -> (L, h): a decoder's kinds, or an encoder's (BERT)
+    out = {"model": entry.name, "ids": list(tokens), "tokens": _pieces(entry.model, tokens),
+           "kinds": run.kinds, "heads": run.layers[0].q.shape[1], "score_kinds": list(scores),
+           "scores": scores}  # fmt: skip
+    if len(tokens) <= GRID_TOKENS:
+        out["weights"] = [np.round(w[0].astype(float), 4).tolist() for w in run.attention]
+        return out  # weights: L x (h, N, N)
+    if layer >= len(run.layers):
+        raise FieldError(
+            "layer", f"expected layer from 0 to {len(run.layers) - 1}, but got {layer}"
+        )
+    quantised = np.rint(run.attention[layer][0] * 255).astype(np.uint8)  # (h, N, N) bytes
+    out["layer"] = layer
+    out["weights_u8"] = [base64.b64encode(w.tobytes()).decode("ascii") for w in quantised]
+    return out
 
 
 @router.get("/head", summary="One head's q, k and v for one query", responses=REFUSED)

@@ -156,7 +156,9 @@ def build(cfg: Config, ck: Checkpoint) -> Decoder:
         )
     embed = ck.get("model.embed_tokens.weight", (shape.vocab, dm))
     mtp = cfg.int("num_nextn_predict_layers", 0, low=0)  # multi-token prediction: not run
-    ck.skip_under(*(f"model.layers.{shape.layers + j}." for j in range(mtp)))
+    # each layer holds a tensor of its own: past len(ck) layers there is nothing to skip (and a
+    # config's 2^31 would otherwise make 2^31 prefixes)
+    ck.skip_under(*(f"model.layers.{shape.layers + j}." for j in range(min(mtp, len(ck)))))
     return Decoder(
         shape=shape,
         embed=embed,

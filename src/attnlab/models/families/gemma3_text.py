@@ -22,10 +22,10 @@ import functools
 
 from attnlab.errors import AttnlabError
 from attnlab.models._checkpoint import Checkpoint
-from attnlab.models._config import Config
+from attnlab.models._config import Config, shown
 from attnlab.models._decoder import Block, Decoder, attention_weights, output_head
 from attnlab.models._layers import activation, gated_mlp
-from attnlab.models._rope import Rope
+from attnlab.models._rope import Rope, parameters
 from attnlab.models.families import llama
 
 __all__ = ["build", "ropes", "shape_of"]
@@ -35,6 +35,7 @@ shape_of = llama.shape_of
 
 def ropes(cfg: Config, head_dim: int) -> dict[str, Rope]:
     """The rotary of each layer type, "sliding_attention" and "full_attention"."""
+    parameters(cfg)  # rope_parameters and rope_scaling: each an object, or absent
     params = cfg.get("rope_parameters")
     if isinstance(params, dict) and ("full_attention" in params or "sliding_attention" in params):
         where = f"{cfg.path}'s rope_parameters"
@@ -43,7 +44,7 @@ def ropes(cfg: Config, head_dim: int) -> dict[str, Rope]:
             one = params.get(kind)
             if not isinstance(one, dict):
                 raise AttnlabError(
-                    f"expected {where}[{kind!r}] to be an object, but got {one!r} instead"
+                    f"expected {where}[{kind!r}] to be an object, but got {shown(one)} instead"
                 )
             out[kind] = Rope(cfg, head_dim, params=one, where=f"{where}[{kind!r}]")
         return out

@@ -22,7 +22,7 @@ from attnlab.models._checkpoint import Checkpoint
 from attnlab.models._config import Config, Shape
 from attnlab.models._decoder import Block, Decoder
 from attnlab.models._layers import activation, linear
-from attnlab.models._rope import Rope
+from attnlab.models._rope import Rope, parameters
 
 __all__ = ["build", "shape_of"]
 
@@ -43,8 +43,8 @@ def shape_of(cfg: Config) -> Shape:
 
 
 def _rope(cfg: Config, head_dim: int) -> Rope:
-    params = cfg.get("rope_parameters")
-    if isinstance(params, dict):
+    parameters(cfg)  # rope_parameters and rope_scaling: each an object, or absent
+    if cfg.get("rope_parameters") is not None:
         return Rope(cfg, head_dim)
     # An older config.json: rotary_pct and rotary_emb_base beside any rope_scaling.
     params = dict(cfg.get("rope_scaling") or {})

@@ -19,7 +19,7 @@ def windows(cfg: Config) -> list[int | None]:
     """Each layer's sliding window, or None where it attends causally."""
     layers = cfg.int("num_hidden_layers")
     sliding = cfg.get("use_sliding_window", False) and cfg.get("sliding_window") is not None
-    first = cfg.get("max_window_layers", layers)
+    first = cfg.int("max_window_layers", layers, low=0)
     default = [
         "sliding_attention" if sliding and i >= first else "full_attention" for i in range(layers)
     ]

@@ -176,7 +176,7 @@ def stream(
     """Each step's new tokens (B,), as they are chosen (see the module's notes)."""
     stops = _check(model, max_new_tokens, temperature, top_k, top_p, stop)
     _check_seed(seed)
-    ids = model._check_ids(ids)
+    ids = model.as_ids(ids)
     b, n = ids.shape
     _check_cache_fits(model, b, n + max_new_tokens)
     s = model.shape
@@ -221,7 +221,7 @@ def stream(
 def generate(model, ids, max_new_tokens: int, **options) -> np.ndarray:
     """(B, N + new): the prompt's ids followed by the new ones (fewer than max_new_tokens when
     every sequence stopped)."""
-    prompt = model._check_ids(ids)
+    prompt = model.as_ids(ids)
     new = list(stream(model, prompt, max_new_tokens, **options))
     if not new:
         return prompt.copy()

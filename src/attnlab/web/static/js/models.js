@@ -4,6 +4,9 @@
 // shows only when GET /api/models lists a model; while one loads, its progress is polled.
 // URL: mh.model (its name), mh.text or mh.ids, mh.kind (the score shown), mh.layer, mh.head,
 // mh.query (a position, counted from 0 as the model counts).
+// Past the server's grid_tokens (64) an answer holds one layer's weights, as bytes (round(255 w)):
+// only that layer is drawn, each head at 2 px a token in a box that scrolls, and picking another
+// layer asks for it (up to max_tokens, 512).
 import { api, clearError, config, el, fmt, matrixTable, showError } from "./common.js";
 import { heatTables } from "./heatmap.js";
 import { readUrl, writeUrl } from "./state.js";
@@ -56,9 +59,20 @@ async function settled(name) {
 }
 
 const label = (i) => `${i}: ${JSON.stringify(data.tokens[i])}`;
+// A token as shown in the row: one of only spaces (or empty) in quotes, so it is never blank.
+const shownToken = (t) => (t.trim() === "" ? JSON.stringify(t) : t);
+const long = () => data.weights_u8 !== undefined;
+
+// One layer's bytes (h base64 strings of N x N) as h arrays of N rows of weights in [0, 1].
+function unpack(heads, n) {
+  return heads.map((b64) => {
+    const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0));
+    return [...Array(n).keys()].map((i) => Array.from(bytes.subarray(i * n, (i + 1) * n), (x) => x / 255));
+  });
+}
 
 function sequence() {
-  const parts = data.tokens.map((t, i) => el("span", { class: i === pick.query ? "query" : null, title: `position ${i}, id ${data.ids[i]}`, "data-position": i }, t));
+  const parts = data.tokens.map((t, i) => el("span", { class: i === pick.query ? "query" : null, title: `position ${i}, id ${data.ids[i]}`, "data-position": i }, shownToken(t)));
   $("#model-seq").replaceChildren(`Tokens (${data.tokens.length}): `, ...parts.flatMap((p) => [p, " "]), " (outlined: the query)");
 }
 
@@ -81,16 +95,18 @@ function headFigure(l, h, weights, strong) {
   const row = el("div", { class: "learned-row", style: `top:${(100 * pick.query) / n}%;height:${100 / n}%`, "aria-hidden": "true" });
   const all = data.score_kinds.map((k) => `${k.replace("_", "-")} ${score(k) === null ? "none" : fmt(score(k))}`).join(", ");
   const cls = ["model-head", picked ? "picked" : "", strong.includes(`${l},${h}`) ? "strong" : ""].join(" ").trim();
+  if (long()) canvas.style.width = `${2 * n}px`; // 2 px a token; the box around it scrolls
   return el("figure", { class: cls, title: `layer ${l} head ${h}: ${all}`, "data-layer": l, "data-head": h },
-    el("div", { class: "learned-canvas" }, canvas, picked ? row : null),
+    el("div", { class: "model-scroll" }, el("div", { class: "learned-canvas" }, canvas, picked ? row : null)),
     el("figcaption", { text: `h${h} ${score(pick.kind) === null ? "–" : fmt(score(pick.kind))}` }));
 }
 
 function layers() {
   const strong = strongest();
-  $("#model-layers").replaceChildren(...data.weights.flatMap((layer, l) => [
+  const note = long() ? [el("p", { class: "note", text: `${data.tokens.length} tokens: one layer at a time (pick it under the heatmaps), each head scrolls.` })] : [];
+  $("#model-layers").replaceChildren(...note, ...data.weights.flatMap((layer, l) => layer === null ? [] : [
     el("h4", { text: `Layer ${l} (${data.kinds[l]})` }),
-    el("div", { class: "model-layer" }, layer.map((w, h) => headFigure(l, h, w, strong))),
+    el("div", { class: long() ? "model-layer long" : "model-layer" }, layer.map((w, h) => headFigure(l, h, w, strong))),
   ]));
 }
 
@@ -170,6 +186,7 @@ function controls() {
 
 function render() {
   pick.layer = Math.min(pick.layer, data.weights.length - 1);
+  if (data.weights[pick.layer] === null) pick.layer = data.layer; // the layer this answer holds
   pick.head = Math.min(pick.head, data.heads - 1);
   pick.query = Math.min(pick.query ?? data.tokens.length - 1, data.tokens.length - 1);
   pick.kind = data.score_kinds.includes(pick.kind) ? pick.kind : data.score_kinds[0];
@@ -187,10 +204,18 @@ async function load(entries) {
   try {
     const m = await settled(entries["mh.model"]);
     if (m.status !== "ready") return false;
-    const params = new URLSearchParams({ model: m.name });
+    const params = new URLSearchParams({ model: m.name, layer: pick.layer });
     if (entries["mh.ids"]) params.set("ids", entries["mh.ids"].replaceAll(",", " "));
     else if (entries["mh.text"]) params.set("text", entries["mh.text"]);
-    data = await api(`/api/models/run?${params}`);
+    let answer = await api(`/api/models/run?${params}`);
+    if (answer.weights_u8 !== undefined && answer.layer !== pick.layer) { // a layer past the model's: its first
+      params.set("layer", 0);
+      answer = await api(`/api/models/run?${params}`);
+    }
+    if (answer.weights_u8 !== undefined) {
+      answer.weights = answer.kinds.map((_, l) => (l === answer.layer ? unpack(answer.weights_u8, answer.ids.length) : null));
+    }
+    data = answer;
   } catch (err) {
     showError($("#model-error"), err);
     return false;
@@ -203,8 +228,9 @@ async function load(entries) {
 
 const pickEntries = () => ({ "mh.layer": pick.layer, "mh.head": pick.head, "mh.query": pick.query, "mh.kind": pick.kind === data.score_kinds[0] ? null : pick.kind });
 
-function choose(next, { push = true } = {}) {
+async function choose(next, { push = true } = {}) {
   Object.assign(pick, next);
+  if (data.weights[pick.layer] === null && !(await load(shown))) return; // a long input's other layer
   render();
   writeUrl(pickEntries(), { push });
 }
@@ -227,7 +253,7 @@ async function openInStepper(event) {
     showError($("#model-error"), new Error(`query: expected a position from 0 to ${data.tokens.length - 1}, but got “${form.query.value}”`));
     return;
   }
-  choose({ layer: Number(form.layer.value), head: Number(form.head.value), query }, { push: false });
+  await choose({ layer: Number(form.layer.value), head: Number(form.head.value), query }, { push: false });
   const ref = { layer: pick.layer, head: pick.head, query: pick.query, tokens: data.ids, checkpoint: null, model: data.model };
   clearError($("#model-error"));
   if (await openLearned(ref)) {
@@ -258,13 +284,14 @@ export async function restore() {
 export function tableData() {
   if (!data) return { caption: "No model run shown yet.", state: { mode: "model" }, tables: [] };
   const labels = data.tokens.map((_, i) => label(i));
+  const heads = data.kinds.flatMap((_, l) => [...Array(data.heads).keys()].map((h) => [l, h]));
   return {
     caption: `Heads of ${data.model} on ${data.tokens.length} tokens: layer ${pick.layer}, head ${pick.head}.`,
     state: { mode: "model", model: data.model, ids: data.ids.join(" "), layer: pick.layer, head: pick.head, query: pick.query },
     tables: [
-      { title: "Each head's scores", rows: data.weights.flatMap((layer, l) => layer.map((_, h) => `layer ${l} head ${h}`)), cols: data.score_kinds,
-        values: data.weights.flatMap((layer, l) => layer.map((_, h) => data.score_kinds.map((k) => data.scores[k][l][h]))) },
-      { title: `Layer ${pick.layer}, head ${pick.head} weights (rounded to 4 places)`, rows: labels, cols: labels, values: data.weights[pick.layer][pick.head], image: false },
+      { title: "Each head's scores", rows: heads.map(([l, h]) => `layer ${l} head ${h}`), cols: data.score_kinds,
+        values: heads.map(([l, h]) => data.score_kinds.map((k) => data.scores[k][l][h])) },
+      { title: `Layer ${pick.layer}, head ${pick.head} weights (${long() ? "to 1/255" : "rounded to 4 places"})`, rows: labels, cols: labels, values: data.weights[pick.layer][pick.head], image: false },
     ],
   };
 }
