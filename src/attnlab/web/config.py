@@ -75,10 +75,12 @@ class StageConfig(BaseModel):
 
 
 class InsideConfig(BaseModel):
-    """The real-model mode's Generate: what it asks for at first, and at most."""
+    """The real-model mode's inside views: the tokens they take, and Generate's first and
+    largest request."""
 
     new_default: int
     new_max: int
+    max_tokens: int
 
 
 class ExplorerConfig(BaseModel):
@@ -113,7 +115,9 @@ def explorer_config() -> ExplorerConfig:
         stepper=_read(StepperConfig, stepper, example=example),
         histogram=_read(HistogramConfig, histogram),
         permutation=_read(PermutationConfig, permutation),
-        inside=InsideConfig(new_default=inside.NEW_DEFAULT, new_max=inside.MAX_NEW),
+        inside=InsideConfig(
+            new_default=inside.NEW_DEFAULT, new_max=inside.MAX_NEW, max_tokens=inside.MAX_TOKENS
+        ),
     )
 
 

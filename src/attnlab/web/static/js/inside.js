@@ -20,7 +20,7 @@ let knocked = null; // the last /api/models/ablate answer
 let asked = { lens: null, attr: null, off: null }; // the requests those answered
 const state = { pos: null, tok: null, off: [], new: null };
 let source = null; // the AbortController of a generation under way
-let limits = null; // { new_default, new_max }: GET /api/config's inside (web/inside.py)
+let limits = null; // { new_default, new_max, max_tokens }: GET /api/config's inside (web/inside.py)
 
 const whole = (text) => { const x = Number(text ?? NaN); return text !== null && text !== "" && Number.isInteger(x) && x >= 0 ? x : null; };
 const position = () => Math.min(state.pos ?? run.ids.length - 1, run.ids.length - 1);
@@ -125,6 +125,11 @@ function drawKnocked() {
 // -- fetching: each view asks only when its request changed --------------------------------------
 async function refresh() {
   if (!run) return;
+  if (run.ids.length > limits.max_tokens) { // the server's inside routes take no more: ask nothing
+    showError($("#inside-error"), new Error(`The lens, attribution and knock-outs take up to ${limits.max_tokens} tokens; this text has ${run.ids.length}.`));
+    box.dataset.inside = "shown";
+    return;
+  }
   const pos = position();
   $("#inside-form").elements.pos.max = String(run.ids.length - 1);
   $("#inside-form").elements.pos.value = String(pos);
