@@ -433,3 +433,40 @@ def test_right_padding_gives_transformers_logits_on_real_tokens(hf, saved, famil
     real = mask.astype(bool)
     close(ours[real], theirs[real], 1e-5)
     assert np.isfinite(ours).all()
+
+
+BIGGER = dict(vocab_size=2048, hidden_size=256, intermediate_size=512)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_loading_peaks_under_1_3x_the_weights(hf, tmp_path, family):
+    """Each family loads one tensor at a time into the working dtype: Python's peak while
+    loading stays under 1.3x the float32 weights, on folders of a few MiB (the weights, not the
+    code, dominate)."""
+    import tracemalloc
+
+    from attnlab.models import load
+
+    torch, transformers = hf
+    name, kwargs = FAMILIES[family]
+    kwargs = kwargs | BIGGER
+    if family == "llama4_text":
+        kwargs["intermediate_size_mlp"] = 512
+    if family == "phi3":  # one factor per rotated pair: head_dim 64, half of it rotated
+        rope = dict(kwargs["rope_parameters"], short_factor=[1.5] * 16, long_factor=[3.0] * 16)
+        kwargs["rope_parameters"] = rope
+    config = getattr(transformers, name)(**kwargs)
+    config._experts_implementation = "eager"
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    model.save_pretrained(tmp_path)
+    load(tmp_path)  # the family's code imported before the measurement
+    tracemalloc.start()
+    try:
+        network = load(tmp_path).network
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    unique = {p.data_ptr(): p.numel() for p in model.state_dict().values()}  # tied ones once
+    weights = 4 * sum(unique.values())
+    assert weights > 2**21 and network is not None
+    assert peak < 1.3 * weights, (peak / weights, weights)
