@@ -22,3 +22,23 @@ def test_rows_print_their_ratio_against_each_target():
     assert "PASS" in lines["generate"] and "64/64 tokens" in lines["generate"]
     assert "1200.0" in lines["cache"] and "1000.0" in lines["cache"]  # milliseconds
     assert ModelReport().format().count("\n") < text.count("\n")
+
+
+def test_the_turns_alternate_and_time_each_call(monkeypatch):
+    from attnlab.bench import _inside
+
+    clock = iter(range(100))  # each perf_counter reading one second later
+    monkeypatch.setattr(_inside.time, "perf_counter", lambda: float(next(clock)))
+    order = []
+    first, second = _inside._turns(lambda: order.append("a"), lambda: order.append("b"), 4)
+    assert order == ["a", "b", "a", "b", "b", "a", "a", "b", "b", "a"]  # warm, then ABBA
+    assert (first, second) == (1.0, 1.0)
+
+
+def test_a_side_that_cannot_load_says_why():
+    import pytest
+
+    from attnlab.bench._model import _Side
+
+    with pytest.raises(RuntimeError, match=r"(?s)attnlab forward process ended.*no-such-folder"):
+        _Side("attnlab", "/no-such-folder", 8)

@@ -6,8 +6,10 @@ random token ids. attnlab loads the folder with ``attnlab.models.load`` and runs
 ``Model.run(ids, weights=False)``; transformers runs the same folder's eager forward
 (``attn_implementation="eager"``, no attention weights returned, under ``torch.inference_mode``).
 
-Each (library, N) runs in its own process, so its peak resident memory (``ru_maxrss``, the
-weights included) is its own; each takes one untimed run, then the median of ``repeats``. The
+At each N both libraries load in processes of their own, so each peak resident memory
+(``ru_maxrss``, the weights included) is its own; each takes one untimed run, then their
+``repeats`` timed runs take turns (ABBA), so a busy spell on a shared machine falls on both,
+and each time is the median of its runs. The
 two logits tables are compared (largest difference) so the times are of the same numbers.
 torch runs on as many threads as the machine has cores, as OpenBLAS does for attnlab.
 """
@@ -30,6 +32,9 @@ __all__ = ["GPT2_SMALL", "ModelReport", "model"]
 
 GPT2_SMALL = {"n_layer": 12, "n_embd": 768, "n_head": 12, "vocab_size": 50257, "n_positions": 1024}
 DEFAULT_NS = (256, 1024)
+#: Seconds of quiet before each timed run: the other process's BLAS and OpenMP threads spin a
+#: while after its run, on the same cores.
+SETTLE = 0.5
 #: The speed target: attnlab at least as fast as transformers' eager forward, at every N.
 TARGET = 1.0
 
@@ -88,8 +93,8 @@ def _inside_lines(rows: list[dict]) -> list[str]:
     return lines
 
 
-def _worker(library: str, folder: str, n: int, repeats: int) -> dict:
-    """Runs in a child process: time one library's forward on N tokens."""
+def _forward(library: str, folder: str, n: int):
+    """One library's forward on the benchmark's N random ids: a call giving the last logit row."""
     import numpy as np
 
     ids = np.random.default_rng(0).integers(0, GPT2_SMALL["vocab_size"], size=(1, n))
@@ -97,30 +102,106 @@ def _worker(library: str, folder: str, n: int, repeats: int) -> dict:
         from attnlab.models import load
 
         model = load(folder)
+        return lambda: model.run(ids, weights=False).logits[0, -1]
+    import torch
+    import transformers
 
-        def forward():
-            return model.run(ids, weights=False).logits[0, -1]
-    else:
-        import torch
-        import transformers
+    net = transformers.AutoModelForCausalLM.from_pretrained(
+        folder, dtype=torch.float32, attn_implementation="eager"
+    ).eval()
+    tokens = torch.as_tensor(ids)
 
-        net = transformers.AutoModelForCausalLM.from_pretrained(
-            folder, dtype=torch.float32, attn_implementation="eager"
-        ).eval()
-        tokens = torch.as_tensor(ids)
+    def forward():
+        with torch.inference_mode():
+            return net(tokens).logits[0, -1].numpy()
 
-        def forward():
-            with torch.inference_mode():
-                return net(tokens).logits[0, -1].numpy()
+    return forward
 
+
+def serve_forward(library: str, folder: str, n: int) -> None:
+    """Runs in a child process: load, one untimed run, then answer the parent line by line:
+    ``run`` times one forward (prints its seconds), ``done`` prints the peak memory and the last
+    logit row as JSON and returns."""
+    forward = _forward(library, folder, n)
     last = forward()  # untimed: first-touch of the weights, caches, plans
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        last = forward()
-        times.append(time.perf_counter() - start)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB (Linux)
-    return {"seconds": statistics.median(times), "peak_mib": peak, "last": last.tolist()}
+    print("ready", flush=True)
+    for line in sys.stdin:
+        if line.strip() == "run":
+            start = time.perf_counter()
+            last = forward()
+            print(time.perf_counter() - start, flush=True)
+        else:
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB -> MiB
+            print(json.dumps({"peak_mib": peak, "last": last.tolist()}), flush=True)
+            return
+
+
+class _Side:
+    """One library's forward in a process of its own, kept waiting between timed runs."""
+
+    def __init__(self, library: str, folder: str, n: int):
+        code = f"from attnlab.bench._model import serve_forward; serve_forward({library!r}, {folder!r}, {n})"
+        self.library = library
+        self.errors = tempfile.TemporaryFile(mode="w+")  # its stderr: progress bars, a failure
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", code],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.errors,
+            text=True,
+        )
+        self._answer()  # "ready": loaded and run once
+
+    def _answer(self) -> str:
+        line = self.proc.stdout.readline()
+        if not line:
+            self.proc.wait()
+            self.errors.seek(0)
+            why = self.errors.read().strip()[-400:]
+            self.close()
+            raise RuntimeError(
+                f"the {self.library} forward process ended (exit {self.proc.returncode}): {why}"
+            )
+        return line.strip()
+
+    def timed(self) -> float:
+        self.proc.stdin.write("run\n")
+        self.proc.stdin.flush()
+        return float(self._answer())
+
+    def finish(self) -> dict:
+        self.proc.stdin.write("done\n")
+        self.proc.stdin.flush()
+        result = json.loads(self._answer())
+        self.proc.wait(timeout=60)  # it returns after that line
+        self.close()
+        return result
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        for f in (self.proc.stdin, self.proc.stdout, self.errors):
+            f.close()
+
+
+def _side_by_side(folder: str, n: int, repeats: int) -> dict:
+    """Both libraries loaded in their own processes, their timed runs taking turns (ABBA, so
+    neither always runs second): a busy spell on a shared machine falls on both alike."""
+    sides = [_Side(lib, folder, n) for lib in ("attnlab", "transformers")]
+    times: dict[str, list[float]] = {s.library: [] for s in sides}
+    try:
+        for r in range(repeats):
+            for side in sides if r % 2 == 0 else sides[::-1]:
+                time.sleep(SETTLE)
+                times[side.library].append(side.timed())
+        results = {s.library: s.finish() for s in sides}
+    finally:
+        for s in sides:
+            s.close()
+    for lib, r in results.items():
+        r["seconds"] = statistics.median(times[lib])
+    return results
 
 
 def _save_model(folder: Path) -> None:
@@ -133,12 +214,10 @@ def _save_model(folder: Path) -> None:
 
 
 def _child(*args) -> dict:
-    worker = "_worker"
-    if args[0] == "inside":  # ("inside", what, library, folder, repeats): bench._inside's
-        worker, args = "inside_worker", args[1:]
-    module = "attnlab.bench._inside" if worker == "inside_worker" else "attnlab.bench._model"
+    """bench._inside's measurements: ("inside", what, library, folder, repeats), in a process."""
     code = (
-        f"import json, sys; from {module} import {worker}; print(json.dumps({worker}(*{args!r})))"
+        "import json; from attnlab.bench._inside import inside_worker; "
+        f"print(json.dumps(inside_worker(*{args[1:]!r})))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     if done.returncode:
@@ -159,7 +238,7 @@ def model(ns=DEFAULT_NS, repeats: int = 3, progress=None, inside: bool = True) -
             check=True, capture_output=True,
         )  # fmt: skip
         for n in ns:
-            results = {lib: _child(lib, tmp, n, repeats) for lib in ("attnlab", "transformers")}
+            results = _side_by_side(tmp, n, repeats)
             diff = float(
                 np.abs(
                     np.subtract(results["attnlab"]["last"], results["transformers"]["last"])
